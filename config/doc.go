@@ -1,0 +1,3 @@
+// Package config reads, validates and watches the bridge's YAML configuration
+// and publishes it as immutable snapshots.
+package config

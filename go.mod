@@ -1,0 +1,3 @@
+module github.com/recordio-bridge/bridge
+
+go 1.26
