@@ -4,6 +4,8 @@ go 1.26
 
 require (
 	github.com/apache/pulsar-client-go v0.19.0
+	github.com/mesos/mesos-go v0.0.11
+	github.com/recordio-bridge/bridge v0.0.0-00010101000000-000000000000
 	github.com/sirupsen/logrus v1.9.3
 	go.uber.org/goleak v1.3.0
 )
