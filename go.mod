@@ -2,4 +2,9 @@ module github.com/recordio-bridge/bridge
 
 go 1.26
 
-require go.uber.org/goleak v1.3.0 // indirect
+require (
+	github.com/klauspost/crc32 v1.3.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sys v0.34.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
