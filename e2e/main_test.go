@@ -13,6 +13,8 @@ func TestMain(m *testing.M) {
 			// The official client (the test peer, not our code) leaves one goroutine per
 			// closed partition producer waiting forever in failTimeoutMessages (v0.19.0).
 			goleak.IgnoreTopFunction("github.com/apache/pulsar-client-go/pulsar.(*partitionProducer).failTimeoutMessages"),
+			// ... and one per reassembled chunked message, waiting for its expiry timer.
+			goleak.IgnoreTopFunction("github.com/apache/pulsar-client-go/pulsar.(*chunkedMsgCtxMap).discardChunkIfExpire"),
 		)
 	})
 }

@@ -10,6 +10,9 @@
 // 	protoc        v3.21.12
 // source: pulsar.proto
 
+// The package name only has to be unique in a binary: the official client, linked into
+// our tests, registers "pulsar.proto" itself. It does not appear on the wire.
+
 package pb
 
 import (
@@ -1099,7 +1102,7 @@ type MessageMetadata struct {
 	ReplicatedFrom         *string                `protobuf:"bytes,5,opt,name=replicated_from,json=replicatedFrom" json:"replicated_from,omitempty"`
 	PartitionKey           *string                `protobuf:"bytes,6,opt,name=partition_key,json=partitionKey" json:"partition_key,omitempty"`
 	ReplicateTo            []string               `protobuf:"bytes,7,rep,name=replicate_to,json=replicateTo" json:"replicate_to,omitempty"`
-	Compression            *CompressionType       `protobuf:"varint,8,opt,name=compression,enum=pulsar.proto.CompressionType,def=0" json:"compression,omitempty"`
+	Compression            *CompressionType       `protobuf:"varint,8,opt,name=compression,enum=recordiobridge.pulsar.CompressionType,def=0" json:"compression,omitempty"`
 	UncompressedSize       *uint32                `protobuf:"varint,9,opt,name=uncompressed_size,json=uncompressedSize,def=0" json:"uncompressed_size,omitempty"`
 	NumMessagesInBatch     *int32                 `protobuf:"varint,11,opt,name=num_messages_in_batch,json=numMessagesInBatch,def=1" json:"num_messages_in_batch,omitempty"`
 	EventTime              *uint64                `protobuf:"varint,12,opt,name=event_time,json=eventTime,def=0" json:"event_time,omitempty"`
@@ -1973,7 +1976,7 @@ func (x *IntRange) GetEnd() int32 {
 
 type KeySharedMeta struct {
 	state                   protoimpl.MessageState `protogen:"open.v1"`
-	KeySharedMode           *KeySharedMode         `protobuf:"varint,1,opt,name=keySharedMode,enum=pulsar.proto.KeySharedMode" json:"keySharedMode,omitempty"`
+	KeySharedMode           *KeySharedMode         `protobuf:"varint,1,opt,name=keySharedMode,enum=recordiobridge.pulsar.KeySharedMode" json:"keySharedMode,omitempty"`
 	HashRanges              []*IntRange            `protobuf:"bytes,3,rep,name=hashRanges" json:"hashRanges,omitempty"`
 	AllowOutOfOrderDelivery *bool                  `protobuf:"varint,4,opt,name=allowOutOfOrderDelivery,def=0" json:"allowOutOfOrderDelivery,omitempty"`
 	unknownFields           protoimpl.UnknownFields
@@ -2040,7 +2043,7 @@ type CommandSubscribe struct {
 	state                           protoimpl.MessageState            `protogen:"open.v1"`
 	Topic                           *string                           `protobuf:"bytes,1,opt,name=topic" json:"topic,omitempty"`
 	Subscription                    *string                           `protobuf:"bytes,2,opt,name=subscription" json:"subscription,omitempty"`
-	SubType                         *CommandSubscribe_SubType         `protobuf:"varint,3,opt,name=subType,enum=pulsar.proto.CommandSubscribe_SubType" json:"subType,omitempty"`
+	SubType                         *CommandSubscribe_SubType         `protobuf:"varint,3,opt,name=subType,enum=recordiobridge.pulsar.CommandSubscribe_SubType" json:"subType,omitempty"`
 	ConsumerId                      *uint64                           `protobuf:"varint,4,opt,name=consumer_id,json=consumerId" json:"consumer_id,omitempty"`
 	RequestId                       *uint64                           `protobuf:"varint,5,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
 	ConsumerName                    *string                           `protobuf:"bytes,6,opt,name=consumer_name,json=consumerName" json:"consumer_name,omitempty"`
@@ -2049,7 +2052,7 @@ type CommandSubscribe struct {
 	StartMessageId                  *MessageIdData                    `protobuf:"bytes,9,opt,name=start_message_id,json=startMessageId" json:"start_message_id,omitempty"`
 	Metadata                        []*KeyValue                       `protobuf:"bytes,10,rep,name=metadata" json:"metadata,omitempty"`
 	ReadCompacted                   *bool                             `protobuf:"varint,11,opt,name=read_compacted,json=readCompacted" json:"read_compacted,omitempty"`
-	InitialPosition                 *CommandSubscribe_InitialPosition `protobuf:"varint,13,opt,name=initialPosition,enum=pulsar.proto.CommandSubscribe_InitialPosition,def=0" json:"initialPosition,omitempty"`
+	InitialPosition                 *CommandSubscribe_InitialPosition `protobuf:"varint,13,opt,name=initialPosition,enum=recordiobridge.pulsar.CommandSubscribe_InitialPosition,def=0" json:"initialPosition,omitempty"`
 	ReplicateSubscriptionState      *bool                             `protobuf:"varint,14,opt,name=replicate_subscription_state,json=replicateSubscriptionState" json:"replicate_subscription_state,omitempty"`
 	ForceTopicCreation              *bool                             `protobuf:"varint,15,opt,name=force_topic_creation,json=forceTopicCreation,def=1" json:"force_topic_creation,omitempty"`
 	StartMessageRollbackDurationSec *uint64                           `protobuf:"varint,16,opt,name=start_message_rollback_duration_sec,json=startMessageRollbackDurationSec,def=0" json:"start_message_rollback_duration_sec,omitempty"`
@@ -2280,8 +2283,8 @@ type CommandPartitionedTopicMetadataResponse struct {
 	state         protoimpl.MessageState                              `protogen:"open.v1"`
 	Partitions    *uint32                                             `protobuf:"varint,1,opt,name=partitions" json:"partitions,omitempty"`
 	RequestId     *uint64                                             `protobuf:"varint,2,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
-	Response      *CommandPartitionedTopicMetadataResponse_LookupType `protobuf:"varint,3,opt,name=response,enum=pulsar.proto.CommandPartitionedTopicMetadataResponse_LookupType" json:"response,omitempty"`
-	Error         *ServerError                                        `protobuf:"varint,4,opt,name=error,enum=pulsar.proto.ServerError" json:"error,omitempty"`
+	Response      *CommandPartitionedTopicMetadataResponse_LookupType `protobuf:"varint,3,opt,name=response,enum=recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse_LookupType" json:"response,omitempty"`
+	Error         *ServerError                                        `protobuf:"varint,4,opt,name=error,enum=recordiobridge.pulsar.ServerError" json:"error,omitempty"`
 	Message       *string                                             `protobuf:"bytes,5,opt,name=message" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2429,10 +2432,10 @@ type CommandLookupTopicResponse struct {
 	state                  protoimpl.MessageState                 `protogen:"open.v1"`
 	BrokerServiceUrl       *string                                `protobuf:"bytes,1,opt,name=brokerServiceUrl" json:"brokerServiceUrl,omitempty"`
 	BrokerServiceUrlTls    *string                                `protobuf:"bytes,2,opt,name=brokerServiceUrlTls" json:"brokerServiceUrlTls,omitempty"`
-	Response               *CommandLookupTopicResponse_LookupType `protobuf:"varint,3,opt,name=response,enum=pulsar.proto.CommandLookupTopicResponse_LookupType" json:"response,omitempty"`
+	Response               *CommandLookupTopicResponse_LookupType `protobuf:"varint,3,opt,name=response,enum=recordiobridge.pulsar.CommandLookupTopicResponse_LookupType" json:"response,omitempty"`
 	RequestId              *uint64                                `protobuf:"varint,4,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
 	Authoritative          *bool                                  `protobuf:"varint,5,opt,name=authoritative,def=0" json:"authoritative,omitempty"`
-	Error                  *ServerError                           `protobuf:"varint,6,opt,name=error,enum=pulsar.proto.ServerError" json:"error,omitempty"`
+	Error                  *ServerError                           `protobuf:"varint,6,opt,name=error,enum=recordiobridge.pulsar.ServerError" json:"error,omitempty"`
 	Message                *string                                `protobuf:"bytes,7,opt,name=message" json:"message,omitempty"`
 	ProxyThroughServiceUrl *bool                                  `protobuf:"varint,8,opt,name=proxy_through_service_url,json=proxyThroughServiceUrl,def=0" json:"proxy_through_service_url,omitempty"`
 	unknownFields          protoimpl.UnknownFields
@@ -2541,7 +2544,7 @@ type CommandProducer struct {
 	Metadata                 []*KeyValue            `protobuf:"bytes,6,rep,name=metadata" json:"metadata,omitempty"`
 	Epoch                    *uint64                `protobuf:"varint,8,opt,name=epoch,def=0" json:"epoch,omitempty"`
 	UserProvidedProducerName *bool                  `protobuf:"varint,9,opt,name=user_provided_producer_name,json=userProvidedProducerName,def=1" json:"user_provided_producer_name,omitempty"`
-	ProducerAccessMode       *ProducerAccessMode    `protobuf:"varint,10,opt,name=producer_access_mode,json=producerAccessMode,enum=pulsar.proto.ProducerAccessMode,def=0" json:"producer_access_mode,omitempty"`
+	ProducerAccessMode       *ProducerAccessMode    `protobuf:"varint,10,opt,name=producer_access_mode,json=producerAccessMode,enum=recordiobridge.pulsar.ProducerAccessMode,def=0" json:"producer_access_mode,omitempty"`
 	TopicEpoch               *uint64                `protobuf:"varint,11,opt,name=topic_epoch,json=topicEpoch" json:"topic_epoch,omitempty"`
 	unknownFields            protoimpl.UnknownFields
 	sizeCache                protoimpl.SizeCache
@@ -2824,7 +2827,7 @@ type CommandSendError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ProducerId    *uint64                `protobuf:"varint,1,opt,name=producer_id,json=producerId" json:"producer_id,omitempty"`
 	SequenceId    *uint64                `protobuf:"varint,2,opt,name=sequence_id,json=sequenceId" json:"sequence_id,omitempty"`
-	Error         *ServerError           `protobuf:"varint,3,opt,name=error,enum=pulsar.proto.ServerError" json:"error,omitempty"`
+	Error         *ServerError           `protobuf:"varint,3,opt,name=error,enum=recordiobridge.pulsar.ServerError" json:"error,omitempty"`
 	Message       *string                `protobuf:"bytes,4,opt,name=message" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2972,9 +2975,9 @@ func (x *CommandMessage) GetConsumerEpoch() uint64 {
 type CommandAck struct {
 	state           protoimpl.MessageState      `protogen:"open.v1"`
 	ConsumerId      *uint64                     `protobuf:"varint,1,opt,name=consumer_id,json=consumerId" json:"consumer_id,omitempty"`
-	AckType         *CommandAck_AckType         `protobuf:"varint,2,opt,name=ack_type,json=ackType,enum=pulsar.proto.CommandAck_AckType" json:"ack_type,omitempty"`
+	AckType         *CommandAck_AckType         `protobuf:"varint,2,opt,name=ack_type,json=ackType,enum=recordiobridge.pulsar.CommandAck_AckType" json:"ack_type,omitempty"`
 	MessageId       []*MessageIdData            `protobuf:"bytes,3,rep,name=message_id,json=messageId" json:"message_id,omitempty"`
-	ValidationError *CommandAck_ValidationError `protobuf:"varint,4,opt,name=validation_error,json=validationError,enum=pulsar.proto.CommandAck_ValidationError" json:"validation_error,omitempty"`
+	ValidationError *CommandAck_ValidationError `protobuf:"varint,4,opt,name=validation_error,json=validationError,enum=recordiobridge.pulsar.CommandAck_ValidationError" json:"validation_error,omitempty"`
 	Properties      []*KeyLongValue             `protobuf:"bytes,5,rep,name=properties" json:"properties,omitempty"`
 	RequestId       *uint64                     `protobuf:"varint,8,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
 	unknownFields   protoimpl.UnknownFields
@@ -3056,7 +3059,7 @@ func (x *CommandAck) GetRequestId() uint64 {
 type CommandAckResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ConsumerId    *uint64                `protobuf:"varint,1,opt,name=consumer_id,json=consumerId" json:"consumer_id,omitempty"`
-	Error         *ServerError           `protobuf:"varint,4,opt,name=error,enum=pulsar.proto.ServerError" json:"error,omitempty"`
+	Error         *ServerError           `protobuf:"varint,4,opt,name=error,enum=recordiobridge.pulsar.ServerError" json:"error,omitempty"`
 	Message       *string                `protobuf:"bytes,5,opt,name=message" json:"message,omitempty"`
 	RequestId     *uint64                `protobuf:"varint,6,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -3410,7 +3413,7 @@ func (x *CommandReachedEndOfTopic) GetConsumerId() uint64 {
 type CommandTopicMigrated struct {
 	state               protoimpl.MessageState             `protogen:"open.v1"`
 	ResourceId          *uint64                            `protobuf:"varint,1,opt,name=resource_id,json=resourceId" json:"resource_id,omitempty"`
-	ResourceType        *CommandTopicMigrated_ResourceType `protobuf:"varint,2,opt,name=resource_type,json=resourceType,enum=pulsar.proto.CommandTopicMigrated_ResourceType" json:"resource_type,omitempty"`
+	ResourceType        *CommandTopicMigrated_ResourceType `protobuf:"varint,2,opt,name=resource_type,json=resourceType,enum=recordiobridge.pulsar.CommandTopicMigrated_ResourceType" json:"resource_type,omitempty"`
 	BrokerServiceUrl    *string                            `protobuf:"bytes,3,opt,name=brokerServiceUrl" json:"brokerServiceUrl,omitempty"`
 	BrokerServiceUrlTls *string                            `protobuf:"bytes,4,opt,name=brokerServiceUrlTls" json:"brokerServiceUrlTls,omitempty"`
 	unknownFields       protoimpl.UnknownFields
@@ -3808,7 +3811,7 @@ func (x *CommandProducerSuccess) GetProducerReady() bool {
 type CommandError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     *uint64                `protobuf:"varint,1,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
-	Error         *ServerError           `protobuf:"varint,2,opt,name=error,enum=pulsar.proto.ServerError" json:"error,omitempty"`
+	Error         *ServerError           `protobuf:"varint,2,opt,name=error,enum=recordiobridge.pulsar.ServerError" json:"error,omitempty"`
 	Message       *string                `protobuf:"bytes,3,opt,name=message" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3939,7 +3942,7 @@ func (*CommandPong) Descriptor() ([]byte, []int) {
 
 type BaseCommand struct {
 	state                           protoimpl.MessageState                   `protogen:"open.v1"`
-	Type                            *BaseCommand_Type                        `protobuf:"varint,1,opt,name=type,enum=pulsar.proto.BaseCommand_Type" json:"type,omitempty"`
+	Type                            *BaseCommand_Type                        `protobuf:"varint,1,opt,name=type,enum=recordiobridge.pulsar.BaseCommand_Type" json:"type,omitempty"`
 	Connect                         *CommandConnect                          `protobuf:"bytes,2,opt,name=connect" json:"connect,omitempty"`
 	Connected                       *CommandConnected                        `protobuf:"bytes,3,opt,name=connected" json:"connected,omitempty"`
 	Subscribe                       *CommandSubscribe                        `protobuf:"bytes,4,opt,name=subscribe" json:"subscribe,omitempty"`
@@ -4225,7 +4228,7 @@ var File_pulsar_proto protoreflect.FileDescriptor
 
 const file_pulsar_proto_rawDesc = "" +
 	"\n" +
-	"\fpulsar.proto\x12\fpulsar.proto\"\x96\x02\n" +
+	"\fpulsar.proto\x12\x15recordiobridge.pulsar\"\x9f\x02\n" +
 	"\rMessageIdData\x12\x1a\n" +
 	"\bledgerId\x18\x01 \x01(\x04R\bledgerId\x12\x18\n" +
 	"\aentryId\x18\x02 \x01(\x04R\aentryId\x12 \n" +
@@ -4234,26 +4237,26 @@ const file_pulsar_proto_rawDesc = "" +
 	"batchIndex\x12\x17\n" +
 	"\aack_set\x18\x05 \x03(\x03R\x06ackSet\x12\x1d\n" +
 	"\n" +
-	"batch_size\x18\x06 \x01(\x05R\tbatchSize\x12P\n" +
-	"\x16first_chunk_message_id\x18\a \x01(\v2\x1b.pulsar.proto.MessageIdDataR\x13firstChunkMessageId\"2\n" +
+	"batch_size\x18\x06 \x01(\x05R\tbatchSize\x12Y\n" +
+	"\x16first_chunk_message_id\x18\a \x01(\v2$.recordiobridge.pulsar.MessageIdDataR\x13firstChunkMessageId\"2\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"6\n" +
 	"\fKeyLongValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value\"\xe4\a\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value\"\xf6\a\n" +
 	"\x0fMessageMetadata\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x04R\n" +
 	"sequenceId\x12!\n" +
-	"\fpublish_time\x18\x03 \x01(\x04R\vpublishTime\x126\n" +
+	"\fpublish_time\x18\x03 \x01(\x04R\vpublishTime\x12?\n" +
 	"\n" +
-	"properties\x18\x04 \x03(\v2\x16.pulsar.proto.KeyValueR\n" +
+	"properties\x18\x04 \x03(\v2\x1f.recordiobridge.pulsar.KeyValueR\n" +
 	"properties\x12'\n" +
 	"\x0freplicated_from\x18\x05 \x01(\tR\x0ereplicatedFrom\x12#\n" +
 	"\rpartition_key\x18\x06 \x01(\tR\fpartitionKey\x12!\n" +
-	"\freplicate_to\x18\a \x03(\tR\vreplicateTo\x12E\n" +
-	"\vcompression\x18\b \x01(\x0e2\x1d.pulsar.proto.CompressionType:\x04NONER\vcompression\x12.\n" +
+	"\freplicate_to\x18\a \x03(\tR\vreplicateTo\x12N\n" +
+	"\vcompression\x18\b \x01(\x0e2&.recordiobridge.pulsar.CompressionType:\x04NONER\vcompression\x12.\n" +
 	"\x11uncompressed_size\x18\t \x01(\r:\x010R\x10uncompressedSize\x124\n" +
 	"\x15num_messages_in_batch\x18\v \x01(\x05:\x011R\x12numMessagesInBatch\x12 \n" +
 	"\n" +
@@ -4271,10 +4274,10 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x13num_chunks_from_msg\x18\x1b \x01(\x05R\x10numChunksFromMsg\x12/\n" +
 	"\x14total_chunk_msg_size\x18\x1c \x01(\x05R\x11totalChunkMsgSize\x12\x19\n" +
 	"\bchunk_id\x18\x1d \x01(\x05R\achunkId\x123\n" +
-	"\x12null_partition_key\x18\x1e \x01(\b:\x05falseR\x10nullPartitionKey\"\xc6\x03\n" +
-	"\x15SingleMessageMetadata\x126\n" +
+	"\x12null_partition_key\x18\x1e \x01(\b:\x05falseR\x10nullPartitionKey\"\xcf\x03\n" +
+	"\x15SingleMessageMetadata\x12?\n" +
 	"\n" +
-	"properties\x18\x01 \x03(\v2\x16.pulsar.proto.KeyValueR\n" +
+	"properties\x18\x01 \x03(\v2\x1f.recordiobridge.pulsar.KeyValueR\n" +
 	"properties\x12#\n" +
 	"\rpartition_key\x18\x02 \x01(\tR\fpartitionKey\x12!\n" +
 	"\fpayload_size\x18\x03 \x01(\x05R\vpayloadSize\x12*\n" +
@@ -4296,61 +4299,61 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x15supports_auth_refresh\x18\x01 \x01(\b:\x05falseR\x13supportsAuthRefresh\x12J\n" +
 	"\x1esupports_broker_entry_metadata\x18\x02 \x01(\b:\x05falseR\x1bsupportsBrokerEntryMetadata\x12A\n" +
 	"\x19supports_partial_producer\x18\x03 \x01(\b:\x05falseR\x17supportsPartialProducer\x12=\n" +
-	"\x17supports_topic_watchers\x18\x04 \x01(\b:\x05falseR\x15supportsTopicWatchers\"\x9c\x02\n" +
+	"\x17supports_topic_watchers\x18\x04 \x01(\b:\x05falseR\x15supportsTopicWatchers\"\xa5\x02\n" +
 	"\x0eCommandConnect\x12%\n" +
 	"\x0eclient_version\x18\x01 \x01(\tR\rclientVersion\x12\x1b\n" +
 	"\tauth_data\x18\x03 \x01(\fR\bauthData\x12,\n" +
 	"\x10protocol_version\x18\x04 \x01(\x05:\x010R\x0fprotocolVersion\x12(\n" +
 	"\x10auth_method_name\x18\x05 \x01(\tR\x0eauthMethodName\x12-\n" +
-	"\x13proxy_to_broker_url\x18\x06 \x01(\tR\x10proxyToBrokerUrl\x12?\n" +
+	"\x13proxy_to_broker_url\x18\x06 \x01(\tR\x10proxyToBrokerUrl\x12H\n" +
 	"\rfeature_flags\x18\n" +
-	" \x01(\v2\x1a.pulsar.proto.FeatureFlagsR\ffeatureFlags\"\xd2\x01\n" +
+	" \x01(\v2#.recordiobridge.pulsar.FeatureFlagsR\ffeatureFlags\"\xdb\x01\n" +
 	"\x10CommandConnected\x12%\n" +
 	"\x0eserver_version\x18\x01 \x01(\tR\rserverVersion\x12,\n" +
 	"\x10protocol_version\x18\x02 \x01(\x05:\x010R\x0fprotocolVersion\x12(\n" +
-	"\x10max_message_size\x18\x03 \x01(\x05R\x0emaxMessageSize\x12?\n" +
-	"\rfeature_flags\x18\x04 \x01(\v2\x1a.pulsar.proto.FeatureFlagsR\ffeatureFlags\"Q\n" +
+	"\x10max_message_size\x18\x03 \x01(\x05R\x0emaxMessageSize\x12H\n" +
+	"\rfeature_flags\x18\x04 \x01(\v2#.recordiobridge.pulsar.FeatureFlagsR\ffeatureFlags\"Q\n" +
 	"\bAuthData\x12(\n" +
 	"\x10auth_method_name\x18\x01 \x01(\tR\x0eauthMethodName\x12\x1b\n" +
-	"\tauth_data\x18\x02 \x01(\fR\bauthData\"\xa1\x01\n" +
+	"\tauth_data\x18\x02 \x01(\fR\bauthData\"\xaa\x01\n" +
 	"\x14CommandAuthChallenge\x12%\n" +
-	"\x0eserver_version\x18\x01 \x01(\tR\rserverVersion\x124\n" +
-	"\tchallenge\x18\x02 \x01(\v2\x16.pulsar.proto.AuthDataR\tchallenge\x12,\n" +
-	"\x10protocol_version\x18\x03 \x01(\x05:\x010R\x0fprotocolVersion\"\x9e\x01\n" +
+	"\x0eserver_version\x18\x01 \x01(\tR\rserverVersion\x12=\n" +
+	"\tchallenge\x18\x02 \x01(\v2\x1f.recordiobridge.pulsar.AuthDataR\tchallenge\x12,\n" +
+	"\x10protocol_version\x18\x03 \x01(\x05:\x010R\x0fprotocolVersion\"\xa7\x01\n" +
 	"\x13CommandAuthResponse\x12%\n" +
-	"\x0eclient_version\x18\x01 \x01(\tR\rclientVersion\x122\n" +
-	"\bresponse\x18\x02 \x01(\v2\x16.pulsar.proto.AuthDataR\bresponse\x12,\n" +
+	"\x0eclient_version\x18\x01 \x01(\tR\rclientVersion\x12;\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1f.recordiobridge.pulsar.AuthDataR\bresponse\x12,\n" +
 	"\x10protocol_version\x18\x03 \x01(\x05:\x010R\x0fprotocolVersion\"2\n" +
 	"\bIntRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x05R\x05start\x12\x10\n" +
-	"\x03end\x18\x02 \x01(\x05R\x03end\"\xcb\x01\n" +
-	"\rKeySharedMeta\x12A\n" +
-	"\rkeySharedMode\x18\x01 \x01(\x0e2\x1b.pulsar.proto.KeySharedModeR\rkeySharedMode\x126\n" +
+	"\x03end\x18\x02 \x01(\x05R\x03end\"\xdd\x01\n" +
+	"\rKeySharedMeta\x12J\n" +
+	"\rkeySharedMode\x18\x01 \x01(\x0e2$.recordiobridge.pulsar.KeySharedModeR\rkeySharedMode\x12?\n" +
 	"\n" +
-	"hashRanges\x18\x03 \x03(\v2\x16.pulsar.proto.IntRangeR\n" +
+	"hashRanges\x18\x03 \x03(\v2\x1f.recordiobridge.pulsar.IntRangeR\n" +
 	"hashRanges\x12?\n" +
-	"\x17allowOutOfOrderDelivery\x18\x04 \x01(\b:\x05falseR\x17allowOutOfOrderDelivery\"\xb5\b\n" +
+	"\x17allowOutOfOrderDelivery\x18\x04 \x01(\b:\x05falseR\x17allowOutOfOrderDelivery\"\xeb\b\n" +
 	"\x10CommandSubscribe\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\"\n" +
-	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12@\n" +
-	"\asubType\x18\x03 \x01(\x0e2&.pulsar.proto.CommandSubscribe.SubTypeR\asubType\x12\x1f\n" +
+	"\fsubscription\x18\x02 \x01(\tR\fsubscription\x12I\n" +
+	"\asubType\x18\x03 \x01(\x0e2/.recordiobridge.pulsar.CommandSubscribe.SubTypeR\asubType\x12\x1f\n" +
 	"\vconsumer_id\x18\x04 \x01(\x04R\n" +
 	"consumerId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\x04R\trequestId\x12#\n" +
 	"\rconsumer_name\x18\x06 \x01(\tR\fconsumerName\x12%\n" +
 	"\x0epriority_level\x18\a \x01(\x05R\rpriorityLevel\x12\x1e\n" +
-	"\adurable\x18\b \x01(\b:\x04trueR\adurable\x12E\n" +
-	"\x10start_message_id\x18\t \x01(\v2\x1b.pulsar.proto.MessageIdDataR\x0estartMessageId\x122\n" +
+	"\adurable\x18\b \x01(\b:\x04trueR\adurable\x12N\n" +
+	"\x10start_message_id\x18\t \x01(\v2$.recordiobridge.pulsar.MessageIdDataR\x0estartMessageId\x12;\n" +
 	"\bmetadata\x18\n" +
-	" \x03(\v2\x16.pulsar.proto.KeyValueR\bmetadata\x12%\n" +
-	"\x0eread_compacted\x18\v \x01(\bR\rreadCompacted\x12`\n" +
-	"\x0finitialPosition\x18\r \x01(\x0e2..pulsar.proto.CommandSubscribe.InitialPosition:\x06LatestR\x0finitialPosition\x12@\n" +
+	" \x03(\v2\x1f.recordiobridge.pulsar.KeyValueR\bmetadata\x12%\n" +
+	"\x0eread_compacted\x18\v \x01(\bR\rreadCompacted\x12i\n" +
+	"\x0finitialPosition\x18\r \x01(\x0e27.recordiobridge.pulsar.CommandSubscribe.InitialPosition:\x06LatestR\x0finitialPosition\x12@\n" +
 	"\x1creplicate_subscription_state\x18\x0e \x01(\bR\x1areplicateSubscriptionState\x126\n" +
 	"\x14force_topic_creation\x18\x0f \x01(\b:\x04trueR\x12forceTopicCreation\x12O\n" +
-	"#start_message_rollback_duration_sec\x18\x10 \x01(\x04:\x010R\x1fstartMessageRollbackDurationSec\x12A\n" +
-	"\rkeySharedMeta\x18\x11 \x01(\v2\x1b.pulsar.proto.KeySharedMetaR\rkeySharedMeta\x12O\n" +
-	"\x17subscription_properties\x18\x12 \x03(\v2\x16.pulsar.proto.KeyValueR\x16subscriptionProperties\x12%\n" +
+	"#start_message_rollback_duration_sec\x18\x10 \x01(\x04:\x010R\x1fstartMessageRollbackDurationSec\x12J\n" +
+	"\rkeySharedMeta\x18\x11 \x01(\v2$.recordiobridge.pulsar.KeySharedMetaR\rkeySharedMeta\x12X\n" +
+	"\x17subscription_properties\x18\x12 \x03(\v2\x1f.recordiobridge.pulsar.KeyValueR\x16subscriptionProperties\x12%\n" +
 	"\x0econsumer_epoch\x18\x13 \x01(\x04R\rconsumerEpoch\"B\n" +
 	"\aSubType\x12\r\n" +
 	"\tExclusive\x10\x00\x12\n" +
@@ -4366,15 +4369,15 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x1fCommandPartitionedTopicMetadata\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\x04R\trequestId\"\xb8\x02\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\"\xca\x02\n" +
 	"'CommandPartitionedTopicMetadataResponse\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
 	"partitions\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\x04R\trequestId\x12\\\n" +
-	"\bresponse\x18\x03 \x01(\x0e2@.pulsar.proto.CommandPartitionedTopicMetadataResponse.LookupTypeR\bresponse\x12/\n" +
-	"\x05error\x18\x04 \x01(\x0e2\x19.pulsar.proto.ServerErrorR\x05error\x12\x18\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\x12e\n" +
+	"\bresponse\x18\x03 \x01(\x0e2I.recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.LookupTypeR\bresponse\x128\n" +
+	"\x05error\x18\x04 \x01(\x0e2\".recordiobridge.pulsar.ServerErrorR\x05error\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\"%\n" +
 	"\n" +
 	"LookupType\x12\v\n" +
@@ -4386,15 +4389,15 @@ const file_pulsar_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12+\n" +
 	"\rauthoritative\x18\x03 \x01(\b:\x05falseR\rauthoritative\x128\n" +
-	"\x18advertised_listener_name\x18\a \x01(\tR\x16advertisedListenerName\"\xd9\x03\n" +
+	"\x18advertised_listener_name\x18\a \x01(\tR\x16advertisedListenerName\"\xeb\x03\n" +
 	"\x1aCommandLookupTopicResponse\x12*\n" +
 	"\x10brokerServiceUrl\x18\x01 \x01(\tR\x10brokerServiceUrl\x120\n" +
-	"\x13brokerServiceUrlTls\x18\x02 \x01(\tR\x13brokerServiceUrlTls\x12O\n" +
-	"\bresponse\x18\x03 \x01(\x0e23.pulsar.proto.CommandLookupTopicResponse.LookupTypeR\bresponse\x12\x1d\n" +
+	"\x13brokerServiceUrlTls\x18\x02 \x01(\tR\x13brokerServiceUrlTls\x12X\n" +
+	"\bresponse\x18\x03 \x01(\x0e2<.recordiobridge.pulsar.CommandLookupTopicResponse.LookupTypeR\bresponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\x04R\trequestId\x12+\n" +
-	"\rauthoritative\x18\x05 \x01(\b:\x05falseR\rauthoritative\x12/\n" +
-	"\x05error\x18\x06 \x01(\x0e2\x19.pulsar.proto.ServerErrorR\x05error\x12\x18\n" +
+	"\rauthoritative\x18\x05 \x01(\b:\x05falseR\rauthoritative\x128\n" +
+	"\x05error\x18\x06 \x01(\x0e2\".recordiobridge.pulsar.ServerErrorR\x05error\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12@\n" +
 	"\x19proxy_through_service_url\x18\b \x01(\b:\x05falseR\x16proxyThroughServiceUrl\"3\n" +
 	"\n" +
@@ -4402,7 +4405,7 @@ const file_pulsar_proto_rawDesc = "" +
 	"\bRedirect\x10\x00\x12\v\n" +
 	"\aConnect\x10\x01\x12\n" +
 	"\n" +
-	"\x06Failed\x10\x02\"\xc0\x03\n" +
+	"\x06Failed\x10\x02\"\xd2\x03\n" +
 	"\x0fCommandProducer\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x04R\n" +
@@ -4410,12 +4413,12 @@ const file_pulsar_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x03 \x01(\x04R\trequestId\x12#\n" +
 	"\rproducer_name\x18\x04 \x01(\tR\fproducerName\x12#\n" +
-	"\tencrypted\x18\x05 \x01(\b:\x05falseR\tencrypted\x122\n" +
-	"\bmetadata\x18\x06 \x03(\v2\x16.pulsar.proto.KeyValueR\bmetadata\x12\x17\n" +
+	"\tencrypted\x18\x05 \x01(\b:\x05falseR\tencrypted\x12;\n" +
+	"\bmetadata\x18\x06 \x03(\v2\x1f.recordiobridge.pulsar.KeyValueR\bmetadata\x12\x17\n" +
 	"\x05epoch\x18\b \x01(\x04:\x010R\x05epoch\x12C\n" +
-	"\x1buser_provided_producer_name\x18\t \x01(\b:\x04trueR\x18userProvidedProducerName\x12Z\n" +
+	"\x1buser_provided_producer_name\x18\t \x01(\b:\x04trueR\x18userProvidedProducerName\x12c\n" +
 	"\x14producer_access_mode\x18\n" +
-	" \x01(\x0e2 .pulsar.proto.ProducerAccessMode:\x06SharedR\x12producerAccessMode\x12\x1f\n" +
+	" \x01(\x0e2).recordiobridge.pulsar.ProducerAccessMode:\x06SharedR\x12producerAccessMode\x12\x1f\n" +
 	"\vtopic_epoch\x18\v \x01(\x04R\n" +
 	"topicEpoch\"\xe9\x01\n" +
 	"\vCommandSend\x12\x1f\n" +
@@ -4426,40 +4429,40 @@ const file_pulsar_proto_rawDesc = "" +
 	"\fnum_messages\x18\x03 \x01(\x05:\x011R\vnumMessages\x121\n" +
 	"\x13highest_sequence_id\x18\x06 \x01(\x04:\x010R\x11highestSequenceId\x12 \n" +
 	"\bis_chunk\x18\a \x01(\b:\x05falseR\aisChunk\x12\x1d\n" +
-	"\x06marker\x18\b \x01(\b:\x05falseR\x06marker\"\xc5\x01\n" +
+	"\x06marker\x18\b \x01(\b:\x05falseR\x06marker\"\xce\x01\n" +
 	"\x12CommandSendReceipt\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x04R\n" +
 	"producerId\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x04R\n" +
-	"sequenceId\x12:\n" +
+	"sequenceId\x12C\n" +
 	"\n" +
-	"message_id\x18\x03 \x01(\v2\x1b.pulsar.proto.MessageIdDataR\tmessageId\x121\n" +
-	"\x13highest_sequence_id\x18\x04 \x01(\x04:\x010R\x11highestSequenceId\"\x9f\x01\n" +
+	"message_id\x18\x03 \x01(\v2$.recordiobridge.pulsar.MessageIdDataR\tmessageId\x121\n" +
+	"\x13highest_sequence_id\x18\x04 \x01(\x04:\x010R\x11highestSequenceId\"\xa8\x01\n" +
 	"\x10CommandSendError\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x04R\n" +
 	"producerId\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x04R\n" +
-	"sequenceId\x12/\n" +
-	"\x05error\x18\x03 \x01(\x0e2\x19.pulsar.proto.ServerErrorR\x05error\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xdb\x01\n" +
+	"sequenceId\x128\n" +
+	"\x05error\x18\x03 \x01(\x0e2\".recordiobridge.pulsar.ServerErrorR\x05error\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xe4\x01\n" +
 	"\x0eCommandMessage\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\x04R\n" +
-	"consumerId\x12:\n" +
+	"consumerId\x12C\n" +
 	"\n" +
-	"message_id\x18\x02 \x01(\v2\x1b.pulsar.proto.MessageIdDataR\tmessageId\x12,\n" +
+	"message_id\x18\x02 \x01(\v2$.recordiobridge.pulsar.MessageIdDataR\tmessageId\x12,\n" +
 	"\x10redelivery_count\x18\x03 \x01(\r:\x010R\x0fredeliveryCount\x12\x17\n" +
 	"\aack_set\x18\x04 \x03(\x03R\x06ackSet\x12%\n" +
-	"\x0econsumer_epoch\x18\x05 \x01(\x04R\rconsumerEpoch\"\x93\x04\n" +
+	"\x0econsumer_epoch\x18\x05 \x01(\x04R\rconsumerEpoch\"\xb7\x04\n" +
 	"\n" +
 	"CommandAck\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\x04R\n" +
-	"consumerId\x12;\n" +
-	"\back_type\x18\x02 \x01(\x0e2 .pulsar.proto.CommandAck.AckTypeR\aackType\x12:\n" +
+	"consumerId\x12D\n" +
+	"\back_type\x18\x02 \x01(\x0e2).recordiobridge.pulsar.CommandAck.AckTypeR\aackType\x12C\n" +
 	"\n" +
-	"message_id\x18\x03 \x03(\v2\x1b.pulsar.proto.MessageIdDataR\tmessageId\x12S\n" +
-	"\x10validation_error\x18\x04 \x01(\x0e2(.pulsar.proto.CommandAck.ValidationErrorR\x0fvalidationError\x12:\n" +
+	"message_id\x18\x03 \x03(\v2$.recordiobridge.pulsar.MessageIdDataR\tmessageId\x12\\\n" +
+	"\x10validation_error\x18\x04 \x01(\x0e21.recordiobridge.pulsar.CommandAck.ValidationErrorR\x0fvalidationError\x12C\n" +
 	"\n" +
-	"properties\x18\x05 \x03(\v2\x1a.pulsar.proto.KeyLongValueR\n" +
+	"properties\x18\x05 \x03(\v2#.recordiobridge.pulsar.KeyLongValueR\n" +
 	"properties\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\b \x01(\x04R\trequestId\")\n" +
@@ -4473,11 +4476,11 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x12DecompressionError\x10\x01\x12\x14\n" +
 	"\x10ChecksumMismatch\x10\x02\x12\x19\n" +
 	"\x15BatchDeSerializeError\x10\x03\x12\x13\n" +
-	"\x0fDecryptionError\x10\x04\"\x9f\x01\n" +
+	"\x0fDecryptionError\x10\x04\"\xa8\x01\n" +
 	"\x12CommandAckResponse\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\x04R\n" +
-	"consumerId\x12/\n" +
-	"\x05error\x18\x04 \x01(\x0e2\x19.pulsar.proto.ServerErrorR\x05error\x12\x18\n" +
+	"consumerId\x128\n" +
+	"\x05error\x18\x04 \x01(\x0e2\".recordiobridge.pulsar.ServerErrorR\x05error\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x06 \x01(\x04R\trequestId\"b\n" +
@@ -4494,22 +4497,22 @@ const file_pulsar_proto_rawDesc = "" +
 	"consumerId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12\x1b\n" +
-	"\x05force\x18\x03 \x01(\b:\x05falseR\x05force\"\xbb\x01\n" +
+	"\x05force\x18\x03 \x01(\b:\x05falseR\x05force\"\xc4\x01\n" +
 	"\vCommandSeek\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\x04R\n" +
 	"consumerId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\x04R\trequestId\x12:\n" +
+	"request_id\x18\x02 \x01(\x04R\trequestId\x12C\n" +
 	"\n" +
-	"message_id\x18\x03 \x01(\v2\x1b.pulsar.proto.MessageIdDataR\tmessageId\x120\n" +
+	"message_id\x18\x03 \x01(\v2$.recordiobridge.pulsar.MessageIdDataR\tmessageId\x120\n" +
 	"\x14message_publish_time\x18\x04 \x01(\x04R\x12messagePublishTime\";\n" +
 	"\x18CommandReachedEndOfTopic\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\x04R\n" +
-	"consumerId\"\x97\x02\n" +
+	"consumerId\"\xa0\x02\n" +
 	"\x14CommandTopicMigrated\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\x04R\n" +
-	"resourceId\x12T\n" +
-	"\rresource_type\x18\x02 \x01(\x0e2/.pulsar.proto.CommandTopicMigrated.ResourceTypeR\fresourceType\x12*\n" +
+	"resourceId\x12]\n" +
+	"\rresource_type\x18\x02 \x01(\x0e28.recordiobridge.pulsar.CommandTopicMigrated.ResourceTypeR\fresourceType\x12*\n" +
 	"\x10brokerServiceUrl\x18\x03 \x01(\tR\x10brokerServiceUrl\x120\n" +
 	"\x13brokerServiceUrlTls\x18\x04 \x01(\tR\x13brokerServiceUrlTls\"*\n" +
 	"\fResourceType\x12\f\n" +
@@ -4528,11 +4531,11 @@ const file_pulsar_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\x04R\trequestId\x12:\n" +
 	"\x18assignedBrokerServiceUrl\x18\x03 \x01(\tR\x18assignedBrokerServiceUrl\x12@\n" +
-	"\x1bassignedBrokerServiceUrlTls\x18\x04 \x01(\tR\x1bassignedBrokerServiceUrlTls\"\xae\x01\n" +
+	"\x1bassignedBrokerServiceUrlTls\x18\x04 \x01(\tR\x1bassignedBrokerServiceUrlTls\"\xb7\x01\n" +
 	"&CommandRedeliverUnacknowledgedMessages\x12\x1f\n" +
 	"\vconsumer_id\x18\x01 \x01(\x04R\n" +
-	"consumerId\x12<\n" +
-	"\vmessage_ids\x18\x02 \x03(\v2\x1b.pulsar.proto.MessageIdDataR\n" +
+	"consumerId\x12E\n" +
+	"\vmessage_ids\x18\x02 \x03(\v2$.recordiobridge.pulsar.MessageIdDataR\n" +
 	"messageIds\x12%\n" +
 	"\x0econsumer_epoch\x18\x03 \x01(\x04R\rconsumerEpoch\"/\n" +
 	"\x0eCommandSuccess\x12\x1d\n" +
@@ -4546,48 +4549,48 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x0eschema_version\x18\x04 \x01(\fR\rschemaVersion\x12\x1f\n" +
 	"\vtopic_epoch\x18\x05 \x01(\x04R\n" +
 	"topicEpoch\x12+\n" +
-	"\x0eproducer_ready\x18\x06 \x01(\b:\x04trueR\rproducerReady\"x\n" +
+	"\x0eproducer_ready\x18\x06 \x01(\b:\x04trueR\rproducerReady\"\x81\x01\n" +
 	"\fCommandError\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\x04R\trequestId\x12/\n" +
-	"\x05error\x18\x02 \x01(\x0e2\x19.pulsar.proto.ServerErrorR\x05error\x12\x18\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x128\n" +
+	"\x05error\x18\x02 \x01(\x0e2\".recordiobridge.pulsar.ServerErrorR\x05error\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"\r\n" +
 	"\vCommandPing\"\r\n" +
-	"\vCommandPong\"\xfb\x14\n" +
-	"\vBaseCommand\x122\n" +
-	"\x04type\x18\x01 \x01(\x0e2\x1e.pulsar.proto.BaseCommand.TypeR\x04type\x126\n" +
-	"\aconnect\x18\x02 \x01(\v2\x1c.pulsar.proto.CommandConnectR\aconnect\x12<\n" +
-	"\tconnected\x18\x03 \x01(\v2\x1e.pulsar.proto.CommandConnectedR\tconnected\x12<\n" +
-	"\tsubscribe\x18\x04 \x01(\v2\x1e.pulsar.proto.CommandSubscribeR\tsubscribe\x129\n" +
-	"\bproducer\x18\x05 \x01(\v2\x1d.pulsar.proto.CommandProducerR\bproducer\x12-\n" +
-	"\x04send\x18\x06 \x01(\v2\x19.pulsar.proto.CommandSendR\x04send\x12C\n" +
-	"\fsend_receipt\x18\a \x01(\v2 .pulsar.proto.CommandSendReceiptR\vsendReceipt\x12=\n" +
+	"\vCommandPong\"\x93\x17\n" +
+	"\vBaseCommand\x12;\n" +
+	"\x04type\x18\x01 \x01(\x0e2'.recordiobridge.pulsar.BaseCommand.TypeR\x04type\x12?\n" +
+	"\aconnect\x18\x02 \x01(\v2%.recordiobridge.pulsar.CommandConnectR\aconnect\x12E\n" +
+	"\tconnected\x18\x03 \x01(\v2'.recordiobridge.pulsar.CommandConnectedR\tconnected\x12E\n" +
+	"\tsubscribe\x18\x04 \x01(\v2'.recordiobridge.pulsar.CommandSubscribeR\tsubscribe\x12B\n" +
+	"\bproducer\x18\x05 \x01(\v2&.recordiobridge.pulsar.CommandProducerR\bproducer\x126\n" +
+	"\x04send\x18\x06 \x01(\v2\".recordiobridge.pulsar.CommandSendR\x04send\x12L\n" +
+	"\fsend_receipt\x18\a \x01(\v2).recordiobridge.pulsar.CommandSendReceiptR\vsendReceipt\x12F\n" +
 	"\n" +
-	"send_error\x18\b \x01(\v2\x1e.pulsar.proto.CommandSendErrorR\tsendError\x126\n" +
-	"\amessage\x18\t \x01(\v2\x1c.pulsar.proto.CommandMessageR\amessage\x12*\n" +
+	"send_error\x18\b \x01(\v2'.recordiobridge.pulsar.CommandSendErrorR\tsendError\x12?\n" +
+	"\amessage\x18\t \x01(\v2%.recordiobridge.pulsar.CommandMessageR\amessage\x123\n" +
 	"\x03ack\x18\n" +
-	" \x01(\v2\x18.pulsar.proto.CommandAckR\x03ack\x12-\n" +
-	"\x04flow\x18\v \x01(\v2\x19.pulsar.proto.CommandFlowR\x04flow\x12B\n" +
-	"\vunsubscribe\x18\f \x01(\v2 .pulsar.proto.CommandUnsubscribeR\vunsubscribe\x126\n" +
-	"\asuccess\x18\r \x01(\v2\x1c.pulsar.proto.CommandSuccessR\asuccess\x120\n" +
-	"\x05error\x18\x0e \x01(\v2\x1a.pulsar.proto.CommandErrorR\x05error\x12I\n" +
-	"\x0eclose_producer\x18\x0f \x01(\v2\".pulsar.proto.CommandCloseProducerR\rcloseProducer\x12I\n" +
-	"\x0eclose_consumer\x18\x10 \x01(\v2\".pulsar.proto.CommandCloseConsumerR\rcloseConsumer\x12O\n" +
-	"\x10producer_success\x18\x11 \x01(\v2$.pulsar.proto.CommandProducerSuccessR\x0fproducerSuccess\x12-\n" +
-	"\x04ping\x18\x12 \x01(\v2\x19.pulsar.proto.CommandPingR\x04ping\x12-\n" +
-	"\x04pong\x18\x13 \x01(\v2\x19.pulsar.proto.CommandPongR\x04pong\x12~\n" +
-	"\x1fredeliverUnacknowledgedMessages\x18\x14 \x01(\v24.pulsar.proto.CommandRedeliverUnacknowledgedMessagesR\x1fredeliverUnacknowledgedMessages\x12[\n" +
-	"\x11partitionMetadata\x18\x15 \x01(\v2-.pulsar.proto.CommandPartitionedTopicMetadataR\x11partitionMetadata\x12s\n" +
-	"\x19partitionMetadataResponse\x18\x16 \x01(\v25.pulsar.proto.CommandPartitionedTopicMetadataResponseR\x19partitionMetadataResponse\x12B\n" +
-	"\vlookupTopic\x18\x17 \x01(\v2 .pulsar.proto.CommandLookupTopicR\vlookupTopic\x12Z\n" +
-	"\x13lookupTopicResponse\x18\x18 \x01(\v2(.pulsar.proto.CommandLookupTopicResponseR\x13lookupTopicResponse\x12T\n" +
-	"\x11reachedEndOfTopic\x18\x1b \x01(\v2&.pulsar.proto.CommandReachedEndOfTopicR\x11reachedEndOfTopic\x12-\n" +
-	"\x04seek\x18\x1c \x01(\v2\x19.pulsar.proto.CommandSeekR\x04seek\x12_\n" +
-	"\x16active_consumer_change\x18\x1f \x01(\v2).pulsar.proto.CommandActiveConsumerChangeR\x14activeConsumerChange\x12H\n" +
-	"\rauthChallenge\x18$ \x01(\v2\".pulsar.proto.CommandAuthChallengeR\rauthChallenge\x12E\n" +
-	"\fauthResponse\x18% \x01(\v2!.pulsar.proto.CommandAuthResponseR\fauthResponse\x12B\n" +
-	"\vackResponse\x18& \x01(\v2 .pulsar.proto.CommandAckResponseR\vackResponse\x12H\n" +
-	"\rtopicMigrated\x18D \x01(\v2\".pulsar.proto.CommandTopicMigratedR\rtopicMigrated\"\x98\x04\n" +
+	" \x01(\v2!.recordiobridge.pulsar.CommandAckR\x03ack\x126\n" +
+	"\x04flow\x18\v \x01(\v2\".recordiobridge.pulsar.CommandFlowR\x04flow\x12K\n" +
+	"\vunsubscribe\x18\f \x01(\v2).recordiobridge.pulsar.CommandUnsubscribeR\vunsubscribe\x12?\n" +
+	"\asuccess\x18\r \x01(\v2%.recordiobridge.pulsar.CommandSuccessR\asuccess\x129\n" +
+	"\x05error\x18\x0e \x01(\v2#.recordiobridge.pulsar.CommandErrorR\x05error\x12R\n" +
+	"\x0eclose_producer\x18\x0f \x01(\v2+.recordiobridge.pulsar.CommandCloseProducerR\rcloseProducer\x12R\n" +
+	"\x0eclose_consumer\x18\x10 \x01(\v2+.recordiobridge.pulsar.CommandCloseConsumerR\rcloseConsumer\x12X\n" +
+	"\x10producer_success\x18\x11 \x01(\v2-.recordiobridge.pulsar.CommandProducerSuccessR\x0fproducerSuccess\x126\n" +
+	"\x04ping\x18\x12 \x01(\v2\".recordiobridge.pulsar.CommandPingR\x04ping\x126\n" +
+	"\x04pong\x18\x13 \x01(\v2\".recordiobridge.pulsar.CommandPongR\x04pong\x12\x87\x01\n" +
+	"\x1fredeliverUnacknowledgedMessages\x18\x14 \x01(\v2=.recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessagesR\x1fredeliverUnacknowledgedMessages\x12d\n" +
+	"\x11partitionMetadata\x18\x15 \x01(\v26.recordiobridge.pulsar.CommandPartitionedTopicMetadataR\x11partitionMetadata\x12|\n" +
+	"\x19partitionMetadataResponse\x18\x16 \x01(\v2>.recordiobridge.pulsar.CommandPartitionedTopicMetadataResponseR\x19partitionMetadataResponse\x12K\n" +
+	"\vlookupTopic\x18\x17 \x01(\v2).recordiobridge.pulsar.CommandLookupTopicR\vlookupTopic\x12c\n" +
+	"\x13lookupTopicResponse\x18\x18 \x01(\v21.recordiobridge.pulsar.CommandLookupTopicResponseR\x13lookupTopicResponse\x12]\n" +
+	"\x11reachedEndOfTopic\x18\x1b \x01(\v2/.recordiobridge.pulsar.CommandReachedEndOfTopicR\x11reachedEndOfTopic\x126\n" +
+	"\x04seek\x18\x1c \x01(\v2\".recordiobridge.pulsar.CommandSeekR\x04seek\x12h\n" +
+	"\x16active_consumer_change\x18\x1f \x01(\v22.recordiobridge.pulsar.CommandActiveConsumerChangeR\x14activeConsumerChange\x12Q\n" +
+	"\rauthChallenge\x18$ \x01(\v2+.recordiobridge.pulsar.CommandAuthChallengeR\rauthChallenge\x12N\n" +
+	"\fauthResponse\x18% \x01(\v2*.recordiobridge.pulsar.CommandAuthResponseR\fauthResponse\x12K\n" +
+	"\vackResponse\x18& \x01(\v2).recordiobridge.pulsar.CommandAckResponseR\vackResponse\x12Q\n" +
+	"\rtopicMigrated\x18D \x01(\v2+.recordiobridge.pulsar.CommandTopicMigratedR\rtopicMigrated\"\x98\x04\n" +
 	"\x04Type\x12\v\n" +
 	"\aCONNECT\x10\x02\x12\r\n" +
 	"\tCONNECTED\x10\x03\x12\r\n" +
@@ -4684,126 +4687,126 @@ func file_pulsar_proto_rawDescGZIP() []byte {
 var file_pulsar_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
 var file_pulsar_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_pulsar_proto_goTypes = []any{
-	(CompressionType)(0),                                    // 0: pulsar.proto.CompressionType
-	(ProducerAccessMode)(0),                                 // 1: pulsar.proto.ProducerAccessMode
-	(ServerError)(0),                                        // 2: pulsar.proto.ServerError
-	(KeySharedMode)(0),                                      // 3: pulsar.proto.KeySharedMode
-	(CommandSubscribe_SubType)(0),                           // 4: pulsar.proto.CommandSubscribe.SubType
-	(CommandSubscribe_InitialPosition)(0),                   // 5: pulsar.proto.CommandSubscribe.InitialPosition
-	(CommandPartitionedTopicMetadataResponse_LookupType)(0), // 6: pulsar.proto.CommandPartitionedTopicMetadataResponse.LookupType
-	(CommandLookupTopicResponse_LookupType)(0),              // 7: pulsar.proto.CommandLookupTopicResponse.LookupType
-	(CommandAck_AckType)(0),                                 // 8: pulsar.proto.CommandAck.AckType
-	(CommandAck_ValidationError)(0),                         // 9: pulsar.proto.CommandAck.ValidationError
-	(CommandTopicMigrated_ResourceType)(0),                  // 10: pulsar.proto.CommandTopicMigrated.ResourceType
-	(BaseCommand_Type)(0),                                   // 11: pulsar.proto.BaseCommand.Type
-	(*MessageIdData)(nil),                                   // 12: pulsar.proto.MessageIdData
-	(*KeyValue)(nil),                                        // 13: pulsar.proto.KeyValue
-	(*KeyLongValue)(nil),                                    // 14: pulsar.proto.KeyLongValue
-	(*MessageMetadata)(nil),                                 // 15: pulsar.proto.MessageMetadata
-	(*SingleMessageMetadata)(nil),                           // 16: pulsar.proto.SingleMessageMetadata
-	(*BrokerEntryMetadata)(nil),                             // 17: pulsar.proto.BrokerEntryMetadata
-	(*FeatureFlags)(nil),                                    // 18: pulsar.proto.FeatureFlags
-	(*CommandConnect)(nil),                                  // 19: pulsar.proto.CommandConnect
-	(*CommandConnected)(nil),                                // 20: pulsar.proto.CommandConnected
-	(*AuthData)(nil),                                        // 21: pulsar.proto.AuthData
-	(*CommandAuthChallenge)(nil),                            // 22: pulsar.proto.CommandAuthChallenge
-	(*CommandAuthResponse)(nil),                             // 23: pulsar.proto.CommandAuthResponse
-	(*IntRange)(nil),                                        // 24: pulsar.proto.IntRange
-	(*KeySharedMeta)(nil),                                   // 25: pulsar.proto.KeySharedMeta
-	(*CommandSubscribe)(nil),                                // 26: pulsar.proto.CommandSubscribe
-	(*CommandPartitionedTopicMetadata)(nil),                 // 27: pulsar.proto.CommandPartitionedTopicMetadata
-	(*CommandPartitionedTopicMetadataResponse)(nil),         // 28: pulsar.proto.CommandPartitionedTopicMetadataResponse
-	(*CommandLookupTopic)(nil),                              // 29: pulsar.proto.CommandLookupTopic
-	(*CommandLookupTopicResponse)(nil),                      // 30: pulsar.proto.CommandLookupTopicResponse
-	(*CommandProducer)(nil),                                 // 31: pulsar.proto.CommandProducer
-	(*CommandSend)(nil),                                     // 32: pulsar.proto.CommandSend
-	(*CommandSendReceipt)(nil),                              // 33: pulsar.proto.CommandSendReceipt
-	(*CommandSendError)(nil),                                // 34: pulsar.proto.CommandSendError
-	(*CommandMessage)(nil),                                  // 35: pulsar.proto.CommandMessage
-	(*CommandAck)(nil),                                      // 36: pulsar.proto.CommandAck
-	(*CommandAckResponse)(nil),                              // 37: pulsar.proto.CommandAckResponse
-	(*CommandActiveConsumerChange)(nil),                     // 38: pulsar.proto.CommandActiveConsumerChange
-	(*CommandFlow)(nil),                                     // 39: pulsar.proto.CommandFlow
-	(*CommandUnsubscribe)(nil),                              // 40: pulsar.proto.CommandUnsubscribe
-	(*CommandSeek)(nil),                                     // 41: pulsar.proto.CommandSeek
-	(*CommandReachedEndOfTopic)(nil),                        // 42: pulsar.proto.CommandReachedEndOfTopic
-	(*CommandTopicMigrated)(nil),                            // 43: pulsar.proto.CommandTopicMigrated
-	(*CommandCloseProducer)(nil),                            // 44: pulsar.proto.CommandCloseProducer
-	(*CommandCloseConsumer)(nil),                            // 45: pulsar.proto.CommandCloseConsumer
-	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 46: pulsar.proto.CommandRedeliverUnacknowledgedMessages
-	(*CommandSuccess)(nil),                                  // 47: pulsar.proto.CommandSuccess
-	(*CommandProducerSuccess)(nil),                          // 48: pulsar.proto.CommandProducerSuccess
-	(*CommandError)(nil),                                    // 49: pulsar.proto.CommandError
-	(*CommandPing)(nil),                                     // 50: pulsar.proto.CommandPing
-	(*CommandPong)(nil),                                     // 51: pulsar.proto.CommandPong
-	(*BaseCommand)(nil),                                     // 52: pulsar.proto.BaseCommand
+	(CompressionType)(0),                                    // 0: recordiobridge.pulsar.CompressionType
+	(ProducerAccessMode)(0),                                 // 1: recordiobridge.pulsar.ProducerAccessMode
+	(ServerError)(0),                                        // 2: recordiobridge.pulsar.ServerError
+	(KeySharedMode)(0),                                      // 3: recordiobridge.pulsar.KeySharedMode
+	(CommandSubscribe_SubType)(0),                           // 4: recordiobridge.pulsar.CommandSubscribe.SubType
+	(CommandSubscribe_InitialPosition)(0),                   // 5: recordiobridge.pulsar.CommandSubscribe.InitialPosition
+	(CommandPartitionedTopicMetadataResponse_LookupType)(0), // 6: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
+	(CommandLookupTopicResponse_LookupType)(0),              // 7: recordiobridge.pulsar.CommandLookupTopicResponse.LookupType
+	(CommandAck_AckType)(0),                                 // 8: recordiobridge.pulsar.CommandAck.AckType
+	(CommandAck_ValidationError)(0),                         // 9: recordiobridge.pulsar.CommandAck.ValidationError
+	(CommandTopicMigrated_ResourceType)(0),                  // 10: recordiobridge.pulsar.CommandTopicMigrated.ResourceType
+	(BaseCommand_Type)(0),                                   // 11: recordiobridge.pulsar.BaseCommand.Type
+	(*MessageIdData)(nil),                                   // 12: recordiobridge.pulsar.MessageIdData
+	(*KeyValue)(nil),                                        // 13: recordiobridge.pulsar.KeyValue
+	(*KeyLongValue)(nil),                                    // 14: recordiobridge.pulsar.KeyLongValue
+	(*MessageMetadata)(nil),                                 // 15: recordiobridge.pulsar.MessageMetadata
+	(*SingleMessageMetadata)(nil),                           // 16: recordiobridge.pulsar.SingleMessageMetadata
+	(*BrokerEntryMetadata)(nil),                             // 17: recordiobridge.pulsar.BrokerEntryMetadata
+	(*FeatureFlags)(nil),                                    // 18: recordiobridge.pulsar.FeatureFlags
+	(*CommandConnect)(nil),                                  // 19: recordiobridge.pulsar.CommandConnect
+	(*CommandConnected)(nil),                                // 20: recordiobridge.pulsar.CommandConnected
+	(*AuthData)(nil),                                        // 21: recordiobridge.pulsar.AuthData
+	(*CommandAuthChallenge)(nil),                            // 22: recordiobridge.pulsar.CommandAuthChallenge
+	(*CommandAuthResponse)(nil),                             // 23: recordiobridge.pulsar.CommandAuthResponse
+	(*IntRange)(nil),                                        // 24: recordiobridge.pulsar.IntRange
+	(*KeySharedMeta)(nil),                                   // 25: recordiobridge.pulsar.KeySharedMeta
+	(*CommandSubscribe)(nil),                                // 26: recordiobridge.pulsar.CommandSubscribe
+	(*CommandPartitionedTopicMetadata)(nil),                 // 27: recordiobridge.pulsar.CommandPartitionedTopicMetadata
+	(*CommandPartitionedTopicMetadataResponse)(nil),         // 28: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
+	(*CommandLookupTopic)(nil),                              // 29: recordiobridge.pulsar.CommandLookupTopic
+	(*CommandLookupTopicResponse)(nil),                      // 30: recordiobridge.pulsar.CommandLookupTopicResponse
+	(*CommandProducer)(nil),                                 // 31: recordiobridge.pulsar.CommandProducer
+	(*CommandSend)(nil),                                     // 32: recordiobridge.pulsar.CommandSend
+	(*CommandSendReceipt)(nil),                              // 33: recordiobridge.pulsar.CommandSendReceipt
+	(*CommandSendError)(nil),                                // 34: recordiobridge.pulsar.CommandSendError
+	(*CommandMessage)(nil),                                  // 35: recordiobridge.pulsar.CommandMessage
+	(*CommandAck)(nil),                                      // 36: recordiobridge.pulsar.CommandAck
+	(*CommandAckResponse)(nil),                              // 37: recordiobridge.pulsar.CommandAckResponse
+	(*CommandActiveConsumerChange)(nil),                     // 38: recordiobridge.pulsar.CommandActiveConsumerChange
+	(*CommandFlow)(nil),                                     // 39: recordiobridge.pulsar.CommandFlow
+	(*CommandUnsubscribe)(nil),                              // 40: recordiobridge.pulsar.CommandUnsubscribe
+	(*CommandSeek)(nil),                                     // 41: recordiobridge.pulsar.CommandSeek
+	(*CommandReachedEndOfTopic)(nil),                        // 42: recordiobridge.pulsar.CommandReachedEndOfTopic
+	(*CommandTopicMigrated)(nil),                            // 43: recordiobridge.pulsar.CommandTopicMigrated
+	(*CommandCloseProducer)(nil),                            // 44: recordiobridge.pulsar.CommandCloseProducer
+	(*CommandCloseConsumer)(nil),                            // 45: recordiobridge.pulsar.CommandCloseConsumer
+	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 46: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
+	(*CommandSuccess)(nil),                                  // 47: recordiobridge.pulsar.CommandSuccess
+	(*CommandProducerSuccess)(nil),                          // 48: recordiobridge.pulsar.CommandProducerSuccess
+	(*CommandError)(nil),                                    // 49: recordiobridge.pulsar.CommandError
+	(*CommandPing)(nil),                                     // 50: recordiobridge.pulsar.CommandPing
+	(*CommandPong)(nil),                                     // 51: recordiobridge.pulsar.CommandPong
+	(*BaseCommand)(nil),                                     // 52: recordiobridge.pulsar.BaseCommand
 }
 var file_pulsar_proto_depIdxs = []int32{
-	12, // 0: pulsar.proto.MessageIdData.first_chunk_message_id:type_name -> pulsar.proto.MessageIdData
-	13, // 1: pulsar.proto.MessageMetadata.properties:type_name -> pulsar.proto.KeyValue
-	0,  // 2: pulsar.proto.MessageMetadata.compression:type_name -> pulsar.proto.CompressionType
-	13, // 3: pulsar.proto.SingleMessageMetadata.properties:type_name -> pulsar.proto.KeyValue
-	18, // 4: pulsar.proto.CommandConnect.feature_flags:type_name -> pulsar.proto.FeatureFlags
-	18, // 5: pulsar.proto.CommandConnected.feature_flags:type_name -> pulsar.proto.FeatureFlags
-	21, // 6: pulsar.proto.CommandAuthChallenge.challenge:type_name -> pulsar.proto.AuthData
-	21, // 7: pulsar.proto.CommandAuthResponse.response:type_name -> pulsar.proto.AuthData
-	3,  // 8: pulsar.proto.KeySharedMeta.keySharedMode:type_name -> pulsar.proto.KeySharedMode
-	24, // 9: pulsar.proto.KeySharedMeta.hashRanges:type_name -> pulsar.proto.IntRange
-	4,  // 10: pulsar.proto.CommandSubscribe.subType:type_name -> pulsar.proto.CommandSubscribe.SubType
-	12, // 11: pulsar.proto.CommandSubscribe.start_message_id:type_name -> pulsar.proto.MessageIdData
-	13, // 12: pulsar.proto.CommandSubscribe.metadata:type_name -> pulsar.proto.KeyValue
-	5,  // 13: pulsar.proto.CommandSubscribe.initialPosition:type_name -> pulsar.proto.CommandSubscribe.InitialPosition
-	25, // 14: pulsar.proto.CommandSubscribe.keySharedMeta:type_name -> pulsar.proto.KeySharedMeta
-	13, // 15: pulsar.proto.CommandSubscribe.subscription_properties:type_name -> pulsar.proto.KeyValue
-	6,  // 16: pulsar.proto.CommandPartitionedTopicMetadataResponse.response:type_name -> pulsar.proto.CommandPartitionedTopicMetadataResponse.LookupType
-	2,  // 17: pulsar.proto.CommandPartitionedTopicMetadataResponse.error:type_name -> pulsar.proto.ServerError
-	7,  // 18: pulsar.proto.CommandLookupTopicResponse.response:type_name -> pulsar.proto.CommandLookupTopicResponse.LookupType
-	2,  // 19: pulsar.proto.CommandLookupTopicResponse.error:type_name -> pulsar.proto.ServerError
-	13, // 20: pulsar.proto.CommandProducer.metadata:type_name -> pulsar.proto.KeyValue
-	1,  // 21: pulsar.proto.CommandProducer.producer_access_mode:type_name -> pulsar.proto.ProducerAccessMode
-	12, // 22: pulsar.proto.CommandSendReceipt.message_id:type_name -> pulsar.proto.MessageIdData
-	2,  // 23: pulsar.proto.CommandSendError.error:type_name -> pulsar.proto.ServerError
-	12, // 24: pulsar.proto.CommandMessage.message_id:type_name -> pulsar.proto.MessageIdData
-	8,  // 25: pulsar.proto.CommandAck.ack_type:type_name -> pulsar.proto.CommandAck.AckType
-	12, // 26: pulsar.proto.CommandAck.message_id:type_name -> pulsar.proto.MessageIdData
-	9,  // 27: pulsar.proto.CommandAck.validation_error:type_name -> pulsar.proto.CommandAck.ValidationError
-	14, // 28: pulsar.proto.CommandAck.properties:type_name -> pulsar.proto.KeyLongValue
-	2,  // 29: pulsar.proto.CommandAckResponse.error:type_name -> pulsar.proto.ServerError
-	12, // 30: pulsar.proto.CommandSeek.message_id:type_name -> pulsar.proto.MessageIdData
-	10, // 31: pulsar.proto.CommandTopicMigrated.resource_type:type_name -> pulsar.proto.CommandTopicMigrated.ResourceType
-	12, // 32: pulsar.proto.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> pulsar.proto.MessageIdData
-	2,  // 33: pulsar.proto.CommandError.error:type_name -> pulsar.proto.ServerError
-	11, // 34: pulsar.proto.BaseCommand.type:type_name -> pulsar.proto.BaseCommand.Type
-	19, // 35: pulsar.proto.BaseCommand.connect:type_name -> pulsar.proto.CommandConnect
-	20, // 36: pulsar.proto.BaseCommand.connected:type_name -> pulsar.proto.CommandConnected
-	26, // 37: pulsar.proto.BaseCommand.subscribe:type_name -> pulsar.proto.CommandSubscribe
-	31, // 38: pulsar.proto.BaseCommand.producer:type_name -> pulsar.proto.CommandProducer
-	32, // 39: pulsar.proto.BaseCommand.send:type_name -> pulsar.proto.CommandSend
-	33, // 40: pulsar.proto.BaseCommand.send_receipt:type_name -> pulsar.proto.CommandSendReceipt
-	34, // 41: pulsar.proto.BaseCommand.send_error:type_name -> pulsar.proto.CommandSendError
-	35, // 42: pulsar.proto.BaseCommand.message:type_name -> pulsar.proto.CommandMessage
-	36, // 43: pulsar.proto.BaseCommand.ack:type_name -> pulsar.proto.CommandAck
-	39, // 44: pulsar.proto.BaseCommand.flow:type_name -> pulsar.proto.CommandFlow
-	40, // 45: pulsar.proto.BaseCommand.unsubscribe:type_name -> pulsar.proto.CommandUnsubscribe
-	47, // 46: pulsar.proto.BaseCommand.success:type_name -> pulsar.proto.CommandSuccess
-	49, // 47: pulsar.proto.BaseCommand.error:type_name -> pulsar.proto.CommandError
-	44, // 48: pulsar.proto.BaseCommand.close_producer:type_name -> pulsar.proto.CommandCloseProducer
-	45, // 49: pulsar.proto.BaseCommand.close_consumer:type_name -> pulsar.proto.CommandCloseConsumer
-	48, // 50: pulsar.proto.BaseCommand.producer_success:type_name -> pulsar.proto.CommandProducerSuccess
-	50, // 51: pulsar.proto.BaseCommand.ping:type_name -> pulsar.proto.CommandPing
-	51, // 52: pulsar.proto.BaseCommand.pong:type_name -> pulsar.proto.CommandPong
-	46, // 53: pulsar.proto.BaseCommand.redeliverUnacknowledgedMessages:type_name -> pulsar.proto.CommandRedeliverUnacknowledgedMessages
-	27, // 54: pulsar.proto.BaseCommand.partitionMetadata:type_name -> pulsar.proto.CommandPartitionedTopicMetadata
-	28, // 55: pulsar.proto.BaseCommand.partitionMetadataResponse:type_name -> pulsar.proto.CommandPartitionedTopicMetadataResponse
-	29, // 56: pulsar.proto.BaseCommand.lookupTopic:type_name -> pulsar.proto.CommandLookupTopic
-	30, // 57: pulsar.proto.BaseCommand.lookupTopicResponse:type_name -> pulsar.proto.CommandLookupTopicResponse
-	42, // 58: pulsar.proto.BaseCommand.reachedEndOfTopic:type_name -> pulsar.proto.CommandReachedEndOfTopic
-	41, // 59: pulsar.proto.BaseCommand.seek:type_name -> pulsar.proto.CommandSeek
-	38, // 60: pulsar.proto.BaseCommand.active_consumer_change:type_name -> pulsar.proto.CommandActiveConsumerChange
-	22, // 61: pulsar.proto.BaseCommand.authChallenge:type_name -> pulsar.proto.CommandAuthChallenge
-	23, // 62: pulsar.proto.BaseCommand.authResponse:type_name -> pulsar.proto.CommandAuthResponse
-	37, // 63: pulsar.proto.BaseCommand.ackResponse:type_name -> pulsar.proto.CommandAckResponse
-	43, // 64: pulsar.proto.BaseCommand.topicMigrated:type_name -> pulsar.proto.CommandTopicMigrated
+	12, // 0: recordiobridge.pulsar.MessageIdData.first_chunk_message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	13, // 1: recordiobridge.pulsar.MessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
+	0,  // 2: recordiobridge.pulsar.MessageMetadata.compression:type_name -> recordiobridge.pulsar.CompressionType
+	13, // 3: recordiobridge.pulsar.SingleMessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
+	18, // 4: recordiobridge.pulsar.CommandConnect.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
+	18, // 5: recordiobridge.pulsar.CommandConnected.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
+	21, // 6: recordiobridge.pulsar.CommandAuthChallenge.challenge:type_name -> recordiobridge.pulsar.AuthData
+	21, // 7: recordiobridge.pulsar.CommandAuthResponse.response:type_name -> recordiobridge.pulsar.AuthData
+	3,  // 8: recordiobridge.pulsar.KeySharedMeta.keySharedMode:type_name -> recordiobridge.pulsar.KeySharedMode
+	24, // 9: recordiobridge.pulsar.KeySharedMeta.hashRanges:type_name -> recordiobridge.pulsar.IntRange
+	4,  // 10: recordiobridge.pulsar.CommandSubscribe.subType:type_name -> recordiobridge.pulsar.CommandSubscribe.SubType
+	12, // 11: recordiobridge.pulsar.CommandSubscribe.start_message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	13, // 12: recordiobridge.pulsar.CommandSubscribe.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	5,  // 13: recordiobridge.pulsar.CommandSubscribe.initialPosition:type_name -> recordiobridge.pulsar.CommandSubscribe.InitialPosition
+	25, // 14: recordiobridge.pulsar.CommandSubscribe.keySharedMeta:type_name -> recordiobridge.pulsar.KeySharedMeta
+	13, // 15: recordiobridge.pulsar.CommandSubscribe.subscription_properties:type_name -> recordiobridge.pulsar.KeyValue
+	6,  // 16: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.response:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
+	2,  // 17: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.error:type_name -> recordiobridge.pulsar.ServerError
+	7,  // 18: recordiobridge.pulsar.CommandLookupTopicResponse.response:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse.LookupType
+	2,  // 19: recordiobridge.pulsar.CommandLookupTopicResponse.error:type_name -> recordiobridge.pulsar.ServerError
+	13, // 20: recordiobridge.pulsar.CommandProducer.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	1,  // 21: recordiobridge.pulsar.CommandProducer.producer_access_mode:type_name -> recordiobridge.pulsar.ProducerAccessMode
+	12, // 22: recordiobridge.pulsar.CommandSendReceipt.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	2,  // 23: recordiobridge.pulsar.CommandSendError.error:type_name -> recordiobridge.pulsar.ServerError
+	12, // 24: recordiobridge.pulsar.CommandMessage.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	8,  // 25: recordiobridge.pulsar.CommandAck.ack_type:type_name -> recordiobridge.pulsar.CommandAck.AckType
+	12, // 26: recordiobridge.pulsar.CommandAck.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	9,  // 27: recordiobridge.pulsar.CommandAck.validation_error:type_name -> recordiobridge.pulsar.CommandAck.ValidationError
+	14, // 28: recordiobridge.pulsar.CommandAck.properties:type_name -> recordiobridge.pulsar.KeyLongValue
+	2,  // 29: recordiobridge.pulsar.CommandAckResponse.error:type_name -> recordiobridge.pulsar.ServerError
+	12, // 30: recordiobridge.pulsar.CommandSeek.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	10, // 31: recordiobridge.pulsar.CommandTopicMigrated.resource_type:type_name -> recordiobridge.pulsar.CommandTopicMigrated.ResourceType
+	12, // 32: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> recordiobridge.pulsar.MessageIdData
+	2,  // 33: recordiobridge.pulsar.CommandError.error:type_name -> recordiobridge.pulsar.ServerError
+	11, // 34: recordiobridge.pulsar.BaseCommand.type:type_name -> recordiobridge.pulsar.BaseCommand.Type
+	19, // 35: recordiobridge.pulsar.BaseCommand.connect:type_name -> recordiobridge.pulsar.CommandConnect
+	20, // 36: recordiobridge.pulsar.BaseCommand.connected:type_name -> recordiobridge.pulsar.CommandConnected
+	26, // 37: recordiobridge.pulsar.BaseCommand.subscribe:type_name -> recordiobridge.pulsar.CommandSubscribe
+	31, // 38: recordiobridge.pulsar.BaseCommand.producer:type_name -> recordiobridge.pulsar.CommandProducer
+	32, // 39: recordiobridge.pulsar.BaseCommand.send:type_name -> recordiobridge.pulsar.CommandSend
+	33, // 40: recordiobridge.pulsar.BaseCommand.send_receipt:type_name -> recordiobridge.pulsar.CommandSendReceipt
+	34, // 41: recordiobridge.pulsar.BaseCommand.send_error:type_name -> recordiobridge.pulsar.CommandSendError
+	35, // 42: recordiobridge.pulsar.BaseCommand.message:type_name -> recordiobridge.pulsar.CommandMessage
+	36, // 43: recordiobridge.pulsar.BaseCommand.ack:type_name -> recordiobridge.pulsar.CommandAck
+	39, // 44: recordiobridge.pulsar.BaseCommand.flow:type_name -> recordiobridge.pulsar.CommandFlow
+	40, // 45: recordiobridge.pulsar.BaseCommand.unsubscribe:type_name -> recordiobridge.pulsar.CommandUnsubscribe
+	47, // 46: recordiobridge.pulsar.BaseCommand.success:type_name -> recordiobridge.pulsar.CommandSuccess
+	49, // 47: recordiobridge.pulsar.BaseCommand.error:type_name -> recordiobridge.pulsar.CommandError
+	44, // 48: recordiobridge.pulsar.BaseCommand.close_producer:type_name -> recordiobridge.pulsar.CommandCloseProducer
+	45, // 49: recordiobridge.pulsar.BaseCommand.close_consumer:type_name -> recordiobridge.pulsar.CommandCloseConsumer
+	48, // 50: recordiobridge.pulsar.BaseCommand.producer_success:type_name -> recordiobridge.pulsar.CommandProducerSuccess
+	50, // 51: recordiobridge.pulsar.BaseCommand.ping:type_name -> recordiobridge.pulsar.CommandPing
+	51, // 52: recordiobridge.pulsar.BaseCommand.pong:type_name -> recordiobridge.pulsar.CommandPong
+	46, // 53: recordiobridge.pulsar.BaseCommand.redeliverUnacknowledgedMessages:type_name -> recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
+	27, // 54: recordiobridge.pulsar.BaseCommand.partitionMetadata:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadata
+	28, // 55: recordiobridge.pulsar.BaseCommand.partitionMetadataResponse:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
+	29, // 56: recordiobridge.pulsar.BaseCommand.lookupTopic:type_name -> recordiobridge.pulsar.CommandLookupTopic
+	30, // 57: recordiobridge.pulsar.BaseCommand.lookupTopicResponse:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse
+	42, // 58: recordiobridge.pulsar.BaseCommand.reachedEndOfTopic:type_name -> recordiobridge.pulsar.CommandReachedEndOfTopic
+	41, // 59: recordiobridge.pulsar.BaseCommand.seek:type_name -> recordiobridge.pulsar.CommandSeek
+	38, // 60: recordiobridge.pulsar.BaseCommand.active_consumer_change:type_name -> recordiobridge.pulsar.CommandActiveConsumerChange
+	22, // 61: recordiobridge.pulsar.BaseCommand.authChallenge:type_name -> recordiobridge.pulsar.CommandAuthChallenge
+	23, // 62: recordiobridge.pulsar.BaseCommand.authResponse:type_name -> recordiobridge.pulsar.CommandAuthResponse
+	37, // 63: recordiobridge.pulsar.BaseCommand.ackResponse:type_name -> recordiobridge.pulsar.CommandAckResponse
+	43, // 64: recordiobridge.pulsar.BaseCommand.topicMigrated:type_name -> recordiobridge.pulsar.CommandTopicMigrated
 	65, // [65:65] is the sub-list for method output_type
 	65, // [65:65] is the sub-list for method input_type
 	65, // [65:65] is the sub-list for extension type_name

@@ -1,0 +1,295 @@
+package pulsar
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+// ClientOptions configure a Client.
+type ClientOptions struct {
+	// URL of the cluster: pulsar://host:port or pulsar+ssl://host:port.
+	URL string
+	// TLS settings for pulsar+ssl:// (hostname verification is always on unless
+	// TLSAllowInsecure).
+	TLSCAFile        string // PEM bundle of trusted CAs; the system pool when empty
+	TLSCertFile      string // client certificate (PEM), optional
+	TLSKeyFile       string // its key (PEM)
+	TLSAllowInsecure bool   // skip certificate verification (tests only)
+	TLSServerName    string // overrides the name verified in the broker's certificate
+	// Token authentication: a token, or a file holding one (re-read to answer AUTH_CHALLENGE).
+	Token     string
+	TokenFile string
+	// OperationTimeout bounds lookups and producer/consumer registration (default 30 s).
+	OperationTimeout time.Duration
+	// ConnectTimeout bounds dialling and the handshake (default 10 s).
+	ConnectTimeout time.Duration
+	// KeepAlive is the ping interval; a broker silent for two intervals is dead (default 30 s).
+	KeepAlive time.Duration
+	Logger    *slog.Logger
+}
+
+// Client holds the connections to a Pulsar cluster.
+type Client struct {
+	opts        ClientOptions
+	serviceURL  *url.URL
+	serviceAddr string
+	tls         bool
+	pool        *conn.Pool
+	log         *slog.Logger
+
+	requestID  atomic.Uint64
+	producerID atomic.Uint64
+	consumerID atomic.Uint64
+
+	mu        sync.Mutex
+	closed    bool
+	producers map[*Producer]struct{}
+}
+
+// NewClient validates the options and returns a client; it connects lazily.
+func NewClient(opts ClientOptions) (*Client, error) {
+	u, err := url.Parse(opts.URL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("%w: URL %q: want pulsar://host:port or pulsar+ssl://host:port", ErrInvalidOptions, opts.URL)
+	}
+	var useTLS bool
+	switch u.Scheme {
+	case "pulsar":
+	case "pulsar+ssl":
+		useTLS = true
+	default:
+		return nil, fmt.Errorf("%w: URL %q: scheme %q is not pulsar:// or pulsar+ssl://", ErrInvalidOptions, opts.URL, u.Scheme)
+	}
+	if opts.OperationTimeout <= 0 {
+		opts.OperationTimeout = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &Client{opts: opts, serviceURL: u, serviceAddr: hostPort(u), tls: useTLS, log: opts.Logger, producers: map[*Producer]struct{}{}}
+	base := conn.Options{
+		ClientVersion:  "recordio-bridge",
+		ConnectTimeout: opts.ConnectTimeout,
+		KeepAlive:      opts.KeepAlive,
+		Logger:         opts.Logger,
+	}
+	if useTLS {
+		cfg, err := tlsConfig(opts, u.Hostname())
+		if err != nil {
+			return nil, err
+		}
+		base.TLS = cfg
+	}
+	if opts.Token != "" && opts.TokenFile != "" {
+		return nil, fmt.Errorf("%w: set Token or TokenFile, not both", ErrInvalidOptions)
+	}
+	if opts.Token != "" || opts.TokenFile != "" {
+		base.Auth = tokenAuth{token: opts.Token, file: opts.TokenFile}
+		if _, err := base.Auth.Data(); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
+		}
+	}
+	c.pool = conn.NewPool(base)
+	return c, nil
+}
+
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	if u.Scheme == "pulsar+ssl" {
+		return net.JoinHostPort(u.Hostname(), "6651")
+	}
+	return net.JoinHostPort(u.Hostname(), "6650")
+}
+
+func tlsConfig(opts ClientOptions, host string) (*tls.Config, error) {
+	cfg := &tls.Config{ServerName: host, InsecureSkipVerify: opts.TLSAllowInsecure, MinVersion: tls.VersionTLS12}
+	if opts.TLSServerName != "" {
+		cfg.ServerName = opts.TLSServerName
+	}
+	if opts.TLSCAFile != "" {
+		pem, err := os.ReadFile(opts.TLSCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS CA file: %v", ErrInvalidOptions, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: TLS CA file %s holds no PEM certificate", ErrInvalidOptions, opts.TLSCAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(opts.TLSCertFile, opts.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS client certificate: %v", ErrInvalidOptions, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+type tokenAuth struct{ token, file string }
+
+func (tokenAuth) Method() string { return "token" }
+
+func (a tokenAuth) Data() ([]byte, error) {
+	if a.file == "" {
+		return []byte(a.token), nil
+	}
+	b, err := os.ReadFile(a.file)
+	if err != nil {
+		return nil, fmt.Errorf("reading the token file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return nil, fmt.Errorf("the token file %s is empty", a.file)
+	}
+	return []byte(t), nil
+}
+
+// Close closes every producer and connection of the client.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	producers := c.producers
+	c.producers = nil
+	c.mu.Unlock()
+	for p := range producers {
+		p.Close()
+	}
+	c.pool.Close()
+	return nil
+}
+
+func (c *Client) nextRequestID() uint64 { return c.requestID.Add(1) }
+
+// serviceConn returns the connection to the service URL's broker.
+func (c *Client) serviceConn(ctx context.Context) (*conn.Conn, error) {
+	return c.pool.Get(ctx, c.serviceURL.String(), c.serviceAddr, false)
+}
+
+// brokerConn is where a topic lives: the logical broker URL and the address to dial.
+type brokerConn struct {
+	logical, physical string
+	proxied           bool
+}
+
+// lookup finds the broker that owns topic, following redirects.
+func (c *Client) lookup(ctx context.Context, topic string) (brokerConn, error) {
+	target := brokerConn{logical: c.serviceURL.String(), physical: c.serviceAddr}
+	authoritative := false
+	for range 20 {
+		cn, err := c.pool.Get(ctx, target.logical, target.physical, target.proxied)
+		if err != nil {
+			return brokerConn{}, fmt.Errorf("%w: %s: %w", ErrLookup, topic, err)
+		}
+		id := c.nextRequestID()
+		resp, err := cn.Request(ctx, id, &pb.BaseCommand{
+			Type:        pb.BaseCommand_LOOKUP.Enum(),
+			LookupTopic: &pb.CommandLookupTopic{Topic: proto.String(topic), RequestId: proto.Uint64(id), Authoritative: proto.Bool(authoritative)},
+		})
+		if err != nil {
+			return brokerConn{}, fmt.Errorf("%w: %s: %w", ErrLookup, topic, err)
+		}
+		lr := resp.GetLookupTopicResponse()
+		if lr == nil {
+			return brokerConn{}, fmt.Errorf("%w: %s: unexpected answer %s", ErrLookup, topic, resp.GetType())
+		}
+		brokerURL := lr.GetBrokerServiceUrl()
+		if c.tls {
+			brokerURL = lr.GetBrokerServiceUrlTls()
+		}
+		switch lr.GetResponse() {
+		case pb.CommandLookupTopicResponse_Failed:
+			return brokerConn{}, fmt.Errorf("%w: %s: %w", ErrLookup, topic, &ServerError{Code: ServerErrorCode(lr.GetError()), Message: lr.GetMessage()})
+		case pb.CommandLookupTopicResponse_Redirect, pb.CommandLookupTopicResponse_Connect:
+			if brokerURL == "" {
+				return brokerConn{}, fmt.Errorf("%w: %s: the broker answered without a broker URL", ErrLookup, topic)
+			}
+			u, err := url.Parse(brokerURL)
+			if err != nil || u.Host == "" {
+				return brokerConn{}, fmt.Errorf("%w: %s: bad broker URL %q", ErrLookup, topic, brokerURL)
+			}
+			next := brokerConn{logical: brokerURL, physical: hostPort(u)}
+			if lr.GetProxyThroughServiceUrl() {
+				next.physical, next.proxied = c.serviceAddr, true
+			}
+			if lr.GetResponse() == pb.CommandLookupTopicResponse_Connect {
+				return next, nil
+			}
+			target, authoritative = next, lr.GetAuthoritative()
+		}
+	}
+	return brokerConn{}, fmt.Errorf("%w: %s: more than 20 redirects", ErrLookup, topic)
+}
+
+// partitions returns the number of partitions of topic (0 for a non-partitioned topic).
+func (c *Client) partitions(ctx context.Context, topic string) (int, error) {
+	cn, err := c.serviceConn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	id := c.nextRequestID()
+	resp, err := cn.Request(ctx, id, &pb.BaseCommand{
+		Type:              pb.BaseCommand_PARTITIONED_METADATA.Enum(),
+		PartitionMetadata: &pb.CommandPartitionedTopicMetadata{Topic: proto.String(topic), RequestId: proto.Uint64(id)},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("%w: partitioned metadata of %s: %w", ErrLookup, topic, err)
+	}
+	r := resp.GetPartitionMetadataResponse()
+	if r == nil || r.GetResponse() == pb.CommandPartitionedTopicMetadataResponse_Failed {
+		return 0, fmt.Errorf("%w: partitioned metadata of %s: %w", ErrLookup, topic, &ServerError{Code: ServerErrorCode(r.GetError()), Message: r.GetMessage()})
+	}
+	return int(r.GetPartitions()), nil
+}
+
+// TopicName returns the fully qualified form of a topic name: "t" is
+// persistent://public/default/t, "tenant/ns/t" is persistent://tenant/ns/t.
+func TopicName(name string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("%w: empty", ErrInvalidTopic)
+	}
+	if i := strings.Index(name, "://"); i >= 0 {
+		scheme := name[:i]
+		if scheme != "persistent" && scheme != "non-persistent" {
+			return "", fmt.Errorf("%w: %q: domain %q is not persistent or non-persistent", ErrInvalidTopic, name, scheme)
+		}
+		if strings.Count(name[i+3:], "/") != 2 || strings.Contains(name[i+3:], "//") || strings.HasSuffix(name, "/") {
+			return "", fmt.Errorf("%w: %q: want %s://tenant/namespace/topic", ErrInvalidTopic, name, scheme)
+		}
+		return name, nil
+	}
+	switch strings.Count(name, "/") {
+	case 0:
+		return "persistent://public/default/" + name, nil
+	case 2:
+		if strings.Contains(name, "//") || strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/") {
+			break
+		}
+		return "persistent://" + name, nil
+	}
+	return "", fmt.Errorf("%w: %q: want topic, tenant/namespace/topic or persistent://tenant/namespace/topic", ErrInvalidTopic, name)
+}
+
+func partitionName(topic string, i int) string { return fmt.Sprintf("%s-partition-%d", topic, i) }

@@ -1,0 +1,54 @@
+package pulsar
+
+import (
+	"errors"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
+	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
+)
+
+// Errors, matched with errors.Is. Errors returned by this package wrap one of these or
+// a *ServerError, with the topic and the values involved in the message.
+var (
+	// ErrConnectionClosed: the connection to the broker ended (the producer reconnects by itself).
+	ErrConnectionClosed = conn.ErrClosed
+	// ErrHandshake: the broker refused CONNECT (authentication, version).
+	ErrHandshake = conn.ErrHandshake
+	// ErrKeepAliveTimeout: the broker stopped answering pings.
+	ErrKeepAliveTimeout = conn.ErrKeepAliveTimeout
+	// ErrFrameTooLarge: a frame above the broker's size limit.
+	ErrFrameTooLarge = frame.ErrTooLarge
+	// ErrProducerClosed: the producer was closed before the message was persisted.
+	ErrProducerClosed = errors.New("pulsar: producer closed")
+	// ErrProducerFailed: the producer stopped for good (topic terminated, not allowed, fenced);
+	// the wrapped cause says why.
+	ErrProducerFailed = errors.New("pulsar: producer failed")
+	// ErrSendTimeout: the broker did not persist the message within the send timeout.
+	ErrSendTimeout = errors.New("pulsar: send timeout")
+	// ErrMessageTooLarge: a message above the broker's limit with chunking off, or above MaxChunkedMessageSize.
+	ErrMessageTooLarge = errors.New("pulsar: message too large")
+	// ErrClientClosed: the client was closed.
+	ErrClientClosed = errors.New("pulsar: client closed")
+	// ErrLookup: the topic could not be located on a broker.
+	ErrLookup = errors.New("pulsar: topic lookup failed")
+	// ErrInvalidTopic: a topic name that does not parse.
+	ErrInvalidTopic = errors.New("pulsar: invalid topic name")
+	// ErrInvalidOptions: options that cannot work together or are out of range.
+	ErrInvalidOptions = errors.New("pulsar: invalid options")
+)
+
+// ServerError is an error reported by the broker, with its code.
+type ServerError = conn.ServerError
+
+// ServerErrorCode is the broker's error code.
+type ServerErrorCode = conn.ServerErrorCode
+
+// IsRetryable reports whether err is worth retrying: a closed connection, a timeout of
+// the broker's answer, or a broker error that a reconnect or new lookup can cure.
+func IsRetryable(err error) bool {
+	var se *ServerError
+	if errors.As(err, &se) {
+		return se.Retryable()
+	}
+	return errors.Is(err, ErrConnectionClosed) || errors.Is(err, ErrKeepAliveTimeout) || errors.Is(err, ErrSendTimeout)
+}

@@ -1,0 +1,603 @@
+// Package conn is one multiplexed connection to a Pulsar broker: the CONNECT
+// handshake, a reader goroutine that decodes and dispatches frames, a writer goroutine
+// that coalesces queued frames into few syscalls and keeps the connection alive, and
+// request correlation. Closing is idempotent and fails every waiter with one error.
+package conn
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+// ProtocolVersion is the protocol version we announce (the official Go client's).
+const ProtocolVersion = 20
+
+// Auth supplies authentication data for CONNECT and AUTH_RESPONSE.
+type Auth interface {
+	Method() string
+	// Data returns the current credentials; it is called again to answer AUTH_CHALLENGE.
+	Data() ([]byte, error)
+}
+
+// Options configure a connection.
+type Options struct {
+	Addr             string      // host:port to dial
+	TLS              *tls.Config // nil for plain TCP
+	Auth             Auth        // nil for none
+	ProxyToBrokerURL string      // set when Addr is a proxy for this logical broker
+	ClientVersion    string
+	ConnectTimeout   time.Duration // default 10 s
+	KeepAlive        time.Duration // default 30 s; the peer is dead after two silent intervals
+	Logger           *slog.Logger
+}
+
+// ProducerHandler receives the frames addressed to one producer. Its methods run on the
+// connection's reader goroutine and must not block.
+type ProducerHandler interface {
+	HandleReceipt(*pb.CommandSendReceipt)
+	HandleSendError(*pb.CommandSendError)
+	// HandleClose is called when the broker closes the producer (CLOSE_PRODUCER,
+	// TOPIC_MIGRATED) or the connection ends.
+	HandleClose(reason error)
+}
+
+// ConsumerHandler receives the frames addressed to one consumer; methods must not block.
+type ConsumerHandler interface {
+	HandleMessage(cmd *pb.CommandMessage, f *frame.Frame, frameErr error)
+	HandleEndOfTopic()
+	HandleActiveChange(active bool)
+	HandleClose(reason error)
+}
+
+// Conn is one connection to one broker.
+type Conn struct {
+	opts           Options
+	nc             net.Conn
+	log            *slog.Logger
+	serverVersion  string
+	protocol       int32
+	maxMessageSize int
+
+	mu        sync.Mutex
+	out       []byte // frames waiting for the writer
+	spare     []byte
+	requests  map[uint64]chan *pb.BaseCommand
+	producers map[uint64]ProducerHandler
+	consumers map[uint64]ConsumerHandler
+	closed    bool
+
+	kick         chan struct{}
+	done         chan struct{}
+	closeErr     error
+	lastReceived atomic.Int64 // unix nanos
+	wg           sync.WaitGroup
+}
+
+// Dial connects, performs the handshake and starts the connection's goroutines.
+func Dial(ctx context.Context, opts Options) (*Conn, error) {
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = 10 * time.Second
+	}
+	if opts.KeepAlive <= 0 {
+		opts.KeepAlive = 30 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ClientVersion == "" {
+		opts.ClientVersion = "recordio-bridge"
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
+	defer cancel()
+	d := net.Dialer{KeepAlive: opts.KeepAlive}
+	nc, err := d.DialContext(ctx, "tcp", opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("pulsar: dialing %s: %w", opts.Addr, err)
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if opts.TLS != nil {
+		tlsConn := tls.Client(nc, opts.TLS)
+		if err := tlsConn.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("pulsar: TLS handshake with %s: %w", opts.Addr, err)
+		}
+		nc = tlsConn
+	}
+	c := &Conn{
+		opts:           opts,
+		nc:             nc,
+		log:            opts.Logger.With("broker", opts.Addr),
+		maxMessageSize: frame.DefaultMaxMessageSize,
+		requests:       map[uint64]chan *pb.BaseCommand{},
+		producers:      map[uint64]ProducerHandler{},
+		consumers:      map[uint64]ConsumerHandler{},
+		kick:           make(chan struct{}, 1),
+		done:           make(chan struct{}),
+	}
+	br := bufio.NewReaderSize(nc, 64<<10)
+	if err := c.handshake(ctx, br); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.lastReceived.Store(time.Now().UnixNano())
+	c.wg.Add(2)
+	go c.readLoop(br)
+	go c.writeLoop()
+	return c, nil
+}
+
+func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
+	connect := &pb.CommandConnect{
+		ClientVersion:   proto.String(c.opts.ClientVersion),
+		ProtocolVersion: proto.Int32(ProtocolVersion),
+		FeatureFlags:    &pb.FeatureFlags{SupportsAuthRefresh: proto.Bool(true)},
+	}
+	if c.opts.ProxyToBrokerURL != "" {
+		connect.ProxyToBrokerUrl = proto.String(c.opts.ProxyToBrokerURL)
+	}
+	if c.opts.Auth != nil {
+		data, err := c.opts.Auth.Data()
+		if err != nil {
+			return fmt.Errorf("%w: reading credentials: %v", ErrHandshake, err)
+		}
+		connect.AuthMethodName = proto.String(c.opts.Auth.Method())
+		connect.AuthData = data
+	}
+	buf, err := frame.AppendCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_CONNECT.Enum(), Connect: connect})
+	if err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.nc.SetDeadline(dl)
+		defer c.nc.SetDeadline(time.Time{})
+	}
+	if _, err := c.nc.Write(buf); err != nil {
+		return fmt.Errorf("%w: sending CONNECT to %s: %v", ErrHandshake, c.opts.Addr, err)
+	}
+	for {
+		var f frame.Frame
+		if err := readFrame(br, &f, frame.DefaultMaxMessageSize+frame.Padding); err != nil {
+			return fmt.Errorf("%w: waiting for CONNECTED from %s: %v", ErrHandshake, c.opts.Addr, err)
+		}
+		switch f.Cmd.GetType() {
+		case pb.BaseCommand_CONNECTED:
+			cd := f.Cmd.GetConnected()
+			c.serverVersion = cd.GetServerVersion()
+			c.protocol = cd.GetProtocolVersion()
+			if n := cd.GetMaxMessageSize(); n > 0 {
+				c.maxMessageSize = int(n)
+			}
+			return nil
+		case pb.BaseCommand_ERROR:
+			e := f.Cmd.GetError()
+			return fmt.Errorf("%w: %w", ErrHandshake, &ServerError{Code: ServerErrorCode(e.GetError()), Message: e.GetMessage()})
+		case pb.BaseCommand_AUTH_CHALLENGE:
+			resp, err := c.authResponse()
+			if err != nil {
+				return fmt.Errorf("%w: %v", ErrHandshake, err)
+			}
+			if _, err := c.nc.Write(resp); err != nil {
+				return fmt.Errorf("%w: answering AUTH_CHALLENGE: %v", ErrHandshake, err)
+			}
+		default:
+			return fmt.Errorf("%w: %s answered CONNECT with %s", ErrHandshake, c.opts.Addr, f.Cmd.GetType())
+		}
+	}
+}
+
+func (c *Conn) authResponse() ([]byte, error) {
+	if c.opts.Auth == nil {
+		return nil, errors.New("the broker sent AUTH_CHALLENGE but no authentication is configured")
+	}
+	data, err := c.opts.Auth.Data()
+	if err != nil {
+		return nil, fmt.Errorf("refreshing credentials for AUTH_CHALLENGE: %w", err)
+	}
+	return frame.AppendCommand(nil, &pb.BaseCommand{
+		Type: pb.BaseCommand_AUTH_RESPONSE.Enum(),
+		AuthResponse: &pb.CommandAuthResponse{
+			ClientVersion:   proto.String(c.opts.ClientVersion),
+			ProtocolVersion: proto.Int32(ProtocolVersion),
+			Response:        &pb.AuthData{AuthMethodName: proto.String(c.opts.Auth.Method()), AuthData: data},
+		},
+	})
+}
+
+func readFrame(br *bufio.Reader, f *frame.Frame, maxFrame int) error {
+	var prefix [4]byte
+	if _, err := io.ReadFull(br, prefix[:]); err != nil {
+		return err
+	}
+	n, err := frame.ReadSize(prefix, maxFrame)
+	if err != nil {
+		return err
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return frame.Decode(body, f)
+}
+
+// Addr is the address this connection dialed.
+func (c *Conn) Addr() string { return c.opts.Addr }
+
+// MaxMessageSize is the broker's message size limit from CONNECTED.
+func (c *Conn) MaxMessageSize() int { return c.maxMessageSize }
+
+// ServerVersion is the broker's version string.
+func (c *Conn) ServerVersion() string { return c.serverVersion }
+
+// Done is closed when the connection ends.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended, or nil while it is open.
+func (c *Conn) Err() error {
+	select {
+	case <-c.done:
+		return c.closeErr
+	default:
+		return nil
+	}
+}
+
+// Close ends the connection with ErrClosed and waits for its goroutines.
+func (c *Conn) Close() error {
+	c.closeWith(errors.New("closed by the client"))
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Conn) closeWith(cause error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.closeErr = &closedError{addr: c.opts.Addr, cause: cause}
+	producers, consumers := c.producers, c.consumers
+	c.producers, c.consumers = map[uint64]ProducerHandler{}, map[uint64]ConsumerHandler{}
+	c.requests = map[uint64]chan *pb.BaseCommand{}
+	close(c.done)
+	c.mu.Unlock()
+	c.nc.Close()
+	c.log.Debug("connection closed", "cause", cause)
+	for _, p := range producers {
+		p.HandleClose(c.closeErr)
+	}
+	for _, h := range consumers {
+		h.HandleClose(c.closeErr)
+	}
+}
+
+// Abort ends the connection with cause without waiting for its goroutines; safe to
+// call from anywhere, including a handler.
+func (c *Conn) Abort(cause error) { go c.closeWith(cause) }
+
+// SendFrame queues an already encoded frame (a SEND kept for resending).
+func (c *Conn) SendFrame(raw []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.closeErr
+	}
+	c.out = append(c.out, raw...)
+	c.kickWriter()
+	return nil
+}
+
+// AddProducer routes frames for producer id to h until RemoveProducer. It fails when
+// the connection is already closed.
+func (c *Conn) AddProducer(id uint64, h ProducerHandler) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.closeErr
+	}
+	c.producers[id] = h
+	return nil
+}
+
+// RemoveProducer stops routing frames to producer id.
+func (c *Conn) RemoveProducer(id uint64) {
+	c.mu.Lock()
+	delete(c.producers, id)
+	c.mu.Unlock()
+}
+
+// AddConsumer routes frames for consumer id to h until RemoveConsumer.
+func (c *Conn) AddConsumer(id uint64, h ConsumerHandler) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.closeErr
+	}
+	c.consumers[id] = h
+	return nil
+}
+
+// RemoveConsumer stops routing frames to consumer id.
+func (c *Conn) RemoveConsumer(id uint64) {
+	c.mu.Lock()
+	delete(c.consumers, id)
+	c.mu.Unlock()
+}
+
+// Send queues a simple command frame.
+func (c *Conn) Send(cmd *pb.BaseCommand) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.closeErr
+	}
+	var err error
+	c.out, err = frame.AppendCommand(c.out, cmd)
+	c.kickWriter()
+	return err
+}
+
+// SendPayload queues a payload frame (SEND). metadata is the marshaled MessageMetadata.
+func (c *Conn) SendPayload(cmd *pb.BaseCommand, metadata, payload []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.closeErr
+	}
+	var err error
+	before := len(c.out)
+	c.out, err = frame.AppendPayloadCommand(c.out, cmd, metadata, payload, c.maxMessageSize+frame.Padding)
+	if err != nil {
+		c.out = c.out[:before]
+		return err
+	}
+	c.kickWriter()
+	return nil
+}
+
+func (c *Conn) kickWriter() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Request sends cmd (whose request id is reqID) and waits for the broker's answer:
+// SUCCESS, PRODUCER_SUCCESS, LOOKUP_RESPONSE, ... An ERROR answer becomes a *ServerError.
+func (c *Conn) Request(ctx context.Context, reqID uint64, cmd *pb.BaseCommand) (*pb.BaseCommand, error) {
+	ch := make(chan *pb.BaseCommand, 1)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, c.closeErr
+	}
+	c.requests[reqID] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.requests, reqID)
+		c.mu.Unlock()
+	}()
+	if err := c.Send(cmd); err != nil {
+		return nil, err
+	}
+	for {
+		select {
+		case resp := <-ch:
+			if e := resp.GetError(); resp.GetType() == pb.BaseCommand_ERROR && e != nil {
+				return nil, &ServerError{Code: ServerErrorCode(e.GetError()), Message: e.GetMessage()}
+			}
+			if ps := resp.GetProducerSuccess(); ps != nil && !ps.GetProducerReady() {
+				// The producer waits for exclusive access; another PRODUCER_SUCCESS follows.
+				continue
+			}
+			return resp, nil
+		case <-c.done:
+			return nil, c.closeErr
+		case <-ctx.Done():
+			return nil, fmt.Errorf("pulsar: waiting for the broker's answer to %s: %w", cmd.GetType(), ctx.Err())
+		}
+	}
+}
+
+func (c *Conn) readLoop(br *bufio.Reader) {
+	defer c.wg.Done()
+	maxFrame := c.maxMessageSize + frame.Padding
+	for {
+		var f frame.Frame
+		err := readFrame(br, &f, maxFrame)
+		if err != nil && !errors.Is(err, frame.ErrChecksum) {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				err = fmt.Errorf("the broker closed the connection: %w", err)
+			}
+			c.closeWith(err)
+			return
+		}
+		c.lastReceived.Store(time.Now().UnixNano())
+		c.dispatch(&f, err)
+	}
+}
+
+func (c *Conn) dispatch(f *frame.Frame, frameErr error) {
+	cmd := f.Cmd
+	switch cmd.GetType() {
+	case pb.BaseCommand_PING:
+		_ = c.Send(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
+	case pb.BaseCommand_PONG:
+	case pb.BaseCommand_SEND_RECEIPT:
+		if h := c.producer(cmd.GetSendReceipt().GetProducerId()); h != nil {
+			h.HandleReceipt(cmd.GetSendReceipt())
+		}
+	case pb.BaseCommand_SEND_ERROR:
+		if h := c.producer(cmd.GetSendError().GetProducerId()); h != nil {
+			h.HandleSendError(cmd.GetSendError())
+		}
+	case pb.BaseCommand_CLOSE_PRODUCER:
+		id := cmd.GetCloseProducer().GetProducerId()
+		if h := c.takeProducer(id); h != nil {
+			h.HandleClose(fmt.Errorf("%w: the broker closed producer %d (topic unloaded or moved)", ErrClosed, id))
+		}
+	case pb.BaseCommand_MESSAGE:
+		if h := c.consumer(cmd.GetMessage().GetConsumerId()); h != nil {
+			h.HandleMessage(cmd.GetMessage(), f, frameErr)
+		}
+	case pb.BaseCommand_CLOSE_CONSUMER:
+		id := cmd.GetCloseConsumer().GetConsumerId()
+		if h := c.takeConsumer(id); h != nil {
+			h.HandleClose(fmt.Errorf("%w: the broker closed consumer %d (topic unloaded or moved)", ErrClosed, id))
+		}
+	case pb.BaseCommand_REACHED_END_OF_TOPIC:
+		if h := c.consumer(cmd.GetReachedEndOfTopic().GetConsumerId()); h != nil {
+			h.HandleEndOfTopic()
+		}
+	case pb.BaseCommand_ACTIVE_CONSUMER_CHANGE:
+		if h := c.consumer(cmd.GetActiveConsumerChange().GetConsumerId()); h != nil {
+			h.HandleActiveChange(cmd.GetActiveConsumerChange().GetIsActive())
+		}
+	case pb.BaseCommand_TOPIC_MIGRATED:
+		m := cmd.GetTopicMigrated()
+		reason := fmt.Errorf("%w: the topic migrated to %s", ErrClosed, m.GetBrokerServiceUrl())
+		if m.GetResourceType() == pb.CommandTopicMigrated_Producer {
+			if h := c.takeProducer(m.GetResourceId()); h != nil {
+				h.HandleClose(reason)
+			}
+		} else if h := c.takeConsumer(m.GetResourceId()); h != nil {
+			h.HandleClose(reason)
+		}
+	case pb.BaseCommand_AUTH_CHALLENGE:
+		resp, err := c.authResponse()
+		if err != nil {
+			c.closeWith(err)
+			return
+		}
+		c.mu.Lock()
+		if !c.closed {
+			c.out = append(c.out, resp...)
+			c.kickWriter()
+		}
+		c.mu.Unlock()
+	default:
+		id, ok := requestID(cmd)
+		if !ok {
+			c.log.Debug("ignoring unexpected command", "type", cmd.GetType().String())
+			return
+		}
+		c.mu.Lock()
+		ch := c.requests[id]
+		c.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- cmd:
+			default:
+			}
+		}
+	}
+}
+
+func requestID(cmd *pb.BaseCommand) (uint64, bool) {
+	switch cmd.GetType() {
+	case pb.BaseCommand_SUCCESS:
+		return cmd.GetSuccess().GetRequestId(), true
+	case pb.BaseCommand_ERROR:
+		return cmd.GetError().GetRequestId(), true
+	case pb.BaseCommand_PRODUCER_SUCCESS:
+		return cmd.GetProducerSuccess().GetRequestId(), true
+	case pb.BaseCommand_LOOKUP_RESPONSE:
+		return cmd.GetLookupTopicResponse().GetRequestId(), true
+	case pb.BaseCommand_PARTITIONED_METADATA_RESPONSE:
+		return cmd.GetPartitionMetadataResponse().GetRequestId(), true
+	case pb.BaseCommand_ACK_RESPONSE:
+		return cmd.GetAckResponse().GetRequestId(), true
+	}
+	return 0, false
+}
+
+func (c *Conn) producer(id uint64) ProducerHandler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.producers[id]
+}
+
+func (c *Conn) takeProducer(id uint64) ProducerHandler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.producers[id]
+	delete(c.producers, id)
+	return h
+}
+
+func (c *Conn) consumer(id uint64) ConsumerHandler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.consumers[id]
+}
+
+func (c *Conn) takeConsumer(id uint64) ConsumerHandler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.consumers[id]
+	delete(c.consumers, id)
+	return h
+}
+
+// writeLoop drains the queued frames, many at a time, and keeps the connection alive.
+func (c *Conn) writeLoop() {
+	defer c.wg.Done()
+	ticker := time.NewTicker(c.opts.KeepAlive)
+	defer ticker.Stop()
+	lastSent := time.Now()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.kick:
+		case now := <-ticker.C:
+			silent := now.Sub(time.Unix(0, c.lastReceived.Load()))
+			if silent > 2*c.opts.KeepAlive {
+				c.closeWith(fmt.Errorf("%w: nothing for %s", ErrKeepAliveTimeout, silent.Round(time.Second)))
+				return
+			}
+			if silent >= c.opts.KeepAlive || now.Sub(lastSent) >= c.opts.KeepAlive {
+				_ = c.Send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+			}
+			continue
+		}
+		// Swap buffers: producers append to the spare while this one is written.
+		c.mu.Lock()
+		buf := c.out
+		c.out, c.spare = c.spare[:0], nil
+		c.mu.Unlock()
+		if len(buf) == 0 {
+			c.spare = buf
+			continue
+		}
+		if _, err := c.nc.Write(buf); err != nil {
+			c.closeWith(fmt.Errorf("writing to the broker: %w", err))
+			return
+		}
+		lastSent = time.Now()
+		if cap(buf) > 4<<20 {
+			buf = nil // don't pin a burst's buffer forever
+		}
+		c.spare = buf[:0] // only this goroutine touches spare
+	}
+}

@@ -1,0 +1,57 @@
+package conn
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+var (
+	// ErrClosed: the connection is closed; every waiter fails with an error wrapping it.
+	ErrClosed = errors.New("pulsar: connection closed")
+	// ErrKeepAliveTimeout: nothing arrived from the broker for two keep-alive intervals.
+	ErrKeepAliveTimeout = errors.New("pulsar: broker stopped answering (keep-alive timeout)")
+	// ErrHandshake: CONNECT was refused or answered with something other than CONNECTED.
+	ErrHandshake = errors.New("pulsar: handshake failed")
+)
+
+// ServerErrorCode is the broker's error code (the protocol's ServerError enum).
+type ServerErrorCode int32
+
+func (c ServerErrorCode) String() string { return pb.ServerError(c).String() }
+
+// ServerError is an error the broker reported, with its code and message.
+type ServerError struct {
+	Code    ServerErrorCode
+	Message string
+}
+
+func (e *ServerError) Error() string {
+	return fmt.Sprintf("pulsar: broker error %s: %s", e.Code, e.Message)
+}
+
+// Retryable reports whether the operation may succeed after a reconnect or a new lookup.
+func (e *ServerError) Retryable() bool {
+	switch pb.ServerError(e.Code) {
+	case pb.ServerError_ServiceNotReady, pb.ServerError_MetadataError, pb.ServerError_PersistenceError,
+		pb.ServerError_TooManyRequests, pb.ServerError_ProducerBusy, pb.ServerError_ConsumerBusy,
+		pb.ServerError_UnknownError, pb.ServerError_ChecksumError:
+		return true
+	}
+	return false
+}
+
+// closedError wraps the cause of a connection's end so errors.Is(err, ErrClosed) holds
+// and the cause stays reachable.
+type closedError struct {
+	addr  string
+	cause error
+}
+
+func (e *closedError) Error() string {
+	return fmt.Sprintf("pulsar: connection to %s closed: %v", e.addr, e.cause)
+}
+
+func (e *closedError) Is(target error) bool { return target == ErrClosed }
+func (e *closedError) Unwrap() error        { return e.cause }

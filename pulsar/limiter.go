@@ -1,0 +1,119 @@
+package pulsar
+
+import (
+	"context"
+	"sync"
+)
+
+// limiter bounds the messages and bytes waiting for the broker. acquire blocks until
+// there is room; a single message larger than the byte bound is let through when
+// nothing else is pending, so it cannot wait forever.
+type limiter struct {
+	mu         sync.Mutex
+	maxN, maxB int
+	n, b       int
+	room       chan struct{} // closed and replaced whenever room is made
+}
+
+func newLimiter(maxN, maxB int) *limiter {
+	return &limiter{maxN: maxN, maxB: maxB, room: make(chan struct{})}
+}
+
+func (l *limiter) acquire(ctx context.Context, n, b int, stop <-chan struct{}) error {
+	for {
+		l.mu.Lock()
+		if (l.n == 0) || (l.n+n <= l.maxN && l.b+b <= l.maxB) {
+			l.n += n
+			l.b += b
+			l.mu.Unlock()
+			return nil
+		}
+		room := l.room
+		l.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-stop:
+			return ErrProducerClosed
+		}
+	}
+}
+
+func (l *limiter) release(n, b int) {
+	if n == 0 && b == 0 {
+		return
+	}
+	l.mu.Lock()
+	l.n -= n
+	l.b -= b
+	close(l.room)
+	l.room = make(chan struct{})
+	l.mu.Unlock()
+}
+
+func (l *limiter) pending() (int, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n, l.b
+}
+
+// dispatcher runs callbacks in order on its own goroutine, so user code never runs on
+// a connection's reader and a slow callback delays only its own producer.
+type dispatcher struct {
+	mu     sync.Mutex
+	queue  []func()
+	signal chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func newDispatcher() *dispatcher {
+	d := &dispatcher{signal: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go d.run()
+	return d
+}
+
+func (d *dispatcher) push(fns ...func()) {
+	if len(fns) == 0 {
+		return
+	}
+	d.mu.Lock()
+	d.queue = append(d.queue, fns...)
+	d.mu.Unlock()
+	select {
+	case d.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (d *dispatcher) run() {
+	defer close(d.done)
+	var batch []func()
+	for {
+		select {
+		case <-d.signal:
+		case <-d.stop:
+			d.mu.Lock()
+			batch, d.queue = d.queue, nil
+			d.mu.Unlock()
+			for _, f := range batch {
+				f()
+			}
+			return
+		}
+		d.mu.Lock()
+		batch, d.queue = d.queue, batch[:0]
+		d.mu.Unlock()
+		for i, f := range batch {
+			f()
+			batch[i] = nil
+		}
+	}
+}
+
+// close runs what is queued and stops the goroutine.
+func (d *dispatcher) close() {
+	close(d.stop)
+	<-d.done
+}

@@ -1,0 +1,51 @@
+package pulsar
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+// MessageID identifies a message in a topic: the ledger and entry that hold it, its
+// partition (-1 for a non-partitioned topic) and its index inside a batch (-1 if not batched).
+type MessageID struct {
+	LedgerID   int64
+	EntryID    int64
+	Partition  int32
+	BatchIndex int32
+	BatchSize  int32
+}
+
+// String renders the id as ledger:entry:partition:batchIndex, the form Parse reads.
+func (id MessageID) String() string {
+	return fmt.Sprintf("%d:%d:%d:%d", id.LedgerID, id.EntryID, id.Partition, id.BatchIndex)
+}
+
+// ParseMessageID reads the form String writes.
+func ParseMessageID(s string) (MessageID, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 4 {
+		return MessageID{}, fmt.Errorf("pulsar: message id %q: want ledger:entry:partition:batchIndex", s)
+	}
+	var v [4]int64
+	for i, p := range parts {
+		n, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return MessageID{}, fmt.Errorf("pulsar: message id %q: part %d: %w", s, i+1, err)
+		}
+		v[i] = n
+	}
+	return MessageID{LedgerID: v[0], EntryID: v[1], Partition: int32(v[2]), BatchIndex: int32(v[3])}, nil
+}
+
+func messageIDFromPB(m *pb.MessageIdData, partition int32) MessageID {
+	return MessageID{
+		LedgerID:   int64(m.GetLedgerId()),
+		EntryID:    int64(m.GetEntryId()),
+		Partition:  partition,
+		BatchIndex: m.GetBatchIndex(),
+		BatchSize:  m.GetBatchSize(),
+	}
+}

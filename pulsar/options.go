@@ -1,0 +1,115 @@
+package pulsar
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+// Compression is a payload codec.
+type Compression int
+
+const (
+	NoCompression Compression = iota
+	LZ4
+	ZLib
+	ZStd
+	Snappy
+)
+
+func (c Compression) pb() pb.CompressionType {
+	switch c {
+	case LZ4:
+		return pb.CompressionType_LZ4
+	case ZLib:
+		return pb.CompressionType_ZLIB
+	case ZStd:
+		return pb.CompressionType_ZSTD
+	case Snappy:
+		return pb.CompressionType_SNAPPY
+	}
+	return pb.CompressionType_NONE
+}
+
+// ProducerOptions configure a Producer. Zero values take the defaults in brackets.
+type ProducerOptions struct {
+	// Topic to publish to; a short name means persistent://public/default/<name>.
+	Topic string
+	// Name of the producer; the broker chooses one when empty.
+	Name string
+	// SendTimeout fails a message the broker has not persisted in time [30 s]; negative disables it.
+	SendTimeout time.Duration
+	// MaxPendingMessages and MaxPendingBytes bound what waits for the broker, per
+	// partition; a full queue blocks SendAsync [1000, 64 MiB].
+	MaxPendingMessages int
+	MaxPendingBytes    int
+	// DisableBatching sends every message on its own.
+	DisableBatching bool
+	// A batch is sent when it holds BatchingMaxMessages messages or BatchingMaxBytes
+	// bytes, when BatchingMaxDelay has passed, or as soon as nothing else is in flight
+	// [1000, 128 KiB, 10 ms].
+	BatchingMaxMessages int
+	BatchingMaxBytes    int
+	BatchingMaxDelay    time.Duration
+	// Compression of batches and messages [none].
+	Compression Compression
+	// HashingScheme routes keyed messages to partitions [JavaStringHash, as the official Go client].
+	HashingScheme HashingScheme
+	// DisableChunking refuses messages above the broker's size limit instead of chunking them.
+	DisableChunking bool
+	// ChunkSize is the payload bytes per chunk [the broker's limit less room for metadata].
+	ChunkSize int
+	// MaxChunkedMessageSize bounds a chunked message [1 GiB].
+	MaxChunkedMessageSize int64
+	// Backoff is the reconnect schedule.
+	Backoff Backoff
+}
+
+func (o ProducerOptions) withDefaults() (ProducerOptions, error) {
+	if o.SendTimeout == 0 {
+		o.SendTimeout = 30 * time.Second
+	}
+	if o.MaxPendingMessages == 0 {
+		o.MaxPendingMessages = 1000
+	}
+	if o.MaxPendingBytes == 0 {
+		o.MaxPendingBytes = 64 << 20
+	}
+	if o.BatchingMaxMessages == 0 {
+		o.BatchingMaxMessages = 1000
+	}
+	if o.BatchingMaxBytes == 0 {
+		o.BatchingMaxBytes = 128 << 10
+	}
+	if o.BatchingMaxDelay == 0 {
+		o.BatchingMaxDelay = 10 * time.Millisecond
+	}
+	if o.MaxChunkedMessageSize == 0 {
+		o.MaxChunkedMessageSize = 1 << 30
+	}
+	o.Backoff = o.Backoff.withDefaults()
+	switch {
+	case o.MaxPendingMessages < 0 || o.MaxPendingBytes < 0:
+		return o, fmt.Errorf("%w: MaxPendingMessages %d and MaxPendingBytes %d must be positive", ErrInvalidOptions, o.MaxPendingMessages, o.MaxPendingBytes)
+	case o.BatchingMaxMessages < 0 || o.BatchingMaxBytes < 0 || o.BatchingMaxDelay < 0:
+		return o, fmt.Errorf("%w: batching limits must be positive", ErrInvalidOptions)
+	case o.ChunkSize < 0 || (o.ChunkSize > 0 && o.ChunkSize < 1024):
+		return o, fmt.Errorf("%w: ChunkSize %d must be at least 1024 bytes", ErrInvalidOptions, o.ChunkSize)
+	case o.Compression < NoCompression || o.Compression > Snappy:
+		return o, fmt.Errorf("%w: unknown compression %d", ErrInvalidOptions, o.Compression)
+	}
+	return o, nil
+}
+
+// ProducerMessage is one message to publish.
+type ProducerMessage struct {
+	Payload []byte
+	// Key routes the message to a partition and is its partition_key.
+	Key string
+	// OrderingKey, when set, orders Key_Shared delivery instead of Key.
+	OrderingKey []byte
+	Properties  map[string]string
+	// EventTime is the application's time of the event (zero: unset).
+	EventTime time.Time
+}

@@ -1,0 +1,778 @@
+package pulsar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/compress"
+	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
+	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+// metadataRoom is what a chunk leaves of the broker's message size for its metadata.
+const metadataRoom = 8 << 10
+
+type sendRequest struct {
+	callback func(MessageID, error)
+	created  time.Time
+}
+
+// pendingItem is one SEND frame waiting for its receipt: a batch, a single message, or
+// one chunk of a chunked message. The frame is kept to be resent after a reconnect.
+type pendingItem struct {
+	seq, highestSeq uint64
+	frame           []byte
+	reqs            []sendRequest // callbacks completed by this item's receipt
+	batched         bool
+	numMsgs         int // messages counted by the limiter
+	bytes           int // bytes counted by the limiter
+	created         time.Time
+}
+
+type batch struct {
+	buf      []byte
+	reqs     []sendRequest
+	firstSeq uint64
+	lastSeq  uint64
+	created  time.Time
+}
+
+// partitionProducer publishes to one partition (or one non-partitioned topic).
+type partitionProducer struct {
+	client    *Client
+	topic     string
+	partition int32
+	opts      ProducerOptions
+	id        uint64
+	log       *slog.Logger
+
+	limiter *limiter
+	cbs     *dispatcher
+	// exclusive serialises enqueueing, so the chunks of one message are never
+	// interleaved with other messages of this producer (deduplication needs it).
+	exclusive chan struct{}
+
+	mu         sync.Mutex
+	cn         *conn.Conn
+	name       string
+	seq        uint64
+	maxMsgSize int
+	pending    []*pendingItem
+	batch      batch
+	failed     error // set when the producer stopped for good
+	closing    bool
+	epoch      uint64
+	progress   chan struct{} // closed and replaced when pending shrinks
+	reconnects int
+
+	reconnectCh chan struct{}
+	done        chan struct{}
+	wg          sync.WaitGroup
+}
+
+func newPartitionProducer(c *Client, topic string, partition int32, opts ProducerOptions) *partitionProducer {
+	p := &partitionProducer{
+		client:      c,
+		topic:       topic,
+		partition:   partition,
+		opts:        opts,
+		id:          c.producerID.Add(1),
+		log:         c.log.With("topic", topic),
+		limiter:     newLimiter(opts.MaxPendingMessages, opts.MaxPendingBytes),
+		exclusive:   make(chan struct{}, 1),
+		name:        opts.Name,
+		maxMsgSize:  frame.DefaultMaxMessageSize,
+		progress:    make(chan struct{}),
+		reconnectCh: make(chan struct{}, 1),
+		done:        make(chan struct{}),
+	}
+	return p
+}
+
+// start registers the producer with the broker (failing fast) and starts its goroutines.
+func (p *partitionProducer) start(ctx context.Context) error {
+	if err := p.connect(ctx, true); err != nil {
+		return err
+	}
+	p.cbs = newDispatcher()
+	p.wg.Add(1)
+	go p.run()
+	return nil
+}
+
+// handle routes one connection's frames to the producer; it knows its connection, so a
+// late close of a previous connection is ignored.
+type handle struct {
+	p  *partitionProducer
+	cn *conn.Conn
+}
+
+func (h *handle) HandleReceipt(r *pb.CommandSendReceipt) { h.p.receipt(h.cn, r) }
+func (h *handle) HandleSendError(e *pb.CommandSendError) { h.p.sendError(h.cn, e) }
+func (h *handle) HandleClose(reason error)               { h.p.connectionLost(h.cn, reason) }
+
+func (p *partitionProducer) connect(ctx context.Context, first bool) error {
+	ctx, cancel := context.WithTimeout(ctx, p.client.opts.OperationTimeout)
+	defer cancel()
+	bc, err := p.client.lookup(ctx, p.topic)
+	if err != nil {
+		return err
+	}
+	cn, err := p.client.pool.Get(ctx, bc.logical, bc.physical, bc.proxied)
+	if err != nil {
+		return err
+	}
+	h := &handle{p: p, cn: cn}
+	if err := cn.AddProducer(p.id, h); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	name, epoch := p.name, p.epoch
+	p.mu.Unlock()
+	reqID := p.client.nextRequestID()
+	cmd := &pb.CommandProducer{
+		Topic:                    proto.String(p.topic),
+		ProducerId:               proto.Uint64(p.id),
+		RequestId:                proto.Uint64(reqID),
+		Epoch:                    proto.Uint64(epoch),
+		UserProvidedProducerName: proto.Bool(p.opts.Name != ""),
+	}
+	if name != "" {
+		cmd.ProducerName = proto.String(name)
+	}
+	resp, err := cn.Request(ctx, reqID, &pb.BaseCommand{Type: pb.BaseCommand_PRODUCER.Enum(), Producer: cmd})
+	if err != nil {
+		cn.RemoveProducer(p.id)
+		return fmt.Errorf("pulsar: creating producer on %s: %w", p.topic, err)
+	}
+	ps := resp.GetProducerSuccess()
+	if ps == nil {
+		cn.RemoveProducer(p.id)
+		return fmt.Errorf("pulsar: creating producer on %s: unexpected answer %s", p.topic, resp.GetType())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing || p.failed != nil {
+		cn.RemoveProducer(p.id)
+		return ErrProducerClosed
+	}
+	p.name = ps.GetProducerName()
+	p.epoch++
+	if first {
+		if last := ps.GetLastSequenceId(); last >= 0 {
+			p.seq = uint64(last) + 1
+		}
+	}
+	p.cn = cn
+	p.maxMsgSize = cn.MaxMessageSize()
+	// Resend, in order and with their sequence ids, what the previous connection left
+	// without a receipt.
+	for _, it := range p.pending {
+		if err := cn.SendFrame(it.frame); err != nil {
+			break // the new connection died too; connectionLost schedules another attempt
+		}
+	}
+	if !first {
+		p.log.Info("producer reconnected", "broker", bc.logical, "resent", len(p.pending))
+	}
+	return nil
+}
+
+// run owns the producer's timers: batch delay, send timeouts and reconnects.
+func (p *partitionProducer) run() {
+	defer p.wg.Done()
+	tick := p.opts.BatchingMaxDelay
+	if p.opts.SendTimeout > 0 && p.opts.SendTimeout/10 < tick {
+		tick = p.opts.SendTimeout / 10
+	}
+	tick = max(tick, time.Millisecond)
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-p.reconnectCh:
+			p.reconnect()
+		case now := <-ticker.C:
+			p.mu.Lock()
+			if len(p.batch.reqs) > 0 && now.Sub(p.batch.created) >= p.opts.BatchingMaxDelay {
+				p.flushBatchLocked()
+			}
+			p.mu.Unlock()
+			p.failTimedOut(now)
+		}
+	}
+}
+
+func (p *partitionProducer) reconnect() {
+	for attempt := 0; ; attempt++ {
+		p.mu.Lock()
+		stop := p.closing || p.failed != nil || p.cn != nil
+		p.mu.Unlock()
+		if stop {
+			return
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-p.done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := p.connect(ctx, false)
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			p.reconnects++
+			p.mu.Unlock()
+			return
+		}
+		var se *ServerError
+		if errors.As(err, &se) && !se.Retryable() && se.Code != ServerErrorCode(pb.ServerError_TopicNotFound) {
+			p.fail(fmt.Errorf("%w: %w", ErrProducerFailed, err))
+			return
+		}
+		d := p.opts.Backoff.delay(attempt)
+		p.log.Warn("producer reconnect failed", "attempt", attempt+1, "retry_in", d, "error", err)
+		// Send timeouts still apply while we wait.
+		deadline := time.NewTimer(d)
+		timeouts := time.NewTicker(max(min(d/4, time.Second), 10*time.Millisecond))
+	wait:
+		for {
+			select {
+			case <-p.done:
+				deadline.Stop()
+				timeouts.Stop()
+				return
+			case now := <-timeouts.C:
+				p.failTimedOut(now)
+			case <-deadline.C:
+				break wait
+			}
+		}
+		timeouts.Stop()
+	}
+}
+
+func (p *partitionProducer) connectionLost(cn *conn.Conn, reason error) {
+	p.mu.Lock()
+	if p.cn != cn {
+		p.mu.Unlock()
+		return
+	}
+	p.cn = nil
+	stopping := p.closing || p.failed != nil
+	p.mu.Unlock()
+	cn.RemoveProducer(p.id)
+	if stopping {
+		return
+	}
+	p.log.Warn("producer disconnected; reconnecting", "reason", reason)
+	select {
+	case p.reconnectCh <- struct{}{}:
+	default:
+	}
+}
+
+func (p *partitionProducer) receipt(cn *conn.Conn, r *pb.CommandSendReceipt) {
+	p.mu.Lock()
+	if p.cn != cn || len(p.pending) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	head := p.pending[0]
+	seq := r.GetSequenceId()
+	switch {
+	case seq < head.seq:
+		p.mu.Unlock() // a receipt for something already completed or timed out
+		return
+	case seq > head.seq:
+		p.mu.Unlock()
+		cn.Abort(fmt.Errorf("receipt for sequence %d while %d is the oldest pending on %s: resending", seq, head.seq, p.topic))
+		return
+	}
+	p.popLocked()
+	ids := r.GetMessageId()
+	var fns []func()
+	for i, req := range head.reqs {
+		id := messageIDFromPB(ids, p.partition)
+		if head.batched {
+			id.BatchIndex = int32(i)
+			id.BatchSize = int32(len(head.reqs))
+		} else {
+			id.BatchIndex = -1
+		}
+		if req.callback != nil {
+			cb := req.callback
+			fns = append(fns, func() { cb(id, nil) })
+		}
+	}
+	if len(p.pending) == 0 && len(p.batch.reqs) > 0 {
+		p.flushBatchLocked() // nothing in flight: what accumulated leaves now
+	}
+	p.mu.Unlock()
+	p.limiter.release(head.numMsgs, head.bytes)
+	p.cbs.push(fns...)
+}
+
+func (p *partitionProducer) popLocked() {
+	p.pending[0] = nil
+	p.pending = p.pending[1:]
+	close(p.progress)
+	p.progress = make(chan struct{})
+}
+
+func (p *partitionProducer) sendError(cn *conn.Conn, e *pb.CommandSendError) {
+	se := &ServerError{Code: ServerErrorCode(e.GetError()), Message: e.GetMessage()}
+	switch e.GetError() {
+	case pb.ServerError_NotAllowedError, pb.ServerError_TopicTerminatedError, pb.ServerError_ProducerFenced:
+		p.fail(fmt.Errorf("%w: sequence %d on %s: %w", ErrProducerFailed, e.GetSequenceId(), p.topic, se))
+	default:
+		cn.Abort(fmt.Errorf("SEND_ERROR for sequence %d on %s: %w; reconnecting to resend", e.GetSequenceId(), p.topic, se))
+	}
+}
+
+// fail stops the producer for good: every pending and future message fails with err.
+func (p *partitionProducer) fail(err error) {
+	p.mu.Lock()
+	if p.failed != nil {
+		p.mu.Unlock()
+		return
+	}
+	p.failed = err
+	cn := p.cn
+	p.cn = nil
+	items := p.takeAllLocked()
+	p.mu.Unlock()
+	if cn != nil {
+		cn.RemoveProducer(p.id)
+		reqID := p.client.nextRequestID()
+		_ = cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(),
+			CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(reqID)}})
+	}
+	p.log.Error("producer failed", "error", err)
+	p.failItems(items, err)
+}
+
+// takeAllLocked removes the open batch and every pending item.
+func (p *partitionProducer) takeAllLocked() []*pendingItem {
+	items := p.pending
+	p.pending = nil
+	if len(p.batch.reqs) > 0 {
+		items = append(items, &pendingItem{reqs: p.batch.reqs, numMsgs: len(p.batch.reqs), bytes: len(p.batch.buf)})
+		p.batch = batch{}
+	}
+	close(p.progress)
+	p.progress = make(chan struct{})
+	return items
+}
+
+func (p *partitionProducer) failItems(items []*pendingItem, err error) {
+	var fns []func()
+	n, b := 0, 0
+	for _, it := range items {
+		n += it.numMsgs
+		b += it.bytes
+		for _, req := range it.reqs {
+			if req.callback != nil {
+				cb := req.callback
+				fns = append(fns, func() { cb(MessageID{}, err) })
+			}
+		}
+	}
+	p.limiter.release(n, b)
+	p.cbs.push(fns...)
+}
+
+func (p *partitionProducer) failTimedOut(now time.Time) {
+	if p.opts.SendTimeout <= 0 {
+		return
+	}
+	p.mu.Lock()
+	var expired []*pendingItem
+	for len(p.pending) > 0 && now.Sub(p.pending[0].created) > p.opts.SendTimeout {
+		expired = append(expired, p.pending[0])
+		p.popLocked()
+	}
+	p.mu.Unlock()
+	if len(expired) > 0 {
+		p.failItems(expired, fmt.Errorf("%w: %s without a receipt from %s", ErrSendTimeout, p.opts.SendTimeout, p.topic))
+	}
+}
+
+// errLocked says why a send cannot be accepted now.
+func (p *partitionProducer) errLocked() error {
+	if p.failed != nil {
+		return p.failed
+	}
+	if p.closing {
+		return ErrProducerClosed
+	}
+	return nil
+}
+
+func (p *partitionProducer) lock(ctx context.Context) error {
+	select {
+	case p.exclusive <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.done:
+		return ErrProducerClosed
+	}
+}
+
+func (p *partitionProducer) unlock() { <-p.exclusive }
+
+// sendAsync queues m; cb (if not nil) runs on the dispatcher once the message is
+// persisted or has failed. It blocks while the pending queue is full.
+func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, cb func(MessageID, error)) {
+	p.mu.Lock()
+	maxSize := p.maxMsgSize - metadataRoom
+	p.mu.Unlock()
+	if len(m.Payload) > maxSize {
+		if p.opts.DisableChunking {
+			p.complete(cb, fmt.Errorf("%w: %d bytes, the broker's limit is %d and chunking is off", ErrMessageTooLarge, len(m.Payload), p.maxMsgSize))
+			return
+		}
+		p.mu.Lock()
+		if err := p.errLocked(); err != nil {
+			p.mu.Unlock()
+			p.complete(cb, err)
+			return
+		}
+		p.wg.Add(1) // owned by the producer: close waits for it
+		p.mu.Unlock()
+		go func() {
+			defer p.wg.Done()
+			id, err := p.sendChunked(ctx, m, nil, int64(len(m.Payload)))
+			if cb != nil {
+				p.cbs.push(func() { cb(id, err) })
+			}
+		}()
+		return
+	}
+	if err := p.lock(ctx); err != nil {
+		p.complete(cb, err)
+		return
+	}
+	defer p.unlock()
+	if err := p.limiter.acquire(ctx, 1, len(m.Payload), p.done); err != nil {
+		p.complete(cb, err)
+		return
+	}
+	p.mu.Lock()
+	if err := p.errLocked(); err != nil {
+		p.mu.Unlock()
+		p.limiter.release(1, len(m.Payload))
+		p.complete(cb, err)
+		return
+	}
+	seq := p.seq
+	p.seq++
+	req := sendRequest{callback: cb, created: time.Now()}
+	if p.opts.DisableBatching {
+		p.enqueueSingleLocked(seq, m, req)
+		p.mu.Unlock()
+		return
+	}
+	if len(p.batch.reqs) > 0 && len(p.batch.buf)+len(m.Payload)+64 > p.opts.BatchingMaxBytes {
+		p.flushBatchLocked()
+	}
+	if len(p.batch.reqs) == 0 {
+		p.batch.firstSeq = seq
+		p.batch.created = req.created
+	}
+	p.batch.lastSeq = seq
+	p.batch.buf = appendSingleMessage(p.batch.buf, seq, m)
+	p.batch.reqs = append(p.batch.reqs, req)
+	if len(p.batch.reqs) >= p.opts.BatchingMaxMessages || len(p.batch.buf) >= p.opts.BatchingMaxBytes || len(p.pending) == 0 {
+		p.flushBatchLocked()
+	}
+	p.mu.Unlock()
+}
+
+// complete reports a result for a message that never entered the queue.
+func (p *partitionProducer) complete(cb func(MessageID, error), err error) {
+	if cb == nil {
+		return
+	}
+	if p.cbs == nil {
+		cb(MessageID{}, err)
+		return
+	}
+	p.cbs.push(func() { cb(MessageID{}, err) })
+}
+
+func (p *partitionProducer) metadataLocked(seq uint64) *pb.MessageMetadata {
+	return &pb.MessageMetadata{
+		ProducerName: proto.String(p.name),
+		SequenceId:   proto.Uint64(seq),
+		PublishTime:  proto.Uint64(uint64(time.Now().UnixMilli())),
+	}
+}
+
+func (p *partitionProducer) flushBatchLocked() {
+	b := p.batch
+	p.batch = batch{buf: nil}
+	n := len(b.reqs)
+	md := p.metadataLocked(b.firstSeq)
+	md.NumMessagesInBatch = proto.Int32(int32(n))
+	if n > 1 {
+		md.HighestSequenceId = proto.Uint64(b.lastSeq)
+	}
+	payload := p.compressLocked(md, b.buf)
+	send := &pb.CommandSend{ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(b.firstSeq), NumMessages: proto.Int32(int32(n))}
+	if n > 1 {
+		send.HighestSequenceId = proto.Uint64(b.lastSeq)
+	}
+	p.appendItemLocked(&pendingItem{seq: b.firstSeq, highestSeq: b.lastSeq, reqs: b.reqs, batched: true,
+		numMsgs: n, bytes: len(b.buf), created: b.created}, send, md, payload)
+}
+
+func (p *partitionProducer) compressLocked(md *pb.MessageMetadata, raw []byte) []byte {
+	// uncompressed_size is set even without compression, as the official producers do:
+	// the official Go consumer relies on it to read a reassembled chunked message.
+	md.UncompressedSize = proto.Uint32(uint32(len(raw)))
+	if p.opts.Compression == NoCompression {
+		return raw
+	}
+	out, err := compress.Compress(p.opts.Compression.pb(), nil, raw)
+	if err != nil {
+		p.log.Warn("compression failed; sending uncompressed", "error", err)
+		return raw
+	}
+	md.Compression = p.opts.Compression.pb().Enum()
+	md.UncompressedSize = proto.Uint32(uint32(len(raw)))
+	return out
+}
+
+func (p *partitionProducer) enqueueSingleLocked(seq uint64, m *ProducerMessage, req sendRequest) {
+	md := p.metadataLocked(seq)
+	setMessageFields(md, m)
+	payload := p.compressLocked(md, m.Payload)
+	send := &pb.CommandSend{ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(seq)}
+	p.appendItemLocked(&pendingItem{seq: seq, highestSeq: seq, reqs: []sendRequest{req}, numMsgs: 1, bytes: len(m.Payload), created: req.created}, send, md, payload)
+}
+
+func setMessageFields(md *pb.MessageMetadata, m *ProducerMessage) {
+	if m.Key != "" {
+		md.PartitionKey = proto.String(m.Key)
+	}
+	if len(m.OrderingKey) > 0 {
+		md.OrderingKey = m.OrderingKey
+	}
+	if !m.EventTime.IsZero() {
+		md.EventTime = proto.Uint64(uint64(m.EventTime.UnixMilli()))
+	}
+	if len(m.Properties) > 0 {
+		keys := make([]string, 0, len(m.Properties))
+		for k := range m.Properties {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			md.Properties = append(md.Properties, &pb.KeyValue{Key: proto.String(k), Value: proto.String(m.Properties[k])})
+		}
+	}
+}
+
+func (p *partitionProducer) appendItemLocked(it *pendingItem, send *pb.CommandSend, md *pb.MessageMetadata, payload []byte) {
+	mdBytes, err := proto.Marshal(md)
+	if err == nil {
+		it.frame, err = frame.AppendPayloadCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: send}, mdBytes, payload, 0)
+	}
+	if err != nil {
+		p.failItemsLocked(it, fmt.Errorf("pulsar: encoding a message for %s: %w", p.topic, err))
+		return
+	}
+	p.pending = append(p.pending, it)
+	if p.cn != nil {
+		_ = p.cn.SendFrame(it.frame) // on failure the reconnect resends it
+	}
+}
+
+func (p *partitionProducer) failItemsLocked(it *pendingItem, err error) {
+	go p.failItems([]*pendingItem{it}, err)
+}
+
+// sendChunked publishes one message of size bytes as chunks, reading the payload from r
+// (or m.Payload when r is nil) one chunk at a time.
+func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage, r io.Reader, size int64) (MessageID, error) {
+	if size > p.opts.MaxChunkedMessageSize {
+		return MessageID{}, fmt.Errorf("%w: %d bytes, MaxChunkedMessageSize is %d", ErrMessageTooLarge, size, p.opts.MaxChunkedMessageSize)
+	}
+	var compressedFrom []byte
+	uncompressed := size
+	if r == nil {
+		payload := m.Payload
+		if p.opts.Compression != NoCompression {
+			c, err := compress.Compress(p.opts.Compression.pb(), nil, m.Payload)
+			if err == nil {
+				compressedFrom, payload = m.Payload, c
+			}
+		}
+		r = byteReader(payload)
+		size = int64(len(payload))
+	}
+	if err := p.lock(ctx); err != nil {
+		return MessageID{}, err
+	}
+	locked := true
+	release := func() {
+		if locked {
+			locked = false
+			p.unlock()
+		}
+	}
+	defer release()
+	p.mu.Lock()
+	if err := p.errLocked(); err != nil {
+		p.mu.Unlock()
+		return MessageID{}, err
+	}
+	chunkSize := p.opts.ChunkSize
+	if chunkSize == 0 || chunkSize > p.maxMsgSize-metadataRoom {
+		chunkSize = p.maxMsgSize - metadataRoom
+	}
+	// Whatever is in the open batch goes first, so sequence ids stay in order.
+	if len(p.batch.reqs) > 0 {
+		p.flushBatchLocked()
+	}
+	seq := p.seq
+	p.seq++
+	uuid := fmt.Sprintf("%s-%d", p.name, seq)
+	p.mu.Unlock()
+
+	numChunks := int((size + int64(chunkSize) - 1) / int64(chunkSize))
+	if numChunks == 0 {
+		numChunks = 1
+	}
+	result := make(chan error, 1)
+	var id MessageID
+	created := time.Now()
+	for i := range numChunks {
+		n := int(min(int64(chunkSize), size-int64(i)*int64(chunkSize)))
+		if err := p.limiter.acquire(ctx, 1, n, p.done); err != nil {
+			return MessageID{}, err
+		}
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			p.limiter.release(1, n)
+			return MessageID{}, fmt.Errorf("pulsar: reading chunk %d of %d for %s: %w (the chunks already sent expire at consumers)", i, numChunks, p.topic, err)
+		}
+		p.mu.Lock()
+		if err := p.errLocked(); err != nil {
+			p.mu.Unlock()
+			p.limiter.release(1, n)
+			return MessageID{}, err
+		}
+		md := p.metadataLocked(seq)
+		setMessageFields(md, m)
+		md.Uuid = proto.String(uuid)
+		md.NumChunksFromMsg = proto.Int32(int32(numChunks))
+		md.TotalChunkMsgSize = proto.Int32(int32(size))
+		md.ChunkId = proto.Int32(int32(i))
+		// Set even when uncompressed: the official Go consumer needs it to use the
+		// reassembled payload rather than the last chunk's.
+		md.UncompressedSize = proto.Uint32(uint32(uncompressed))
+		if compressedFrom != nil {
+			md.Compression = p.opts.Compression.pb().Enum()
+		}
+		it := &pendingItem{seq: seq, highestSeq: seq, numMsgs: 1, bytes: n, created: created}
+		if i == numChunks-1 {
+			it.reqs = []sendRequest{{created: created, callback: func(mid MessageID, err error) {
+				id = mid
+				result <- err
+			}}}
+		}
+		send := &pb.CommandSend{ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(seq), IsChunk: proto.Bool(true)}
+		p.appendItemLocked(it, send, md, buf)
+		p.mu.Unlock()
+	}
+	release() // every chunk is queued: other messages may follow
+	select {
+	case err := <-result:
+		return id, err
+	case <-ctx.Done():
+		// The message stays queued; its outcome is no longer reported to this caller.
+		return MessageID{}, ctx.Err()
+	}
+}
+
+type sliceReader struct{ b []byte }
+
+func byteReader(b []byte) io.Reader { return &sliceReader{b} }
+
+func (s *sliceReader) Read(p []byte) (int, error) {
+	if len(s.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.b)
+	s.b = s.b[n:]
+	return n, nil
+}
+
+// flush sends the open batch and waits until everything queued so far is settled.
+func (p *partitionProducer) flush(ctx context.Context) error {
+	p.mu.Lock()
+	if len(p.batch.reqs) > 0 {
+		p.flushBatchLocked()
+	}
+	target := p.seq
+	p.mu.Unlock()
+	for {
+		p.mu.Lock()
+		if len(p.pending) == 0 || p.pending[0].seq >= target {
+			err := p.failed
+			p.mu.Unlock()
+			return err
+		}
+		ch := p.progress
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// close flushes (bounded by ctx), closes the producer on the broker, fails what is
+// left with ErrProducerClosed and stops the goroutines.
+func (p *partitionProducer) close(ctx context.Context) {
+	_ = p.flush(ctx)
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return
+	}
+	p.closing = true
+	cn := p.cn
+	p.cn = nil
+	items := p.takeAllLocked()
+	p.mu.Unlock()
+	if cn != nil {
+		reqID := p.client.nextRequestID()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, _ = cn.Request(cctx, reqID, &pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(),
+			CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(reqID)}})
+		cancel()
+		cn.RemoveProducer(p.id)
+	}
+	close(p.done)
+	p.wg.Wait()
+	p.failItems(items, ErrProducerClosed)
+	p.cbs.close()
+}

@@ -1,0 +1,194 @@
+package pulsar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Producer publishes to a topic, partitioned or not.
+type Producer struct {
+	client *Client
+	topic  string
+	opts   ProducerOptions
+	parts  []*partitionProducer
+	rr     atomic.Uint64
+	once   sync.Once
+}
+
+// CreateProducer looks the topic up, registers a producer on every partition and
+// returns once all are ready (or the first error).
+func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Producer, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	topic, err := TopicName(opts.Topic)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClientClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.OperationTimeout)
+	defer cancel()
+	n, err := c.partitions(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	p := &Producer{client: c, topic: topic, opts: opts}
+	if n == 0 {
+		p.parts = []*partitionProducer{newPartitionProducer(c, topic, -1, opts)}
+	} else {
+		for i := range n {
+			p.parts = append(p.parts, newPartitionProducer(c, partitionName(topic, i), int32(i), opts))
+		}
+	}
+	for i, pp := range p.parts {
+		if err := pp.start(ctx); err != nil {
+			for _, started := range p.parts[:i] {
+				started.close(context.Background())
+			}
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	if c.producers != nil {
+		c.producers[p] = struct{}{}
+	}
+	c.mu.Unlock()
+	return p, nil
+}
+
+// Topic is the fully qualified topic name.
+func (p *Producer) Topic() string { return p.topic }
+
+// Partitions is the number of partitions (1 for a non-partitioned topic).
+func (p *Producer) Partitions() int { return len(p.parts) }
+
+func (p *Producer) route(m *ProducerMessage) *partitionProducer {
+	n := len(p.parts)
+	if n == 1 {
+		return p.parts[0]
+	}
+	if m.Key != "" {
+		return p.parts[p.opts.HashingScheme.partition(m.Key, n)]
+	}
+	// Keyless messages go round-robin, sticking to one partition for a batch's worth.
+	per := uint64(p.opts.BatchingMaxMessages)
+	if p.opts.DisableBatching {
+		per = 1
+	}
+	return p.parts[(p.rr.Add(1)/per)%uint64(n)]
+}
+
+// SendAsync queues m and returns; cb runs (on the producer's callback goroutine, in
+// order) once the broker has persisted the message or it failed. SendAsync blocks while
+// the partition's pending queue is full, until ctx ends. The payload is copied, so the
+// caller may reuse it once SendAsync returns (except for messages above the broker's
+// size limit, which are chunked in the background from the slice given).
+func (p *Producer) SendAsync(ctx context.Context, m *ProducerMessage, cb func(MessageID, error)) {
+	p.route(m).sendAsync(ctx, m, cb)
+}
+
+// Send publishes m and waits until the broker has persisted it.
+func (p *Producer) Send(ctx context.Context, m *ProducerMessage) (MessageID, error) {
+	type result struct {
+		id  MessageID
+		err error
+	}
+	ch := make(chan result, 1)
+	p.SendAsync(ctx, m, func(id MessageID, err error) { ch <- result{id, err} })
+	select {
+	case r := <-ch:
+		return r.id, r.err
+	case <-ctx.Done():
+		return MessageID{}, ctx.Err()
+	}
+}
+
+// SendStream publishes one message of size bytes read from r, chunk by chunk, without
+// holding it whole; m supplies the key, properties and event time (m.Payload is
+// ignored). Streamed messages are sent uncompressed. It returns once the broker
+// persisted the last chunk.
+func (p *Producer) SendStream(ctx context.Context, m *ProducerMessage, size int64, r io.Reader) (MessageID, error) {
+	if size < 0 {
+		return MessageID{}, fmt.Errorf("%w: negative size %d", ErrInvalidOptions, size)
+	}
+	pp := p.route(m)
+	if p.opts.DisableChunking {
+		pp.mu.Lock()
+		limit := pp.maxMsgSize - metadataRoom
+		pp.mu.Unlock()
+		if size > int64(limit) {
+			return MessageID{}, fmt.Errorf("%w: %d bytes, the broker's limit is %d and chunking is off", ErrMessageTooLarge, size, limit)
+		}
+	}
+	return pp.sendChunked(ctx, m, r, size)
+}
+
+// Flush sends what is batched and waits until every message queued before the call
+// is settled.
+func (p *Producer) Flush(ctx context.Context) error {
+	var errs []error
+	for _, pp := range p.parts {
+		if err := pp.flush(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close flushes (for at most the send timeout), closes the producer on the broker and
+// fails whatever is still pending with ErrProducerClosed.
+func (p *Producer) Close() error {
+	p.once.Do(func() {
+		timeout := p.opts.SendTimeout
+		if timeout <= 0 {
+			timeout = 30 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, pp := range p.parts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pp.close(ctx)
+			}()
+		}
+		wg.Wait()
+		p.client.mu.Lock()
+		delete(p.client.producers, p)
+		p.client.mu.Unlock()
+	})
+	return nil
+}
+
+// Stats are a producer's counters.
+type ProducerStats struct {
+	PendingMessages int
+	PendingBytes    int
+	Reconnects      int
+}
+
+// Stats returns the producer's current counters, summed over partitions.
+func (p *Producer) Stats() ProducerStats {
+	var s ProducerStats
+	for _, pp := range p.parts {
+		n, b := pp.limiter.pending()
+		s.PendingMessages += n
+		s.PendingBytes += b
+		pp.mu.Lock()
+		s.Reconnects += pp.reconnects
+		pp.mu.Unlock()
+	}
+	return s
+}
