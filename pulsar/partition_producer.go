@@ -23,7 +23,24 @@ const metadataRoom = 8 << 10
 
 type sendRequest struct {
 	callback func(MessageID, error)
-	created  time.Time
+	// direct callbacks only hand the result to a buffered channel (a synchronous Send):
+	// they run at once, wherever the result is known, so a Send made from inside another
+	// callback cannot wait on the dispatcher that is running it.
+	direct  bool
+	created time.Time
+}
+
+// deliver runs req's callback directly or queues it for the dispatcher.
+func deliver(fns []func(), req sendRequest, id MessageID, err error) []func() {
+	if req.callback == nil {
+		return fns
+	}
+	cb := req.callback
+	if req.direct {
+		cb(id, err)
+		return fns
+	}
+	return append(fns, func() { cb(id, err) })
 }
 
 // pendingItem is one SEND frame waiting for its receipt: a batch, a single message, or
@@ -73,6 +90,7 @@ type partitionProducer struct {
 	epoch      uint64
 	progress   chan struct{} // closed and replaced when pending shrinks
 	reconnects int
+	resent     int // frames sent again after a reconnect
 
 	reconnectCh chan struct{}
 	done        chan struct{}
@@ -182,6 +200,7 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		}
 	}
 	if !first {
+		p.resent += len(p.pending)
 		p.log.Info("producer reconnected", "broker", bc.logical, "resent", len(p.pending))
 	}
 	return nil
@@ -313,10 +332,7 @@ func (p *partitionProducer) receipt(cn *conn.Conn, r *pb.CommandSendReceipt) {
 		} else {
 			id.BatchIndex = -1
 		}
-		if req.callback != nil {
-			cb := req.callback
-			fns = append(fns, func() { cb(id, nil) })
-		}
+		fns = deliver(fns, req, id, nil)
 	}
 	if len(p.pending) == 0 && len(p.batch.reqs) > 0 {
 		p.flushBatchLocked() // nothing in flight: what accumulated leaves now
@@ -385,10 +401,7 @@ func (p *partitionProducer) failItems(items []*pendingItem, err error) {
 		n += it.numMsgs
 		b += it.bytes
 		for _, req := range it.reqs {
-			if req.callback != nil {
-				cb := req.callback
-				fns = append(fns, func() { cb(MessageID{}, err) })
-			}
+			fns = deliver(fns, req, MessageID{}, err)
 		}
 	}
 	p.limiter.release(n, b)
@@ -437,19 +450,19 @@ func (p *partitionProducer) unlock() { <-p.exclusive }
 
 // sendAsync queues m; cb (if not nil) runs on the dispatcher once the message is
 // persisted or has failed. It blocks while the pending queue is full.
-func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, cb func(MessageID, error)) {
+func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, cb func(MessageID, error), direct bool) {
 	p.mu.Lock()
 	maxSize := p.maxMsgSize - metadataRoom
 	p.mu.Unlock()
 	if len(m.Payload) > maxSize {
 		if p.opts.DisableChunking {
-			p.complete(cb, fmt.Errorf("%w: %d bytes, the broker's limit is %d and chunking is off", ErrMessageTooLarge, len(m.Payload), p.maxMsgSize))
+			p.complete(cb, direct, fmt.Errorf("%w: %d bytes, the broker's limit is %d and chunking is off", ErrMessageTooLarge, len(m.Payload), p.maxMsgSize))
 			return
 		}
 		p.mu.Lock()
 		if err := p.errLocked(); err != nil {
 			p.mu.Unlock()
-			p.complete(cb, err)
+			p.complete(cb, direct, err)
 			return
 		}
 		p.wg.Add(1) // owned by the producer: close waits for it
@@ -457,31 +470,29 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		go func() {
 			defer p.wg.Done()
 			id, err := p.sendChunked(ctx, m, nil, int64(len(m.Payload)))
-			if cb != nil {
-				p.cbs.push(func() { cb(id, err) })
-			}
+			p.cbs.push(deliver(nil, sendRequest{callback: cb, direct: direct}, id, err)...)
 		}()
 		return
 	}
 	if err := p.lock(ctx); err != nil {
-		p.complete(cb, err)
+		p.complete(cb, direct, err)
 		return
 	}
 	defer p.unlock()
 	if err := p.limiter.acquire(ctx, 1, len(m.Payload), p.done); err != nil {
-		p.complete(cb, err)
+		p.complete(cb, direct, err)
 		return
 	}
 	p.mu.Lock()
 	if err := p.errLocked(); err != nil {
 		p.mu.Unlock()
 		p.limiter.release(1, len(m.Payload))
-		p.complete(cb, err)
+		p.complete(cb, direct, err)
 		return
 	}
 	seq := p.seq
 	p.seq++
-	req := sendRequest{callback: cb, created: time.Now()}
+	req := sendRequest{callback: cb, direct: direct, created: time.Now()}
 	if p.opts.DisableBatching {
 		p.enqueueSingleLocked(seq, m, req)
 		p.mu.Unlock()
@@ -504,15 +515,8 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 }
 
 // complete reports a result for a message that never entered the queue.
-func (p *partitionProducer) complete(cb func(MessageID, error), err error) {
-	if cb == nil {
-		return
-	}
-	if p.cbs == nil {
-		cb(MessageID{}, err)
-		return
-	}
-	p.cbs.push(func() { cb(MessageID{}, err) })
+func (p *partitionProducer) complete(cb func(MessageID, error), direct bool, err error) {
+	p.cbs.push(deliver(nil, sendRequest{callback: cb, direct: direct}, MessageID{}, err)...)
 }
 
 func (p *partitionProducer) metadataLocked(seq uint64) *pb.MessageMetadata {
@@ -692,7 +696,7 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 		}
 		it := &pendingItem{seq: seq, highestSeq: seq, numMsgs: 1, bytes: n, created: created}
 		if i == numChunks-1 {
-			it.reqs = []sendRequest{{created: created, callback: func(mid MessageID, err error) {
+			it.reqs = []sendRequest{{created: created, direct: true, callback: func(mid MessageID, err error) {
 				id = mid
 				result <- err
 			}}}

@@ -95,7 +95,7 @@ func (p *Producer) route(m *ProducerMessage) *partitionProducer {
 // caller may reuse it once SendAsync returns (except for messages above the broker's
 // size limit, which are chunked in the background from the slice given).
 func (p *Producer) SendAsync(ctx context.Context, m *ProducerMessage, cb func(MessageID, error)) {
-	p.route(m).sendAsync(ctx, m, cb)
+	p.route(m).sendAsync(ctx, m, cb, false)
 }
 
 // Send publishes m and waits until the broker has persisted it.
@@ -105,7 +105,7 @@ func (p *Producer) Send(ctx context.Context, m *ProducerMessage) (MessageID, err
 		err error
 	}
 	ch := make(chan result, 1)
-	p.SendAsync(ctx, m, func(id MessageID, err error) { ch <- result{id, err} })
+	p.route(m).sendAsync(ctx, m, func(id MessageID, err error) { ch <- result{id, err} }, true)
 	select {
 	case r := <-ch:
 		return r.id, r.err
@@ -177,6 +177,7 @@ type ProducerStats struct {
 	PendingMessages int
 	PendingBytes    int
 	Reconnects      int
+	Resent          int // messages or batches sent again after reconnects
 }
 
 // Stats returns the producer's current counters, summed over partitions.
@@ -188,6 +189,7 @@ func (p *Producer) Stats() ProducerStats {
 		s.PendingBytes += b
 		pp.mu.Lock()
 		s.Reconnects += pp.reconnects
+		s.Resent += pp.resent
 		pp.mu.Unlock()
 	}
 	return s

@@ -1,0 +1,282 @@
+package pulsar_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/recordio-bridge/bridge/pulsar"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
+)
+
+func fakeBroker(t *testing.T) *pulsartest.Broker {
+	t.Helper()
+	b, err := pulsartest.NewBroker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+func client(t *testing.T, url string, opts ...func(*pulsar.ClientOptions)) *pulsar.Client {
+	t.Helper()
+	o := pulsar.ClientOptions{URL: url, OperationTimeout: 5 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	c, err := pulsar.NewClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func producer(t *testing.T, c *pulsar.Client, opts pulsar.ProducerOptions) *pulsar.Producer {
+	t.Helper()
+	if opts.Topic == "" {
+		opts.Topic = "persistent://public/default/fault"
+	}
+	if opts.Backoff.Initial == 0 {
+		opts.Backoff = pulsar.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}
+	}
+	p, err := c.CreateProducer(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// sendAll queues n messages "m-00000".. and returns a function that waits for every
+// callback and returns the errors by message index.
+func sendAll(t *testing.T, p *pulsar.Producer, n int) func() map[int]error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := map[int]error{}
+	wg.Add(n)
+	for i := range n {
+		p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%05d", i))}, func(_ pulsar.MessageID, err error) {
+			mu.Lock()
+			if err != nil {
+				errs[i] = err
+			}
+			mu.Unlock()
+			wg.Done()
+		})
+	}
+	return func() map[int]error {
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("callbacks did not all run within 30 s")
+		}
+		return errs
+	}
+}
+
+// exactlyOnceInOrder checks the fake broker holds m-00000..m-<n-1> once each, in order.
+func exactlyOnceInOrder(t *testing.T, b *pulsartest.Broker, topic string, n int) {
+	t.Helper()
+	msgs := b.Messages(topic)
+	if len(msgs) != n {
+		t.Fatalf("broker holds %d messages, want %d", len(msgs), n)
+	}
+	for i, m := range msgs {
+		if want := fmt.Sprintf("m-%05d", i); string(m.Payload) != want {
+			t.Fatalf("message %d is %q, want %q", i, m.Payload, want)
+		}
+	}
+}
+
+func TestProducerResendsPendingAfterConnectionDrop(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{BatchingMaxMessages: 10})
+	b.HoldReceipts(true)
+	wait := sendAll(t, p, 200)
+	time.Sleep(50 * time.Millisecond) // let the frames reach the broker, which persists them
+	b.DropConnections()               // receipts lost with the connection
+	b.HoldReceipts(false)
+	if errs := wait(); len(errs) > 0 {
+		t.Fatalf("sends failed: %v", errs)
+	}
+	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 200)
+	if s := p.Stats(); s.Reconnects == 0 || s.Resent == 0 {
+		t.Fatalf("stats %+v: expected a reconnect that resent", s)
+	}
+	if b.Frames(pb.BaseCommand_PRODUCER) < 2 {
+		t.Fatal("the producer was not re-registered")
+	}
+}
+
+func TestProducerRecreatedAfterBrokerClosesIt(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{})
+	b.HoldReceipts(true)
+	wait := sendAll(t, p, 50)
+	time.Sleep(30 * time.Millisecond)
+	b.CloseProducers() // a topic unload: the TCP connection stays
+	b.HoldReceipts(false)
+	if errs := wait(); len(errs) > 0 {
+		t.Fatalf("sends failed: %v", errs)
+	}
+	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 50)
+	if b.Frames(pb.BaseCommand_CONNECT) != 1 {
+		t.Fatalf("%d CONNECTs: CLOSE_PRODUCER must not cost the connection", b.Frames(pb.BaseCommand_CONNECT))
+	}
+}
+
+func TestProducerSurvivesRepeatedDrops(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{BatchingMaxMessages: 5})
+	b.DropAfterFrames(40) // every connection dies after 40 frames
+	wait := sendAll(t, p, 1000)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		b.DropAfterFrames(0)
+	}()
+	if errs := wait(); len(errs) > 0 {
+		t.Fatalf("%d sends failed, first: %v", len(errs), errs)
+	}
+	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 1000)
+}
+
+func TestSendTimeoutHonouredWhileReconnecting(t *testing.T) {
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{SendTimeout: 300 * time.Millisecond})
+	b.Close() // the broker is gone for good: reconnects keep failing
+	start := time.Now()
+	_, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("x")})
+	if !errors.Is(err, pulsar.ErrSendTimeout) {
+		t.Fatalf("err = %v, want ErrSendTimeout", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("send timeout of 300ms took %s while reconnecting", d)
+	}
+}
+
+func TestKeepAliveDetectsSilentBroker(t *testing.T) {
+	b := fakeBroker(t)
+	c := client(t, b.URL(), func(o *pulsar.ClientOptions) { o.KeepAlive = 50 * time.Millisecond })
+	p := producer(t, c, pulsar.ProducerOptions{})
+	b.SetIgnorePings(true)
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().Reconnects == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a broker that ignores pings was never declared dead")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.SetIgnorePings(false)
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSendErrorNotAllowedFailsTheProducer(t *testing.T) {
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{})
+	b.FailNextSends(int32(pb.ServerError_TopicTerminatedError))
+	_, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("x")})
+	var se *pulsar.ServerError
+	if !errors.Is(err, pulsar.ErrProducerFailed) || !errors.As(err, &se) || se.Code != pulsar.ServerErrorCode(pb.ServerError_TopicTerminatedError) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("y")}); !errors.Is(err, pulsar.ErrProducerFailed) {
+		t.Fatalf("a failed producer accepted another message: %v", err)
+	}
+}
+
+func TestSendErrorRetryableIsResent(t *testing.T) {
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{})
+	b.FailNextSends(int32(pb.ServerError_PersistenceError))
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("m-00000")}); err != nil {
+		t.Fatalf("a retryable SEND_ERROR must reconnect and resend: %v", err)
+	}
+	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 1)
+}
+
+func TestFullQueueBlocksInsteadOfDropping(t *testing.T) {
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{MaxPendingMessages: 5, DisableBatching: true})
+	b.HoldReceipts(true)
+	wait := sendAll(t, p, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("sixth")})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("sixth send with a full queue: %v, want it to block until its context ended", err)
+	}
+	b.HoldReceipts(false)
+	if errs := wait(); len(errs) > 0 {
+		t.Fatalf("queued sends failed: %v", errs)
+	}
+	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 5)
+}
+
+func TestCallbacksMayCallBackIntoTheProducer(t *testing.T) {
+	// A callback that sends again must not deadlock (it runs off the connection's reader).
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{})
+	done := make(chan error, 1)
+	p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte("m-00000")}, func(_ pulsar.MessageID, err error) {
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("m-00001")})
+		done <- err
+	})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("deadlock: a send from a callback never completed")
+	}
+	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 2)
+}
+
+func TestChunkedOnFakeBrokerKeepsChunksTogether(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetMaxMessageSize(16 << 10)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{})
+	big := make([]byte, 100<<10)
+	wait := sendAll(t, p, 3)
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: big}); err != nil {
+		t.Fatal(err)
+	}
+	if errs := wait(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	var chunks []int
+	for _, m := range b.Messages("persistent://public/default/fault") {
+		if m.Chunk >= 0 {
+			chunks = append(chunks, m.Chunk)
+		}
+	}
+	if len(chunks) < 7 {
+		t.Fatalf("chunks %v: a 100 KiB message under a 16 KiB limit needs at least 7", chunks)
+	}
+	for i, c := range chunks {
+		if c != i {
+			t.Fatalf("chunk ids %v are not consecutive", chunks)
+		}
+	}
+	if _, err := producer(t, client(t, b.URL()), pulsar.ProducerOptions{DisableChunking: true, Topic: "other"}).
+		Send(context.Background(), &pulsar.ProducerMessage{Payload: big}); !errors.Is(err, pulsar.ErrMessageTooLarge) {
+		t.Fatalf("with chunking off: %v, want ErrMessageTooLarge", err)
+	}
+}

@@ -1,0 +1,399 @@
+// Package pulsartest is an in-process fake Pulsar broker that speaks the binary
+// protocol, with fault controls (drop connections, close producers, hold or refuse
+// receipts, ignore pings, answer SEND with an error) for fast, deterministic tests of
+// the client. It complements, never replaces, tests against a real broker.
+package pulsartest
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+// Message is one message the fake broker persisted.
+type Message struct {
+	Topic      string
+	Producer   string
+	SequenceID uint64
+	Payload    []byte
+	Key        string
+	Properties map[string]string
+	LedgerID   uint64
+	EntryID    uint64
+	BatchIndex int
+	Chunk      int // chunk id, or -1
+}
+
+// Broker is the fake broker. Its zero value is not usable; call NewBroker.
+type Broker struct {
+	ln net.Listener
+	wg sync.WaitGroup
+
+	mu             sync.Mutex
+	conns          map[*serverConn]struct{}
+	messages       []Message
+	entry          uint64
+	partitions     map[string]int
+	dedup          bool
+	highest        map[string]uint64 // producer name -> highest persisted sequence id
+	ignorePings    bool
+	holdReceipts   bool
+	held           []func()
+	dropAfter      int // drop each connection after this many frames received (0: never)
+	sendErrors     []pb.ServerError
+	maxMessageSize int32
+	producerSeq    int
+	frames         map[pb.BaseCommand_Type]int
+}
+
+// NewBroker starts a fake broker on a loopback port.
+func NewBroker() (*Broker, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{ln: ln, conns: map[*serverConn]struct{}{}, partitions: map[string]int{}, highest: map[string]uint64{},
+		frames: map[pb.BaseCommand_Type]int{}, maxMessageSize: frame.DefaultMaxMessageSize, entry: 0}
+	b.wg.Add(1)
+	go b.accept()
+	return b, nil
+}
+
+// URL is the broker's pulsar:// URL.
+func (b *Broker) URL() string { return "pulsar://" + b.ln.Addr().String() }
+
+// Close stops the broker and waits for its goroutines.
+func (b *Broker) Close() {
+	b.ln.Close()
+	b.DropConnections()
+	b.wg.Wait()
+}
+
+func (b *Broker) accept() {
+	defer b.wg.Done()
+	for {
+		nc, err := b.ln.Accept()
+		if err != nil {
+			return
+		}
+		c := &serverConn{b: b, nc: nc, producers: map[uint64]string{}}
+		b.mu.Lock()
+		b.conns[c] = struct{}{}
+		b.mu.Unlock()
+		b.wg.Add(1)
+		go c.serve()
+	}
+}
+
+// SetPartitions makes topic a partitioned topic with n partitions.
+func (b *Broker) SetPartitions(topic string, n int) {
+	b.mu.Lock()
+	b.partitions[topic] = n
+	b.mu.Unlock()
+}
+
+// SetDeduplication emulates broker deduplication: a SEND whose sequence id is not above
+// the producer's highest persisted one is answered with ledger and entry -1 and not stored.
+func (b *Broker) SetDeduplication(on bool) { b.mu.Lock(); b.dedup = on; b.mu.Unlock() }
+
+// SetIgnorePings makes the broker stop answering PING (a dead peer).
+func (b *Broker) SetIgnorePings(on bool) { b.mu.Lock(); b.ignorePings = on; b.mu.Unlock() }
+
+// SetMaxMessageSize sets the limit announced in CONNECTED for new connections.
+func (b *Broker) SetMaxMessageSize(n int) { b.mu.Lock(); b.maxMessageSize = int32(n); b.mu.Unlock() }
+
+// HoldReceipts persists messages but withholds their receipts until released; releasing
+// sends the held receipts in order on their (possibly dead) connections.
+func (b *Broker) HoldReceipts(on bool) {
+	b.mu.Lock()
+	b.holdReceipts = on
+	held := b.held
+	if !on {
+		b.held = nil
+	}
+	b.mu.Unlock()
+	if !on {
+		for _, f := range held {
+			f()
+		}
+	}
+}
+
+// DropAfterFrames closes every connection once it has received n more frames (0 disables).
+func (b *Broker) DropAfterFrames(n int) { b.mu.Lock(); b.dropAfter = n; b.mu.Unlock() }
+
+// FailNextSends answers the next SENDs with these errors, one each, instead of persisting.
+func (b *Broker) FailNextSends(codes ...int32) {
+	b.mu.Lock()
+	for _, c := range codes {
+		b.sendErrors = append(b.sendErrors, pb.ServerError(c))
+	}
+	b.mu.Unlock()
+}
+
+// DropConnections closes every client connection now.
+func (b *Broker) DropConnections() {
+	b.mu.Lock()
+	conns := make([]*serverConn, 0, len(b.conns))
+	for c := range b.conns {
+		conns = append(conns, c)
+	}
+	b.held = nil
+	b.mu.Unlock()
+	for _, c := range conns {
+		c.nc.Close()
+	}
+}
+
+// CloseProducers sends CLOSE_PRODUCER for every registered producer (a topic unload).
+func (b *Broker) CloseProducers() {
+	b.mu.Lock()
+	var todo []func()
+	for c := range b.conns {
+		for id := range c.producers {
+			c := c
+			id := id
+			todo = append(todo, func() {
+				c.write(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(id), RequestId: proto.Uint64(0)}})
+			})
+		}
+		c.producers = map[uint64]string{}
+	}
+	b.mu.Unlock()
+	for _, f := range todo {
+		f()
+	}
+}
+
+// Messages returns what was persisted on topic, in order.
+func (b *Broker) Messages(topic string) []Message {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []Message
+	for _, m := range b.messages {
+		if m.Topic == topic {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Frames returns how many frames of a type the broker received.
+func (b *Broker) Frames(t pb.BaseCommand_Type) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.frames[t]
+}
+
+// Connections returns the number of open client connections.
+func (b *Broker) Connections() int { b.mu.Lock(); defer b.mu.Unlock(); return len(b.conns) }
+
+type serverConn struct {
+	b         *Broker
+	nc        net.Conn
+	wmu       sync.Mutex
+	producers map[uint64]string // id -> topic; guarded by b.mu
+	received  int
+}
+
+func (c *serverConn) write(cmd *pb.BaseCommand) {
+	buf, err := frame.AppendCommand(nil, cmd)
+	if err != nil {
+		panic(err)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, _ = c.nc.Write(buf)
+}
+
+func (c *serverConn) serve() {
+	defer c.b.wg.Done()
+	defer func() {
+		c.nc.Close()
+		c.b.mu.Lock()
+		delete(c.b.conns, c)
+		c.b.mu.Unlock()
+	}()
+	br := bufio.NewReader(c.nc)
+	for {
+		var prefix [4]byte
+		if _, err := io.ReadFull(br, prefix[:]); err != nil {
+			return
+		}
+		n := binary.BigEndian.Uint32(prefix[:])
+		body := make([]byte, n)
+		if _, err := io.ReadFull(br, body); err != nil {
+			return
+		}
+		var f frame.Frame
+		if err := frame.Decode(body, &f); err != nil {
+			return
+		}
+		c.b.mu.Lock()
+		c.b.frames[f.Cmd.GetType()]++
+		c.received++
+		drop := c.b.dropAfter > 0 && c.received >= c.b.dropAfter
+		c.b.mu.Unlock()
+		if drop {
+			return
+		}
+		c.handle(&f)
+	}
+}
+
+func (c *serverConn) handle(f *frame.Frame) {
+	cmd := f.Cmd
+	b := c.b
+	switch cmd.GetType() {
+	case pb.BaseCommand_CONNECT:
+		b.mu.Lock()
+		max := b.maxMessageSize
+		b.mu.Unlock()
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
+			ServerVersion: proto.String("pulsartest"), ProtocolVersion: proto.Int32(20), MaxMessageSize: proto.Int32(max)}})
+	case pb.BaseCommand_PING:
+		b.mu.Lock()
+		ignore := b.ignorePings
+		b.mu.Unlock()
+		if !ignore {
+			c.write(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
+		}
+	case pb.BaseCommand_PARTITIONED_METADATA:
+		r := cmd.GetPartitionMetadata()
+		b.mu.Lock()
+		n := b.partitions[r.GetTopic()]
+		b.mu.Unlock()
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA_RESPONSE.Enum(), PartitionMetadataResponse: &pb.CommandPartitionedTopicMetadataResponse{
+			RequestId: proto.Uint64(r.GetRequestId()), Partitions: proto.Uint32(uint32(n)), Response: pb.CommandPartitionedTopicMetadataResponse_Success.Enum()}})
+	case pb.BaseCommand_LOOKUP:
+		r := cmd.GetLookupTopic()
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: &pb.CommandLookupTopicResponse{
+			RequestId: proto.Uint64(r.GetRequestId()), Response: pb.CommandLookupTopicResponse_Connect.Enum(),
+			BrokerServiceUrl: proto.String(b.URL()), Authoritative: proto.Bool(true)}})
+	case pb.BaseCommand_PRODUCER:
+		r := cmd.GetProducer()
+		b.mu.Lock()
+		name := r.GetProducerName()
+		if name == "" {
+			b.producerSeq++
+			name = fmt.Sprintf("pulsartest-%d", b.producerSeq)
+		}
+		c.producers[r.GetProducerId()] = r.GetTopic()
+		last := int64(-1)
+		if h, ok := b.highest[name]; ok && b.dedup {
+			last = int64(h)
+		}
+		b.mu.Unlock()
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
+			RequestId: proto.Uint64(r.GetRequestId()), ProducerName: proto.String(name), LastSequenceId: proto.Int64(last)}})
+	case pb.BaseCommand_CLOSE_PRODUCER:
+		r := cmd.GetCloseProducer()
+		b.mu.Lock()
+		delete(c.producers, r.GetProducerId())
+		b.mu.Unlock()
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{RequestId: proto.Uint64(r.GetRequestId())}})
+	case pb.BaseCommand_SEND:
+		c.send(f)
+	}
+}
+
+func (c *serverConn) send(f *frame.Frame) {
+	b := c.b
+	s := f.Cmd.GetSend()
+	md := &pb.MessageMetadata{}
+	if err := proto.Unmarshal(f.Metadata, md); err != nil {
+		return
+	}
+	b.mu.Lock()
+	if len(b.sendErrors) > 0 {
+		code := b.sendErrors[0]
+		b.sendErrors = b.sendErrors[1:]
+		b.mu.Unlock()
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
+			ProducerId: s.ProducerId, SequenceId: s.SequenceId, Error: code.Enum(), Message: proto.String("injected by pulsartest")}})
+		return
+	}
+	topic, ok := c.producers[s.GetProducerId()]
+	if !ok {
+		b.mu.Unlock()
+		return
+	}
+	highest := s.GetSequenceId()
+	if s.GetHighestSequenceId() > highest {
+		highest = s.GetHighestSequenceId()
+	}
+	var ledger, entry uint64
+	duplicate := false
+	if h, seen := b.highest[md.GetProducerName()]; b.dedup && seen && highest <= h && !(s.GetIsChunk() && md.GetChunkId() > 0 && highest == h) {
+		duplicate = true
+		ledger, entry = ^uint64(0), ^uint64(0)
+	} else {
+		b.entry++
+		ledger, entry = 1, b.entry
+		if !s.GetIsChunk() || md.GetChunkId() == md.GetNumChunksFromMsg()-1 {
+			b.highest[md.GetProducerName()] = highest
+		}
+		b.messages = append(b.messages, decodeMessages(topic, md, f.Payload, ledger, entry)...)
+	}
+	_ = duplicate
+	receipt := &pb.BaseCommand{Type: pb.BaseCommand_SEND_RECEIPT.Enum(), SendReceipt: &pb.CommandSendReceipt{
+		ProducerId: s.ProducerId, SequenceId: s.SequenceId, HighestSequenceId: s.HighestSequenceId,
+		MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(ledger), EntryId: proto.Uint64(entry)}}}
+	if b.holdReceipts {
+		b.held = append(b.held, func() { c.write(receipt) })
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	c.write(receipt)
+}
+
+func decodeMessages(topic string, md *pb.MessageMetadata, payload []byte, ledger, entry uint64) []Message {
+	chunk := -1
+	if md.NumChunksFromMsg != nil {
+		chunk = int(md.GetChunkId())
+	}
+	if md.NumMessagesInBatch == nil {
+		return []Message{{Topic: topic, Producer: md.GetProducerName(), SequenceID: md.GetSequenceId(), Payload: payload,
+			Key: md.GetPartitionKey(), Properties: props(md.GetProperties()), LedgerID: ledger, EntryID: entry, BatchIndex: -1, Chunk: chunk}}
+	}
+	var out []Message
+	for i := 0; len(payload) >= 4; i++ {
+		n := binary.BigEndian.Uint32(payload)
+		if int(n) > len(payload)-4 {
+			break
+		}
+		smd := &pb.SingleMessageMetadata{}
+		if proto.Unmarshal(payload[4:4+n], smd) != nil {
+			break
+		}
+		rest := payload[4+n:]
+		size := int(smd.GetPayloadSize())
+		if size > len(rest) {
+			break
+		}
+		out = append(out, Message{Topic: topic, Producer: md.GetProducerName(), SequenceID: smd.GetSequenceId(), Payload: rest[:size],
+			Key: smd.GetPartitionKey(), Properties: props(smd.GetProperties()), LedgerID: ledger, EntryID: entry, BatchIndex: i, Chunk: -1})
+		payload = rest[size:]
+	}
+	return out
+}
+
+func props(kvs []*pb.KeyValue) map[string]string {
+	if len(kvs) == 0 {
+		return nil
+	}
+	m := map[string]string{}
+	for _, kv := range kvs {
+		m[kv.GetKey()] = kv.GetValue()
+	}
+	return m
+}
