@@ -5,11 +5,11 @@ BIN := bin/bridge
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
-MODULES := . e2e
+MODULES := . e2e bench
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop clean
+.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop bench bench-codec bench-producer fuzz clean
 
 all: build
 
@@ -38,6 +38,21 @@ e2e: build
 ## demo: the bridge's main job end to end on a local broker.
 demo: build
 	@e2e/demo.sh
+
+## bench: the benchmarks whose figures are in README.md.
+bench: bench-codec bench-producer
+
+bench-codec:
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./recordio/
+
+bench-producer:
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./producer -rounds 2'
+
+FUZZTIME ?= 1m
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzReader -fuzztime $(FUZZTIME) ./recordio/
+	$(GO) test -run '^$$' -fuzz FuzzRoundTrip -fuzztime $(FUZZTIME) ./recordio/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./pulsar/internal/frame/
 
 broker-start:
 	$(PULSAR) start

@@ -72,9 +72,14 @@ type Conn struct {
 	protocol       int32
 	maxMessageSize int
 
-	mu        sync.Mutex
-	out       []byte // frames waiting for the writer
-	spare     []byte
+	mu sync.Mutex
+	// Frames waiting for the writer, in order: large frames by reference (queue), small
+	// ones coalesced into tail, so many small writes become one syscall and a large
+	// frame is never copied again.
+	queue      [][]byte
+	tail       []byte
+	spareQueue [][]byte // writer-owned buffers, reused between writes
+	spareTail  []byte
 	requests  map[uint64]chan *pb.BaseCommand
 	producers map[uint64]ProducerHandler
 	consumers map[uint64]ConsumerHandler
@@ -301,10 +306,21 @@ func (c *Conn) SendFrame(raw []byte) error {
 	if c.closed {
 		return c.closeErr
 	}
-	c.out = append(c.out, raw...)
+	if len(raw) >= largeFrame {
+		if len(c.tail) > 0 {
+			c.queue = append(c.queue, c.tail)
+			c.tail = nil
+		}
+		c.queue = append(c.queue, raw) // by reference: the caller keeps raw unchanged
+	} else {
+		c.tail = append(c.tail, raw...)
+	}
 	c.kickWriter()
 	return nil
 }
+
+// largeFrame is the size from which SendFrame queues a frame by reference.
+const largeFrame = 16 << 10
 
 // AddProducer routes frames for producer id to h until RemoveProducer. It fails when
 // the connection is already closed.
@@ -351,7 +367,7 @@ func (c *Conn) Send(cmd *pb.BaseCommand) error {
 		return c.closeErr
 	}
 	var err error
-	c.out, err = frame.AppendCommand(c.out, cmd)
+	c.tail, err = frame.AppendCommand(c.tail, cmd)
 	c.kickWriter()
 	return err
 }
@@ -364,10 +380,10 @@ func (c *Conn) SendPayload(cmd *pb.BaseCommand, metadata, payload []byte) error 
 		return c.closeErr
 	}
 	var err error
-	before := len(c.out)
-	c.out, err = frame.AppendPayloadCommand(c.out, cmd, metadata, payload, c.maxMessageSize+frame.Padding)
+	before := len(c.tail)
+	c.tail, err = frame.AppendPayloadCommand(c.tail, cmd, metadata, payload, c.maxMessageSize+frame.Padding)
 	if err != nil {
-		c.out = c.out[:before]
+		c.tail = c.tail[:before]
 		return err
 	}
 	c.kickWriter()
@@ -491,7 +507,7 @@ func (c *Conn) dispatch(f *frame.Frame, frameErr error) {
 		}
 		c.mu.Lock()
 		if !c.closed {
-			c.out = append(c.out, resp...)
+			c.tail = append(c.tail, resp...)
 			c.kickWriter()
 		}
 		c.mu.Unlock()
@@ -581,23 +597,29 @@ func (c *Conn) writeLoop() {
 			}
 			continue
 		}
-		// Swap buffers: producers append to the spare while this one is written.
+		// Take what is queued; producers go on appending to fresh buffers meanwhile.
 		c.mu.Lock()
-		buf := c.out
-		c.out, c.spare = c.spare[:0], nil
+		bufs, tail := c.queue, c.tail
+		if len(tail) > 0 {
+			bufs = append(bufs, tail)
+		}
+		c.queue, c.tail = c.spareQueue[:0], c.spareTail[:0]
+		c.spareQueue, c.spareTail = nil, nil
 		c.mu.Unlock()
-		if len(buf) == 0 {
-			c.spare = buf
+		if len(bufs) == 0 {
+			c.spareQueue, c.spareTail = bufs, tail
 			continue
 		}
-		if _, err := c.nc.Write(buf); err != nil {
+		nb := net.Buffers(bufs)
+		if _, err := nb.WriteTo(c.nc); err != nil {
 			c.closeWith(fmt.Errorf("writing to the broker: %w", err))
 			return
 		}
 		lastSent = time.Now()
-		if cap(buf) > 4<<20 {
-			buf = nil // don't pin a burst's buffer forever
+		clear(bufs) // drop references to frames the producers own
+		if cap(tail) > 4<<20 {
+			tail = nil // don't pin a burst's buffer forever
 		}
-		c.spare = buf[:0] // only this goroutine touches spare
+		c.spareQueue, c.spareTail = bufs[:0], tail[:0] // only this goroutine touches the spares
 	}
 }

@@ -1,0 +1,155 @@
+// Command producer publishes the same messages with the bridge's own Pulsar producer
+// and with the official pulsar-client-go, one after the other on the same broker, and
+// prints a Markdown table: messages/s, MB/s, send latency p50/p99, and client CPU per
+// message (user+system time of this process while the run lasted).
+//
+//	go run ./producer -url pulsar://127.0.0.1:6650 -rounds 3
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	official "github.com/apache/pulsar-client-go/pulsar"
+	plog "github.com/apache/pulsar-client-go/pulsar/log"
+	"github.com/sirupsen/logrus"
+
+	"github.com/recordio-bridge/bridge/pulsar"
+)
+
+type result struct {
+	client      string
+	size, count int
+	elapsed     time.Duration
+	cpu         time.Duration
+	lat         []time.Duration
+}
+
+func main() {
+	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
+	rounds := flag.Int("rounds", 2, "alternating rounds per size (the best of each is reported)")
+	flag.Parse()
+	if *url == "" {
+		log.Fatal("no broker: set -url or PULSAR_URL (make bench starts one)")
+	}
+	sizes := []struct{ size, count int }{{100, 200_000}, {1024, 100_000}, {64 << 10, 4_000}}
+	fmt.Printf("| client | size | messages | msgs/s | MB/s | p50 | p99 | CPU µs/msg |\n|---|---|---|---|---|---|---|---|\n")
+	for _, s := range sizes {
+		best := map[string]result{}
+		for r := range *rounds {
+			for _, c := range []string{"bridge", "official"} {
+				topic := fmt.Sprintf("persistent://public/default/bench-%s-%d-%d-%d", c, s.size, r, time.Now().UnixNano())
+				var res result
+				var err error
+				if c == "bridge" {
+					res, err = runOurs(*url, topic, s.size, s.count)
+				} else {
+					res, err = runOfficial(*url, topic, s.size, s.count)
+				}
+				if err != nil {
+					log.Fatalf("%s %d B: %v", c, s.size, err)
+				}
+				if b, ok := best[c]; !ok || res.elapsed < b.elapsed {
+					best[c] = res
+				}
+			}
+		}
+		for _, c := range []string{"bridge", "official"} {
+			r := best[c]
+			slices.Sort(r.lat)
+			rate := float64(r.count) / r.elapsed.Seconds()
+			fmt.Printf("| %s | %d B | %d | %.0f | %.1f | %s | %s | %.2f |\n", c, r.size, r.count, rate,
+				rate*float64(r.size)/1e6, pct(r.lat, 0.50), pct(r.lat, 0.99), float64(r.cpu.Microseconds())/float64(r.count))
+		}
+		b, o := best["bridge"], best["official"]
+		fmt.Printf("| ratio bridge/official | %d B | | %.2fx | | | | %.2fx |\n", s.size,
+			o.elapsed.Seconds()/b.elapsed.Seconds(), (float64(b.cpu)/float64(b.count))/(float64(o.cpu)/float64(o.count)))
+	}
+}
+
+func pct(l []time.Duration, q float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	return l[int(float64(len(l)-1)*q)].Round(10 * time.Microsecond)
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// measure sends count messages through send and times every callback.
+func measure(name string, size, count int, send func(payload []byte, done func(error))) (result, error) {
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	lat := make([]time.Duration, count)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	wg.Add(count)
+	cpu0, t0 := cpuTime(), time.Now()
+	for i := range count {
+		start := time.Now()
+		send(payload, func(err error) {
+			lat[i] = time.Since(start)
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return result{client: name, size: size, count: count, elapsed: time.Since(t0), cpu: cpuTime() - cpu0, lat: lat}, firstErr
+}
+
+func runOurs(url, topic string, size, count int) (result, error) {
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url})
+	if err != nil {
+		return result{}, err
+	}
+	defer c.Close()
+	ctx := context.Background()
+	p, err := c.CreateProducer(ctx, pulsar.ProducerOptions{Topic: topic})
+	if err != nil {
+		return result{}, err
+	}
+	defer p.Close()
+	return measure("bridge", size, count, func(payload []byte, done func(error)) {
+		p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: payload}, func(_ pulsar.MessageID, err error) { done(err) })
+	})
+}
+
+func runOfficial(url, topic string, size, count int) (result, error) {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	c, err := official.NewClient(official.ClientOptions{URL: url, Logger: plog.NewLoggerWithLogrus(l)})
+	if err != nil {
+		return result{}, err
+	}
+	defer c.Close()
+	ctx := context.Background()
+	p, err := c.CreateProducer(official.ProducerOptions{Topic: topic})
+	if err != nil {
+		return result{}, err
+	}
+	defer p.Close()
+	return measure("official", size, count, func(payload []byte, done func(error)) {
+		p.SendAsync(ctx, &official.ProducerMessage{Payload: payload}, func(_ official.MessageID, _ *official.ProducerMessage, err error) { done(err) })
+	})
+}
