@@ -80,10 +80,10 @@ type Conn struct {
 	tail       []byte
 	spareQueue [][]byte // writer-owned buffers, reused between writes
 	spareTail  []byte
-	requests  map[uint64]chan *pb.BaseCommand
-	producers map[uint64]ProducerHandler
-	consumers map[uint64]ConsumerHandler
-	closed    bool
+	requests   map[uint64]chan *pb.BaseCommand
+	producers  map[uint64]ProducerHandler
+	consumers  map[uint64]ConsumerHandler
+	closed     bool
 
 	kick         chan struct{}
 	done         chan struct{}
