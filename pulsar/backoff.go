@@ -21,10 +21,8 @@ func (b Backoff) withDefaults() Backoff {
 	if b.Multiplier < 1 {
 		b.Multiplier = 1.6
 	}
-	if b.Jitter < 0 || b.Jitter >= 1 {
-		b.Jitter = 0.2
-	} else if b.Jitter == 0 {
-		b.Jitter = 0.2
+	if b.Jitter <= 0 || b.Jitter >= 1 {
+		b.Jitter = 0.2 // some jitter always: reconnecting clients must not move in lockstep
 	}
 	if b.Max <= 0 {
 		b.Max = 30 * time.Second
