@@ -22,46 +22,23 @@ type outcome struct {
 	end     string // "eof", "bad-header", "too-large", "truncated", or "other: ..."
 }
 
-func ours(in []byte) outcome {
-	rd := recordio.NewReader(bytes.NewReader(in), recordio.MaxRecordSize(diffMax))
-	var o outcome
-	for {
-		rec, err := rd.Next()
-		switch {
-		case err == nil:
-			o.records = append(o.records, string(rec))
-			continue
-		case err == io.EOF:
-			o.end = "eof"
-		case errors.Is(err, recordio.ErrBadHeader):
-			o.end = "bad-header"
-		case errors.Is(err, recordio.ErrRecordTooLarge):
-			o.end = "too-large"
-		case errors.Is(err, recordio.ErrTruncated):
-			o.end = "truncated"
-		default:
-			o.end = "other: " + err.Error()
-		}
-		return o
-	}
-}
-
-func mesosGo(in []byte) outcome {
-	rd := mesosrecordio.NewReader(bytes.NewReader(in), mesosrecordio.MaxMessageSize(diffMax))
+// decodeAll reads records with next until it fails and names the ending: the
+// sentinels of a reader, in the order bad-header, too-large, truncated.
+func decodeAll(next func() ([]byte, error), badHeader, tooLarge, truncated error) outcome {
 	var o outcome
 	for range 1 << 16 {
-		rec, err := rd.ReadFrame()
+		rec, err := next()
 		switch {
 		case err == nil:
 			o.records = append(o.records, string(rec))
 			continue
 		case err == io.EOF:
 			o.end = "eof"
-		case errors.Is(err, framing.ErrorBadSize):
+		case errors.Is(err, badHeader):
 			o.end = "bad-header"
-		case errors.Is(err, framing.ErrorOversizedFrame):
+		case errors.Is(err, tooLarge):
 			o.end = "too-large"
-		case errors.Is(err, framing.ErrorUnderrun):
+		case errors.Is(err, truncated):
 			o.end = "truncated"
 		default:
 			o.end = "other: " + err.Error()
@@ -70,6 +47,16 @@ func mesosGo(in []byte) outcome {
 	}
 	o.end = "other: did not stop"
 	return o
+}
+
+func ours(in []byte) outcome {
+	rd := recordio.NewReader(bytes.NewReader(in), recordio.MaxRecordSize(diffMax))
+	return decodeAll(rd.Next, recordio.ErrBadHeader, recordio.ErrRecordTooLarge, recordio.ErrTruncated)
+}
+
+func mesosGo(in []byte) outcome {
+	rd := mesosrecordio.NewReader(bytes.NewReader(in), mesosrecordio.MaxMessageSize(diffMax))
+	return decodeAll(rd.ReadFrame, framing.ErrorBadSize, framing.ErrorOversizedFrame, framing.ErrorUnderrun)
 }
 
 // agreeingStream builds a random stream inside the domain where Mesos' rules and ours
