@@ -58,11 +58,19 @@ func (l *limiter) pending() (int, int) {
 	return l.n, l.b
 }
 
+// completion is one callback with its result; a value, so completing a message
+// allocates nothing.
+type completion struct {
+	cb  func(MessageID, error)
+	id  MessageID
+	err error
+}
+
 // dispatcher runs callbacks in order on its own goroutine, so user code never runs on
 // a connection's reader and a slow callback delays only its own producer.
 type dispatcher struct {
 	mu     sync.Mutex
-	queue  []func()
+	queue  []completion
 	signal chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
@@ -74,12 +82,12 @@ func newDispatcher() *dispatcher {
 	return d
 }
 
-func (d *dispatcher) push(fns ...func()) {
-	if len(fns) == 0 {
+func (d *dispatcher) push(cs ...completion) {
+	if len(cs) == 0 {
 		return
 	}
 	d.mu.Lock()
-	d.queue = append(d.queue, fns...)
+	d.queue = append(d.queue, cs...)
 	d.mu.Unlock()
 	select {
 	case d.signal <- struct{}{}:
@@ -89,7 +97,7 @@ func (d *dispatcher) push(fns ...func()) {
 
 func (d *dispatcher) run() {
 	defer close(d.done)
-	var batch []func()
+	var batch []completion
 	for {
 		select {
 		case <-d.signal:
@@ -97,17 +105,17 @@ func (d *dispatcher) run() {
 			d.mu.Lock()
 			batch, d.queue = d.queue, nil
 			d.mu.Unlock()
-			for _, f := range batch {
-				f()
+			for _, c := range batch {
+				c.cb(c.id, c.err)
 			}
 			return
 		}
 		d.mu.Lock()
 		batch, d.queue = d.queue, batch[:0]
 		d.mu.Unlock()
-		for i, f := range batch {
-			f()
-			batch[i] = nil
+		for i, c := range batch {
+			c.cb(c.id, c.err)
+			batch[i] = completion{}
 		}
 	}
 }

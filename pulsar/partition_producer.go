@@ -26,21 +26,19 @@ type sendRequest struct {
 	// direct callbacks only hand the result to a buffered channel (a synchronous Send):
 	// they run at once, wherever the result is known, so a Send made from inside another
 	// callback cannot wait on the dispatcher that is running it.
-	direct  bool
-	created time.Time
+	direct bool
 }
 
 // deliver runs req's callback directly or queues it for the dispatcher.
-func deliver(fns []func(), req sendRequest, id MessageID, err error) []func() {
+func deliver(cs []completion, req sendRequest, id MessageID, err error) []completion {
 	if req.callback == nil {
-		return fns
+		return cs
 	}
-	cb := req.callback
 	if req.direct {
-		cb(id, err)
-		return fns
+		req.callback(id, err)
+		return cs
 	}
-	return append(fns, func() { cb(id, err) })
+	return append(cs, completion{req.callback, id, err})
 }
 
 // pendingItem is one SEND frame waiting for its receipt: a batch, a single message, or
@@ -55,13 +53,20 @@ type pendingItem struct {
 	created         time.Time
 }
 
+// frameHeadroom is kept free in front of a batch's payload for the frame header, so a
+// batch is framed in place instead of being copied (see frame.PayloadInPlace).
+const frameHeadroom = 512
+
 type batch struct {
-	buf      []byte
+	buf      []byte // frameHeadroom unused bytes, then the encoded messages
 	reqs     []sendRequest
 	firstSeq uint64
 	lastSeq  uint64
 	created  time.Time
 }
+
+// size is the number of payload bytes in the batch.
+func (b *batch) size() int { return max(len(b.buf)-frameHeadroom, 0) }
 
 // partitionProducer publishes to one partition (or one non-partitioned topic).
 type partitionProducer struct {
@@ -85,12 +90,14 @@ type partitionProducer struct {
 	maxMsgSize int
 	pending    []*pendingItem
 	batch      batch
-	failed     error // set when the producer stopped for good
-	closing    bool
-	epoch      uint64
-	progress   chan struct{} // closed and replaced when pending shrinks
-	reconnects int
-	resent     int // frames sent again after a reconnect
+	// lastBatchBytes sizes the next batch's buffer.
+	lastBatchBytes int
+	failed         error // set when the producer stopped for good
+	closing        bool
+	epoch          uint64
+	progress       chan struct{} // closed and replaced when pending shrinks
+	reconnects     int
+	resent         int // frames sent again after a reconnect
 
 	reconnectCh chan struct{}
 	done        chan struct{}
@@ -323,7 +330,7 @@ func (p *partitionProducer) receipt(cn *conn.Conn, r *pb.CommandSendReceipt) {
 	}
 	p.popLocked()
 	ids := r.GetMessageId()
-	var fns []func()
+	var fns []completion
 	for i, req := range head.reqs {
 		id := messageIDFromPB(ids, p.partition)
 		if head.batched {
@@ -386,7 +393,7 @@ func (p *partitionProducer) takeAllLocked() []*pendingItem {
 	items := p.pending
 	p.pending = nil
 	if len(p.batch.reqs) > 0 {
-		items = append(items, &pendingItem{reqs: p.batch.reqs, numMsgs: len(p.batch.reqs), bytes: len(p.batch.buf)})
+		items = append(items, &pendingItem{reqs: p.batch.reqs, numMsgs: len(p.batch.reqs), bytes: p.batch.size()})
 		p.batch = batch{}
 	}
 	close(p.progress)
@@ -395,7 +402,7 @@ func (p *partitionProducer) takeAllLocked() []*pendingItem {
 }
 
 func (p *partitionProducer) failItems(items []*pendingItem, err error) {
-	var fns []func()
+	var fns []completion
 	n, b := 0, 0
 	for _, it := range items {
 		n += it.numMsgs
@@ -492,23 +499,29 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 	}
 	seq := p.seq
 	p.seq++
-	req := sendRequest{callback: cb, direct: direct, created: time.Now()}
+	req := sendRequest{callback: cb, direct: direct}
 	if p.opts.DisableBatching {
 		p.enqueueSingleLocked(seq, m, req)
 		p.mu.Unlock()
 		return
 	}
-	if len(p.batch.reqs) > 0 && len(p.batch.buf)+len(m.Payload)+64 > p.opts.BatchingMaxBytes {
+	if len(p.batch.reqs) > 0 && p.batch.size()+len(m.Payload)+64 > p.opts.BatchingMaxBytes {
 		p.flushBatchLocked()
 	}
 	if len(p.batch.reqs) == 0 {
 		p.batch.firstSeq = seq
-		p.batch.created = req.created
+		p.batch.created = time.Now()
 	}
 	p.batch.lastSeq = seq
+	if p.batch.buf == nil {
+		// Size the buffer like the previous batch, so a busy producer fills it without
+		// growing (copying) and an idle one does not hold 128 KiB per lone message.
+		size := min(max(p.lastBatchBytes+p.lastBatchBytes/8, len(m.Payload)+256), p.opts.BatchingMaxBytes+len(m.Payload)+256)
+		p.batch.buf = make([]byte, frameHeadroom, frameHeadroom+size)
+	}
 	p.batch.buf = appendSingleMessage(p.batch.buf, seq, m)
 	p.batch.reqs = append(p.batch.reqs, req)
-	if len(p.batch.reqs) >= p.opts.BatchingMaxMessages || len(p.batch.buf) >= p.opts.BatchingMaxBytes || len(p.pending) == 0 {
+	if len(p.batch.reqs) >= p.opts.BatchingMaxMessages || p.batch.size() >= p.opts.BatchingMaxBytes || len(p.pending) == 0 {
 		p.flushBatchLocked()
 	}
 	p.mu.Unlock()
@@ -529,45 +542,58 @@ func (p *partitionProducer) metadataLocked(seq uint64) *pb.MessageMetadata {
 
 func (p *partitionProducer) flushBatchLocked() {
 	b := p.batch
-	p.batch = batch{buf: nil}
+	p.batch = batch{}
+	p.lastBatchBytes = b.size()
 	n := len(b.reqs)
 	md := p.metadataLocked(b.firstSeq)
 	md.NumMessagesInBatch = proto.Int32(int32(n))
 	if n > 1 {
 		md.HighestSequenceId = proto.Uint64(b.lastSeq)
 	}
-	payload := p.compressLocked(md, b.buf)
+	buf, headroom := p.compressLocked(md, b.buf[frameHeadroom:], b.buf)
 	send := &pb.CommandSend{ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(b.firstSeq), NumMessages: proto.Int32(int32(n))}
 	if n > 1 {
 		send.HighestSequenceId = proto.Uint64(b.lastSeq)
 	}
 	p.appendItemLocked(&pendingItem{seq: b.firstSeq, highestSeq: b.lastSeq, reqs: b.reqs, batched: true,
-		numMsgs: n, bytes: len(b.buf), created: b.created}, send, md, payload)
+		numMsgs: n, bytes: b.size(), created: b.created}, send, md, buf, headroom)
 }
 
-func (p *partitionProducer) compressLocked(md *pb.MessageMetadata, raw []byte) []byte {
+// compressLocked returns the payload to send, raw or compressed, and how many unused
+// bytes precede it in the returned buffer. framed, when not nil, is raw preceded by
+// frameHeadroom bytes; the result then keeps that headroom for frame.PayloadInPlace.
+func (p *partitionProducer) compressLocked(md *pb.MessageMetadata, raw, framed []byte) ([]byte, int) {
 	// uncompressed_size is set even without compression, as the official producers do:
 	// the official Go consumer relies on it to read a reassembled chunked message.
 	md.UncompressedSize = proto.Uint32(uint32(len(raw)))
-	if p.opts.Compression == NoCompression {
-		return raw
+	headroom := 0
+	if framed != nil {
+		headroom = frameHeadroom
 	}
-	out, err := compress.Compress(p.opts.Compression.pb(), nil, raw)
+	if p.opts.Compression == NoCompression {
+		if framed != nil {
+			return framed, headroom
+		}
+		return raw, 0
+	}
+	out, err := compress.Compress(p.opts.Compression.pb(), make([]byte, headroom, headroom+len(raw)/2+64), raw)
 	if err != nil {
 		p.log.Warn("compression failed; sending uncompressed", "error", err)
-		return raw
+		if framed != nil {
+			return framed, headroom
+		}
+		return raw, 0
 	}
 	md.Compression = p.opts.Compression.pb().Enum()
-	md.UncompressedSize = proto.Uint32(uint32(len(raw)))
-	return out
+	return out, headroom
 }
 
 func (p *partitionProducer) enqueueSingleLocked(seq uint64, m *ProducerMessage, req sendRequest) {
 	md := p.metadataLocked(seq)
 	setMessageFields(md, m)
-	payload := p.compressLocked(md, m.Payload)
+	payload, headroom := p.compressLocked(md, m.Payload, nil)
 	send := &pb.CommandSend{ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(seq)}
-	p.appendItemLocked(&pendingItem{seq: seq, highestSeq: seq, reqs: []sendRequest{req}, numMsgs: 1, bytes: len(m.Payload), created: req.created}, send, md, payload)
+	p.appendItemLocked(&pendingItem{seq: seq, highestSeq: seq, reqs: []sendRequest{req}, numMsgs: 1, bytes: len(m.Payload), created: time.Now()}, send, md, payload, headroom)
 }
 
 func setMessageFields(md *pb.MessageMetadata, m *ProducerMessage) {
@@ -592,10 +618,12 @@ func setMessageFields(md *pb.MessageMetadata, m *ProducerMessage) {
 	}
 }
 
-func (p *partitionProducer) appendItemLocked(it *pendingItem, send *pb.CommandSend, md *pb.MessageMetadata, payload []byte) {
+// appendItemLocked frames the payload held at buf[headroom:] (in place when the
+// headroom allows) and queues it.
+func (p *partitionProducer) appendItemLocked(it *pendingItem, send *pb.CommandSend, md *pb.MessageMetadata, buf []byte, headroom int) {
 	mdBytes, err := proto.Marshal(md)
 	if err == nil {
-		it.frame, err = frame.AppendPayloadCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: send}, mdBytes, payload, 0)
+		it.frame, err = frame.PayloadInPlace(buf, headroom, &pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: send}, mdBytes, 0)
 	}
 	if err != nil {
 		p.failItemsLocked(it, fmt.Errorf("pulsar: encoding a message for %s: %w", p.topic, err))
@@ -671,8 +699,8 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 		if err := p.limiter.acquire(ctx, 1, n, p.done); err != nil {
 			return MessageID{}, err
 		}
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(r, buf); err != nil {
+		buf := make([]byte, frameHeadroom+n) // read in place behind the frame header's room
+		if _, err := io.ReadFull(r, buf[frameHeadroom:]); err != nil {
 			p.limiter.release(1, n)
 			return MessageID{}, fmt.Errorf("pulsar: reading chunk %d of %d for %s: %w (the chunks already sent expire at consumers)", i, numChunks, p.topic, err)
 		}
@@ -696,13 +724,13 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 		}
 		it := &pendingItem{seq: seq, highestSeq: seq, numMsgs: 1, bytes: n, created: created}
 		if i == numChunks-1 {
-			it.reqs = []sendRequest{{created: created, direct: true, callback: func(mid MessageID, err error) {
+			it.reqs = []sendRequest{{direct: true, callback: func(mid MessageID, err error) {
 				id = mid
 				result <- err
 			}}}
 		}
 		send := &pb.CommandSend{ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(seq), IsChunk: proto.Bool(true)}
-		p.appendItemLocked(it, send, md, buf)
+		p.appendItemLocked(it, send, md, buf, frameHeadroom)
 		p.mu.Unlock()
 	}
 	release() // every chunk is queued: other messages may follow

@@ -13,6 +13,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"syscall"
@@ -36,6 +37,9 @@ type result struct {
 func main() {
 	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
 	rounds := flag.Int("rounds", 2, "alternating rounds per size (the best of each is reported)")
+	only := flag.Int("size", 0, "run only this message size (100, 1024 or 65536)")
+	n := flag.Int("n", 0, "messages per run (default: 200 000, 100 000 and 4 000 by size)")
+	profile := flag.String("cpuprofile", "", "write a CPU profile of the bridge's runs to this file")
 	flag.Parse()
 	if *url == "" {
 		log.Fatal("no broker: set -url or PULSAR_URL (make bench starts one)")
@@ -43,6 +47,12 @@ func main() {
 	sizes := []struct{ size, count int }{{100, 200_000}, {1024, 100_000}, {64 << 10, 4_000}}
 	fmt.Printf("| client | size | messages | msgs/s | MB/s | p50 | p99 | CPU µs/msg |\n|---|---|---|---|---|---|---|---|\n")
 	for _, s := range sizes {
+		if *only != 0 && s.size != *only {
+			continue
+		}
+		if *n > 0 {
+			s.count = *n
+		}
 		best := map[string]result{}
 		for r := range *rounds {
 			for _, c := range []string{"bridge", "official"} {
@@ -50,7 +60,17 @@ func main() {
 				var res result
 				var err error
 				if c == "bridge" {
+					if *profile != "" {
+						f, ferr := os.Create(*profile)
+						if ferr != nil {
+							log.Fatal(ferr)
+						}
+						_ = pprof.StartCPUProfile(f)
+					}
 					res, err = runOurs(*url, topic, s.size, s.count)
+					if *profile != "" {
+						pprof.StopCPUProfile()
+					}
 				} else {
 					res, err = runOfficial(*url, topic, s.size, s.count)
 				}

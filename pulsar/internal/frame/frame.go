@@ -178,3 +178,40 @@ func Decode(body []byte, f *Frame) error {
 	}
 	return nil
 }
+
+// PayloadInPlace builds a payload frame around a payload that the caller wrote at
+// buf[headroom:], writing the header into the headroom in front of it, so the payload
+// is not copied again. The frame returned is a sub-slice of buf. When the header does
+// not fit the headroom, the frame is built in a new buffer instead.
+func PayloadInPlace(buf []byte, headroom int, cmd *pb.BaseCommand, metadata []byte, maxFrame int) ([]byte, error) {
+	payload := buf[headroom:]
+	cmdSize := proto.Size(cmd)
+	header := 4 + 4 + cmdSize + 2 + 4 + 4 + len(metadata)
+	if header > headroom {
+		return AppendPayloadCommand(nil, cmd, metadata, payload, maxFrame)
+	}
+	total := header - 4 + len(payload)
+	if maxFrame > 0 && total > maxFrame {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, total, maxFrame)
+	}
+	start := headroom - header
+	f := buf[start:]
+	h := f[:0]
+	h = binary.BigEndian.AppendUint32(h, uint32(total))
+	h = binary.BigEndian.AppendUint32(h, uint32(cmdSize))
+	h, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(h, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if len(h) != 8+cmdSize {
+		return nil, fmt.Errorf("pulsar: command encoded to %d bytes, expected %d", len(h)-8, cmdSize)
+	}
+	h = binary.BigEndian.AppendUint16(h, MagicCRC32C)
+	crcAt := len(h)
+	h = append(h, 0, 0, 0, 0)
+	checked := len(h)
+	h = binary.BigEndian.AppendUint32(h, uint32(len(metadata)))
+	h = append(h, metadata...)
+	binary.BigEndian.PutUint32(f[crcAt:], Checksum(f[checked:]))
+	return f, nil
+}

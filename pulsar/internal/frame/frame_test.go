@@ -166,3 +166,29 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestPayloadInPlaceMatchesAppend(t *testing.T) {
+	cmd := &pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: &pb.CommandSend{ProducerId: proto.Uint64(3), SequenceId: proto.Uint64(99)}}
+	md := []byte{0x0a, 0x03, 'a', 'b', 'c', 0x10, 0x63}
+	payload := bytes.Repeat([]byte("payload!"), 1000)
+	want, err := AppendPayloadCommand(nil, cmd, md, payload, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, headroom := range []int{512, 64, 10} { // 10: too small, falls back
+		buf := append(make([]byte, headroom), payload...)
+		got, err := PayloadInPlace(buf, headroom, cmd, md, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("headroom %d: in-place frame differs from the appended one", headroom)
+		}
+		if headroom >= 64 && &got[len(got)-1] != &buf[len(buf)-1] {
+			t.Fatalf("headroom %d: the payload was copied", headroom)
+		}
+	}
+	if _, err := PayloadInPlace(append(make([]byte, 512), payload...), 512, cmd, md, 100); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("limit not enforced: %v", err)
+	}
+}
