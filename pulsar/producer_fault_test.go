@@ -280,3 +280,56 @@ func TestChunkedOnFakeBrokerKeepsChunksTogether(t *testing.T) {
 		t.Fatalf("with chunking off: %v, want ErrMessageTooLarge", err)
 	}
 }
+
+func TestReceiptAheadOfTheQueueHeadResends(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{})
+	b.SkipReceipts(1) // the first batch is persisted but never answered
+	wait := sendAll(t, p, 20)
+	if errs := wait(); len(errs) > 0 {
+		t.Fatalf("sends failed: %v", errs)
+	}
+	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 20)
+	if p.Stats().Reconnects == 0 {
+		t.Fatal("a receipt ahead of the oldest pending message must close the connection and resend")
+	}
+}
+
+func TestTopicMigratedRecreatesTheProducer(t *testing.T) {
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{})
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("m-00000")}); err != nil {
+		t.Fatal(err)
+	}
+	b.MigrateProducers(b.URL())
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("m-00001")}); err != nil {
+		t.Fatal(err)
+	}
+	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 2)
+	if b.Frames(pb.BaseCommand_PRODUCER) != 2 || b.Frames(pb.BaseCommand_LOOKUP) < 2 {
+		t.Fatalf("PRODUCER %d, LOOKUP %d: the migrated producer must be looked up and registered again",
+			b.Frames(pb.BaseCommand_PRODUCER), b.Frames(pb.BaseCommand_LOOKUP))
+	}
+}
+
+func TestSlowReceiptsTimeOutAndLateOnesAreIgnored(t *testing.T) {
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{SendTimeout: 100 * time.Millisecond})
+	b.SetReceiptDelay(400 * time.Millisecond)
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("slow")}); !errors.Is(err, pulsar.ErrSendTimeout) {
+		t.Fatalf("err = %v, want ErrSendTimeout", err)
+	}
+	b.SetReceiptDelay(0)
+	id, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("fast")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the late receipt arrives and must change nothing
+	if id.EntryID != 2 {
+		t.Fatalf("the second message's id %v is not its own receipt's", id)
+	}
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("after")}); err != nil {
+		t.Fatalf("a late receipt broke the producer: %v", err)
+	}
+}

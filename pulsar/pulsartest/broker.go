@@ -6,11 +6,13 @@ package pulsartest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -52,23 +54,128 @@ type Broker struct {
 	maxMessageSize int32
 	producerSeq    int
 	frames         map[pb.BaseCommand_Type]int
+	tlsConfig      *tls.Config
+	token          string
+	authResponses  []string
+	proxyTargets   []string
+	redirects      map[string]redirect
+	receiptDelay   time.Duration
+	skipReceipts   int
 }
 
 // NewBroker starts a fake broker on a loopback port.
-func NewBroker() (*Broker, error) {
+func NewBroker(opts ...Option) (*Broker, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	b := &Broker{ln: ln, conns: map[*serverConn]struct{}{}, partitions: map[string]int{}, highest: map[string]uint64{},
-		frames: map[pb.BaseCommand_Type]int{}, maxMessageSize: frame.DefaultMaxMessageSize, entry: 0}
+		frames: map[pb.BaseCommand_Type]int{}, maxMessageSize: frame.DefaultMaxMessageSize, entry: 0,
+		redirects: map[string]redirect{}}
+	for _, o := range opts {
+		o(b)
+	}
+	if b.tlsConfig != nil {
+		b.ln = tls.NewListener(ln, b.tlsConfig)
+	}
 	b.wg.Add(1)
 	go b.accept()
 	return b, nil
 }
 
-// URL is the broker's pulsar:// URL.
-func (b *Broker) URL() string { return "pulsar://" + b.ln.Addr().String() }
+// Option configures a Broker at start.
+type Option func(*Broker)
+
+// WithTLS makes the broker accept only TLS connections with cfg (its URL turns pulsar+ssl://).
+func WithTLS(cfg *tls.Config) Option { return func(b *Broker) { b.tlsConfig = cfg } }
+
+// WithToken makes the broker require token authentication with this token; SetToken
+// changes it later (a rotation, for AUTH_CHALLENGE tests).
+func WithToken(token string) Option { return func(b *Broker) { b.token = token } }
+
+type redirect struct {
+	url   string
+	proxy bool
+}
+
+// URL is the broker's pulsar:// (or, with TLS, pulsar+ssl://) URL.
+func (b *Broker) URL() string {
+	if b.tlsConfig != nil {
+		return "pulsar+ssl://" + b.ln.Addr().String()
+	}
+	return "pulsar://" + b.ln.Addr().String()
+}
+
+// SetToken changes the token the broker accepts.
+func (b *Broker) SetToken(t string) { b.mu.Lock(); b.token = t; b.mu.Unlock() }
+
+// ChallengeAuth sends AUTH_CHALLENGE on every connection; the answers show in AuthResponses.
+func (b *Broker) ChallengeAuth() {
+	for _, c := range b.connections() {
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_AUTH_CHALLENGE.Enum(), AuthChallenge: &pb.CommandAuthChallenge{
+			ServerVersion: proto.String("pulsartest"), Challenge: &pb.AuthData{AuthMethodName: proto.String("token"), AuthData: []byte("refresh")}}})
+	}
+}
+
+// AuthResponses returns the credentials received in AUTH_RESPONSE frames, in order.
+func (b *Broker) AuthResponses() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.authResponses...)
+}
+
+// ProxyTargets returns the proxy_to_broker_url of every CONNECT that carried one.
+func (b *Broker) ProxyTargets() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.proxyTargets...)
+}
+
+// Redirect answers lookups of topic with a redirect to url; with proxy, it answers
+// Connect to url with proxy_through_service_url set, so the client must come back
+// through this broker asking to be proxied to url.
+func (b *Broker) Redirect(topic, url string, proxy bool) {
+	b.mu.Lock()
+	b.redirects[topic] = redirect{url, proxy}
+	b.mu.Unlock()
+}
+
+// SetReceiptDelay sends each receipt d after the message was persisted.
+func (b *Broker) SetReceiptDelay(d time.Duration) { b.mu.Lock(); b.receiptDelay = d; b.mu.Unlock() }
+
+// SkipReceipts persists the next n messages without ever answering them, so the next
+// receipt the client sees is ahead of its oldest pending message.
+func (b *Broker) SkipReceipts(n int) { b.mu.Lock(); b.skipReceipts = n; b.mu.Unlock() }
+
+// MigrateProducers sends TOPIC_MIGRATED for every registered producer, pointing at url.
+func (b *Broker) MigrateProducers(url string) {
+	b.mu.Lock()
+	var todo []func()
+	for c := range b.conns {
+		for id := range c.producers {
+			c, id := c, id
+			todo = append(todo, func() {
+				c.write(&pb.BaseCommand{Type: pb.BaseCommand_TOPIC_MIGRATED.Enum(), TopicMigrated: &pb.CommandTopicMigrated{
+					ResourceId: proto.Uint64(id), ResourceType: pb.CommandTopicMigrated_Producer.Enum(), BrokerServiceUrl: proto.String(url)}})
+			})
+		}
+		c.producers = map[uint64]string{}
+	}
+	b.mu.Unlock()
+	for _, f := range todo {
+		f()
+	}
+}
+
+func (b *Broker) connections() []*serverConn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*serverConn, 0, len(b.conns))
+	for c := range b.conns {
+		out = append(out, c)
+	}
+	return out
+}
 
 // Close stops the broker and waits for its goroutines.
 func (b *Broker) Close() {
@@ -254,9 +361,19 @@ func (c *serverConn) handle(f *frame.Frame) {
 	b := c.b
 	switch cmd.GetType() {
 	case pb.BaseCommand_CONNECT:
+		cc := cmd.GetConnect()
 		b.mu.Lock()
-		max := b.maxMessageSize
+		max, token := b.maxMessageSize, b.token
+		if cc.ProxyToBrokerUrl != nil {
+			b.proxyTargets = append(b.proxyTargets, cc.GetProxyToBrokerUrl())
+		}
 		b.mu.Unlock()
+		if token != "" && (cc.GetAuthMethodName() != "token" || string(cc.GetAuthData()) != token) {
+			c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+				Error: pb.ServerError_AuthenticationError.Enum(), Message: proto.String("pulsartest: bad or missing token")}})
+			c.nc.Close()
+			return
+		}
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
 			ServerVersion: proto.String("pulsartest"), ProtocolVersion: proto.Int32(20), MaxMessageSize: proto.Int32(max)}})
 	case pb.BaseCommand_PING:
@@ -273,11 +390,33 @@ func (c *serverConn) handle(f *frame.Frame) {
 		b.mu.Unlock()
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA_RESPONSE.Enum(), PartitionMetadataResponse: &pb.CommandPartitionedTopicMetadataResponse{
 			RequestId: proto.Uint64(r.GetRequestId()), Partitions: proto.Uint32(uint32(n)), Response: pb.CommandPartitionedTopicMetadataResponse_Success.Enum()}})
+	case pb.BaseCommand_AUTH_RESPONSE:
+		data := string(cmd.GetAuthResponse().GetResponse().GetAuthData())
+		b.mu.Lock()
+		b.authResponses = append(b.authResponses, data)
+		token := b.token
+		b.mu.Unlock()
+		if token != "" && data != token {
+			c.nc.Close()
+		}
 	case pb.BaseCommand_LOOKUP:
 		r := cmd.GetLookupTopic()
+		b.mu.Lock()
+		rd, ok := b.redirects[r.GetTopic()]
+		b.mu.Unlock()
+		if ok {
+			resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(r.GetRequestId()), BrokerServiceUrl: proto.String(rd.url),
+				BrokerServiceUrlTls: proto.String(rd.url), Authoritative: proto.Bool(true), Response: pb.CommandLookupTopicResponse_Redirect.Enum()}
+			if rd.proxy {
+				resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
+				resp.ProxyThroughServiceUrl = proto.Bool(true)
+			}
+			c.write(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
+			return
+		}
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: &pb.CommandLookupTopicResponse{
 			RequestId: proto.Uint64(r.GetRequestId()), Response: pb.CommandLookupTopicResponse_Connect.Enum(),
-			BrokerServiceUrl: proto.String(b.URL()), Authoritative: proto.Bool(true)}})
+			BrokerServiceUrl: proto.String(b.URL()), BrokerServiceUrlTls: proto.String(b.URL()), Authoritative: proto.Bool(true)}})
 	case pb.BaseCommand_PRODUCER:
 		r := cmd.GetProducer()
 		b.mu.Lock()
@@ -331,9 +470,7 @@ func (c *serverConn) send(f *frame.Frame) {
 		highest = s.GetHighestSequenceId()
 	}
 	var ledger, entry uint64
-	duplicate := false
 	if h, seen := b.highest[md.GetProducerName()]; b.dedup && seen && highest <= h && !(s.GetIsChunk() && md.GetChunkId() > 0 && highest == h) {
-		duplicate = true
 		ledger, entry = ^uint64(0), ^uint64(0)
 	} else {
 		b.entry++
@@ -343,17 +480,26 @@ func (c *serverConn) send(f *frame.Frame) {
 		}
 		b.messages = append(b.messages, decodeMessages(topic, md, f.Payload, ledger, entry)...)
 	}
-	_ = duplicate
 	receipt := &pb.BaseCommand{Type: pb.BaseCommand_SEND_RECEIPT.Enum(), SendReceipt: &pb.CommandSendReceipt{
 		ProducerId: s.ProducerId, SequenceId: s.SequenceId, HighestSequenceId: s.HighestSequenceId,
 		MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(ledger), EntryId: proto.Uint64(entry)}}}
-	if b.holdReceipts {
+	switch {
+	case b.skipReceipts > 0:
+		b.skipReceipts--
+	case b.holdReceipts:
 		b.held = append(b.held, func() { c.write(receipt) })
+	case b.receiptDelay > 0:
+		b.wg.Add(1)
+		time.AfterFunc(b.receiptDelay, func() {
+			defer b.wg.Done()
+			c.write(receipt)
+		})
+	default:
 		b.mu.Unlock()
+		c.write(receipt)
 		return
 	}
 	b.mu.Unlock()
-	c.write(receipt)
 }
 
 func decodeMessages(topic string, md *pb.MessageMetadata, payload []byte, ledger, entry uint64) []Message {

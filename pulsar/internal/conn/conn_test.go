@@ -1,0 +1,239 @@
+package conn
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// stub is a minimal peer: it answers CONNECT, then hands every frame it reads to onFrame.
+type stub struct {
+	ln      net.Listener
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	conns   []net.Conn
+	onFrame func(c net.Conn, cmd *pb.BaseCommand)
+}
+
+func newStub(t *testing.T, onFrame func(net.Conn, *pb.BaseCommand)) *stub {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stub{ln: ln, onFrame: onFrame}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
+			s.wg.Add(1)
+			go s.serve(c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		s.mu.Lock()
+		for _, c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+		s.wg.Wait()
+	})
+	return s
+}
+
+func write(c net.Conn, cmd *pb.BaseCommand) {
+	b, _ := frame.AppendCommand(nil, cmd)
+	_, _ = c.Write(b)
+}
+
+func (s *stub) serve(c net.Conn) {
+	defer s.wg.Done()
+	br := bufio.NewReader(c)
+	for {
+		var f frame.Frame
+		if err := readFrame(br, &f, 1<<20); err != nil {
+			return
+		}
+		if f.Cmd.GetType() == pb.BaseCommand_CONNECT {
+			write(c, &pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
+				ServerVersion: proto.String("stub"), ProtocolVersion: proto.Int32(20), MaxMessageSize: proto.Int32(1 << 20)}})
+			continue
+		}
+		if s.onFrame != nil {
+			s.onFrame(c, f.Cmd)
+		}
+	}
+}
+
+func lookup(id uint64) *pb.BaseCommand {
+	return &pb.BaseCommand{Type: pb.BaseCommand_LOOKUP.Enum(), LookupTopic: &pb.CommandLookupTopic{Topic: proto.String("t"), RequestId: proto.Uint64(id)}}
+}
+
+func TestHandshakeReadsBrokerLimits(t *testing.T) {
+	s := newStub(t, nil)
+	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.MaxMessageSize() != 1<<20 || c.ServerVersion() != "stub" {
+		t.Fatalf("max %d, version %q", c.MaxMessageSize(), c.ServerVersion())
+	}
+}
+
+func TestCloseFailsEveryWaiterWithOneError(t *testing.T) {
+	s := newStub(t, nil) // never answers requests
+	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			_, err := c.Request(context.Background(), uint64(i+1), lookup(uint64(i+1)))
+			errs <- err
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	c.Close()
+	c.Close() // idempotent
+	for range 3 {
+		if err := <-errs; !errors.Is(err, ErrClosed) {
+			t.Fatalf("waiter got %v, want ErrClosed", err)
+		}
+	}
+	if !errors.Is(c.Err(), ErrClosed) {
+		t.Fatalf("Err() = %v", c.Err())
+	}
+	if err := c.Send(lookup(9)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send after close: %v", err)
+	}
+}
+
+func TestRequestGivesUpOnItsContextAndServesTheAnswerToOthers(t *testing.T) {
+	answer := make(chan struct{})
+	s := newStub(t, func(nc net.Conn, cmd *pb.BaseCommand) {
+		if id := cmd.GetLookupTopic().GetRequestId(); id == 2 {
+			<-answer
+			for _, rid := range []uint64{1, 2} { // 1 is late: its waiter left
+				write(nc, &pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: &pb.CommandLookupTopicResponse{
+					RequestId: proto.Uint64(rid), Response: pb.CommandLookupTopicResponse_Connect.Enum()}})
+			}
+		}
+	})
+	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Request(ctx, 1, lookup(1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the context's deadline", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Request(context.Background(), 2, lookup(2))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	close(answer)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reader blocked on an answer nobody waited for")
+	}
+}
+
+func TestKeepAliveDeclaresASilentPeerDead(t *testing.T) {
+	pings := make(chan struct{}, 10)
+	s := newStub(t, func(_ net.Conn, cmd *pb.BaseCommand) {
+		if cmd.GetType() == pb.BaseCommand_PING {
+			pings <- struct{}{} // noted, never answered
+		}
+	})
+	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String(), KeepAlive: 30 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a silent broker was never declared dead")
+	}
+	if !errors.Is(c.Err(), ErrKeepAliveTimeout) || len(pings) == 0 {
+		t.Fatalf("Err() = %v after %d pings", c.Err(), len(pings))
+	}
+}
+
+func TestAnswersPingWithPong(t *testing.T) {
+	pong := make(chan struct{}, 1)
+	s := newStub(t, func(nc net.Conn, cmd *pb.BaseCommand) {
+		if cmd.GetType() == pb.BaseCommand_PONG {
+			pong <- struct{}{}
+		}
+	})
+	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s.mu.Lock()
+	peer := s.conns[0]
+	s.mu.Unlock()
+	write(peer, &pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+	select {
+	case <-pong:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no PONG")
+	}
+}
+
+func TestHandshakeRefusedWithServerError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		var f frame.Frame
+		_ = readFrame(bufio.NewReader(nc), &f, 1<<20)
+		write(nc, &pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+			Error: pb.ServerError_AuthenticationError.Enum(), Message: proto.String("who are you")}})
+		_, _ = io.Copy(io.Discard, nc)
+	}()
+	_, err = Dial(context.Background(), Options{Addr: ln.Addr().String()})
+	var se *ServerError
+	if !errors.Is(err, ErrHandshake) || !errors.As(err, &se) || se.Message != "who are you" {
+		t.Fatalf("err = %v", err)
+	}
+}
