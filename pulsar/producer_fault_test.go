@@ -333,3 +333,18 @@ func TestSlowReceiptsTimeOutAndLateOnesAreIgnored(t *testing.T) {
 		t.Fatalf("a late receipt broke the producer: %v", err)
 	}
 }
+
+func TestCorruptedSendIsResentAfterChecksumError(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{})
+	b.CorruptNextSends(2)
+	wait := sendAll(t, p, 30)
+	if errs := wait(); len(errs) > 0 {
+		t.Fatalf("sends failed: %v", errs)
+	}
+	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 30)
+	if p.Stats().Resent == 0 {
+		t.Fatal("the refused frames were never resent")
+	}
+}

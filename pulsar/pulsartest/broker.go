@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -61,6 +62,7 @@ type Broker struct {
 	redirects      map[string]redirect
 	receiptDelay   time.Duration
 	skipReceipts   int
+	corruptSends   int
 }
 
 // NewBroker starts a fake broker on a loopback port.
@@ -139,6 +141,10 @@ func (b *Broker) Redirect(topic, url string, proxy bool) {
 	b.redirects[topic] = redirect{url, proxy}
 	b.mu.Unlock()
 }
+
+// CorruptNextSends flips a payload bit in the next n SEND frames as they arrive; the
+// broker then answers each with SEND_ERROR ChecksumError, as a real broker does.
+func (b *Broker) CorruptNextSends(n int) { b.mu.Lock(); b.corruptSends = n; b.mu.Unlock() }
 
 // SetReceiptDelay sends each receipt d after the message was persisted.
 func (b *Broker) SetReceiptDelay(d time.Duration) { b.mu.Lock(); b.receiptDelay = d; b.mu.Unlock() }
@@ -340,8 +346,25 @@ func (c *serverConn) serve() {
 		if _, err := io.ReadFull(br, body); err != nil {
 			return
 		}
+		c.b.mu.Lock()
+		if c.b.corruptSends > 0 && len(body) > 0 {
+			var peek frame.Frame
+			if frame.Decode(body, &peek) == nil && peek.Cmd.GetType() == pb.BaseCommand_SEND {
+				c.b.corruptSends--
+				body[len(body)-1] ^= 0xff // as if a bit flipped on the way
+			}
+		}
+		c.b.mu.Unlock()
 		var f frame.Frame
 		if err := frame.Decode(body, &f); err != nil {
+			if errors.Is(err, frame.ErrChecksum) && f.Cmd.GetType() == pb.BaseCommand_SEND {
+				// What a broker does with a corrupt message: refuse it, keep the connection.
+				s := f.Cmd.GetSend()
+				c.write(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
+					ProducerId: s.ProducerId, SequenceId: s.SequenceId, Error: pb.ServerError_ChecksumError.Enum(),
+					Message: proto.String("pulsartest: checksum mismatch")}})
+				continue
+			}
 			return
 		}
 		c.b.mu.Lock()
