@@ -33,6 +33,10 @@ type Broker struct {
 	AdminURL string // http://host:port
 	// StateDir is the pulsar.sh state directory; empty when the broker is not ours to control.
 	StateDir string
+	// TLSURL (pulsar+ssl://) and TLSCAFile name the broker's TLS listener and the CA that
+	// signed its certificate; empty when it has none.
+	TLSURL    string
+	TLSCAFile string
 	env      []string // environment for pulsar.sh (ports, state dir)
 }
 
@@ -96,7 +100,8 @@ func Start() (b *Broker, stop func() error, err error) {
 		if admin == "" {
 			return nil, nil, errors.New("PULSAR_URL is set but PULSAR_ADMIN_URL is not: set both (e.g. eval \"$(e2e/pulsar/pulsar.sh env)\")")
 		}
-		b := &Broker{URL: u, AdminURL: strings.TrimRight(admin, "/"), StateDir: os.Getenv("PULSAR_STATE_DIR")}
+		b := &Broker{URL: u, AdminURL: strings.TrimRight(admin, "/"), StateDir: os.Getenv("PULSAR_STATE_DIR"),
+			TLSURL: os.Getenv("PULSAR_TLS_URL"), TLSCAFile: os.Getenv("PULSAR_TLS_CA_FILE")}
 		b.env = os.Environ()
 		return b, nil, b.waitHealthy(30 * time.Second)
 	}
@@ -104,7 +109,7 @@ func Start() (b *Broker, stop func() error, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ports, err := freePorts(3)
+	ports, err := freePorts(4)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -118,10 +123,14 @@ func Start() (b *Broker, stop func() error, err error) {
 		"PULSAR_BROKER_PORT="+strconv.Itoa(ports[0]),
 		"PULSAR_WEB_PORT="+strconv.Itoa(ports[1]),
 		"PULSAR_BOOKIE_PORT="+strconv.Itoa(ports[2]),
+		"PULSAR_BROKER_TLS_PORT="+strconv.Itoa(ports[3]),
 	)
 	if err := b.script("start"); err != nil {
 		_ = b.script("stop")
 		return nil, nil, err
+	}
+	if ca := filepath.Join(state, "tls", "ca.crt"); fileExists(ca) {
+		b.TLSURL, b.TLSCAFile = fmt.Sprintf("pulsar+ssl://127.0.0.1:%d", ports[3]), ca
 	}
 	stop = func() error {
 		err := b.script("stop")
@@ -299,4 +308,9 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -18,6 +18,8 @@
 #   PULSAR_CACHE_DIR      where distributions are unpacked (default ~/.cache/recordio-bridge)
 #   PULSAR_STATE_DIR      pid, configuration, data and logs of this broker (default /tmp/recordio-bridge-pulsar)
 #   PULSAR_BROKER_PORT    default 6650;  PULSAR_WEB_PORT default 8090;  PULSAR_BOOKIE_PORT default 3181
+#   PULSAR_BROKER_TLS_PORT default 6651: a TLS listener with a test CA made by openssl in the state
+#                         directory (tls/ca.crt), skipped with a warning when openssl is missing
 #   PULSAR_HEAP           default 1g;    PULSAR_DIRECT_MEMORY default 1g
 #   PULSAR_START_TIMEOUT  seconds to wait for health (default 180)
 #   JAVA_HOME             the JDK to run the broker with (default: the java on PATH, else the newest under /usr/lib/jvm)
@@ -30,6 +32,7 @@ cache=${PULSAR_CACHE_DIR:-$HOME/.cache/recordio-bridge}
 state=${PULSAR_STATE_DIR:-${TMPDIR:-/tmp}/recordio-bridge-pulsar}
 broker_port=${PULSAR_BROKER_PORT:-6650}
 web_port=${PULSAR_WEB_PORT:-8090}
+tls_port=${PULSAR_BROKER_TLS_PORT:-6651}
 bookie_port=${PULSAR_BOOKIE_PORT:-3181}
 heap=${PULSAR_HEAP:-1g}
 direct=${PULSAR_DIRECT_MEMORY:-1g}
@@ -101,6 +104,25 @@ chosen_version() {
   die "could not obtain Apache Pulsar ($version or $fallback); check that Maven reaches Maven Central (mvn -v, ~/.m2/settings.xml)."
 }
 
+# make_certs DIR: a test CA and a broker certificate for 127.0.0.1 / localhost (idempotent).
+make_certs() {
+  local d=$1
+  [ -f "$d/broker.crt" ] && return 0
+  if ! command -v openssl >/dev/null; then
+    say "openssl is missing: no TLS listener (apt-get install -y openssl to test pulsar+ssl://)"
+    return 1
+  fi
+  mkdir -p "$d"
+  (
+    cd "$d"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=bridge test CA" -keyout ca.key -out ca.crt 2>/dev/null
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out broker.key 2>/dev/null
+    openssl req -new -key broker.key -subj "/CN=127.0.0.1" -out broker.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >ext.cnf
+    openssl x509 -req -in broker.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 -extfile ext.cnf -out broker.crt 2>/dev/null
+  ) || { say "could not make TLS certificates in $d"; return 1; }
+}
+
 pid_alive() { [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; }
 
 healthy() {
@@ -116,7 +138,7 @@ start() {
   if pid_alive && healthy; then say "already running (pid $(cat "$state/pid")) at pulsar://127.0.0.1:$broker_port"; return 0; fi
   if pid_alive; then say "a broker process exists but is not healthy; waiting for it"; wait_healthy; return; fi
   local p
-  for p in "$broker_port" "$web_port" "$bookie_port"; do
+  for p in "$broker_port" "$web_port" "$bookie_port" "$tls_port"; do
     port_busy "$p" && die "port $p on 127.0.0.1 is already in use by another process: stop it, or choose other ports with PULSAR_BROKER_PORT / PULSAR_WEB_PORT / PULSAR_BOOKIE_PORT."
   done
   local v home java
@@ -127,6 +149,16 @@ start() {
   sed -e "s/^brokerServicePort=.*/brokerServicePort=$broker_port/" \
       -e "s/^webServicePort=.*/webServicePort=$web_port/" \
       "$here/standalone.conf" >"$state/standalone.conf"
+  if make_certs "$state/tls"; then
+    cat >>"$state/standalone.conf" <<CONF
+
+# --- TLS listener for the client's TLS tests (certificates made by pulsar.sh).
+brokerServicePortTls=$tls_port
+tlsCertificateFilePath=$state/tls/broker.crt
+tlsKeyFilePath=$state/tls/broker.key
+tlsTrustCertsFilePath=$state/tls/ca.crt
+CONF
+  fi
   echo "$v" >"$state/version"
   say "starting Apache Pulsar $v standalone ($(basename "$(dirname "$(dirname "$java")")")), state in $state"
   date +%s.%N >"$state/started-at"
@@ -205,7 +237,10 @@ case "$cmd" in
   status) if pid_alive && healthy; then say "healthy: pulsar://127.0.0.1:$broker_port"; else say "not running or not healthy"; exit 1; fi ;;
   env)
     printf 'export PULSAR_URL=pulsar://127.0.0.1:%s\nexport PULSAR_ADMIN_URL=%s\nexport PULSAR_STATE_DIR=%s\n' \
-      "$broker_port" "$admin_url" "$state" ;;
+      "$broker_port" "$admin_url" "$state"
+    if [ -f "$state/tls/ca.crt" ]; then
+      printf 'export PULSAR_TLS_URL=pulsar+ssl://127.0.0.1:%s\nexport PULSAR_TLS_CA_FILE=%s\n' "$tls_port" "$state/tls/ca.crt"
+    fi ;;
   wipe) stop; rm -rf "$state"; say "wiped $state" ;;
   *) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

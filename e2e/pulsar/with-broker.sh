@@ -17,9 +17,10 @@ free_port() { # free_port START: the first port from START on that nothing liste
 taken=""
 PULSAR_BROKER_PORT=$(free_port 26650); taken="$taken $PULSAR_BROKER_PORT"
 PULSAR_WEB_PORT=$(free_port 28090); taken="$taken $PULSAR_WEB_PORT"
-PULSAR_BOOKIE_PORT=$(free_port 23181)
+PULSAR_BOOKIE_PORT=$(free_port 23181); taken="$taken $PULSAR_BOOKIE_PORT"
+PULSAR_BROKER_TLS_PORT=$(free_port 26651)
 PULSAR_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/bridge-pulsar-XXXXXX")
-export PULSAR_BROKER_PORT PULSAR_WEB_PORT PULSAR_BOOKIE_PORT PULSAR_STATE_DIR
+export PULSAR_BROKER_PORT PULSAR_WEB_PORT PULSAR_BOOKIE_PORT PULSAR_BROKER_TLS_PORT PULSAR_STATE_DIR
 
 cleanup() {
   "$here/pulsar.sh" stop || true
