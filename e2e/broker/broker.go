@@ -37,7 +37,7 @@ type Broker struct {
 	// signed its certificate; empty when it has none.
 	TLSURL    string
 	TLSCAFile string
-	env      []string // environment for pulsar.sh (ports, state dir)
+	env       []string // environment for pulsar.sh (ports, state dir)
 }
 
 var (
