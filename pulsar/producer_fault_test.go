@@ -348,3 +348,43 @@ func TestCorruptedSendIsResentAfterChecksumError(t *testing.T) {
 		t.Fatal("the refused frames were never resent")
 	}
 }
+
+func TestLoneMessageLeavesAtOnceAndBatchesFormWhileInFlight(t *testing.T) {
+	b := fakeBroker(t)
+	// A delay far longer than the test: if a lone message waited for it, Send would
+	// run out of its 5 s context.
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{BatchingMaxDelay: time.Hour})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("m-00000")}); err != nil {
+		t.Fatalf("a lone message did not leave at once: %v", err)
+	}
+	sends := b.Frames(pb.BaseCommand_SEND)
+
+	// With the first message in flight (receipts held), the next ten wait in one batch,
+	// which leaves as soon as the first receipt arrives.
+	b.HoldReceipts(true)
+	var wg sync.WaitGroup
+	wg.Add(11)
+	for i := 1; i <= 11; i++ {
+		p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%05d", i))}, func(_ pulsar.MessageID, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			wg.Done()
+		})
+	}
+	for deadline := time.Now().Add(5 * time.Second); b.Frames(pb.BaseCommand_SEND) == sends && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // room for a wrongly unbatched frame to show up
+	if got := b.Frames(pb.BaseCommand_SEND) - sends; got != 1 {
+		t.Fatalf("%d SEND frames while the first was in flight, want 1 (the rest batched)", got)
+	}
+	b.HoldReceipts(false)
+	wg.Wait()
+	if got := b.Frames(pb.BaseCommand_SEND) - sends; got != 2 {
+		t.Fatalf("%d SEND frames for 11 messages, want 2: one lone message, then one batch of 10", got)
+	}
+	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 12)
+}

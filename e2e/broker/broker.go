@@ -109,7 +109,7 @@ func Start() (b *Broker, stop func() error, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,6 +124,7 @@ func Start() (b *Broker, stop func() error, err error) {
 		"PULSAR_WEB_PORT="+strconv.Itoa(ports[1]),
 		"PULSAR_BOOKIE_PORT="+strconv.Itoa(ports[2]),
 		"PULSAR_BROKER_TLS_PORT="+strconv.Itoa(ports[3]),
+		"PULSAR_ZOOKEEPER_PORT="+strconv.Itoa(ports[4]),
 	)
 	if err := b.script("start"); err != nil {
 		_ = b.script("stop")

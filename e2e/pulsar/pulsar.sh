@@ -18,6 +18,10 @@
 #   PULSAR_CACHE_DIR      where distributions are unpacked (default ~/.cache/recordio-bridge)
 #   PULSAR_STATE_DIR      pid, configuration, data and logs of this broker (default /tmp/recordio-bridge-pulsar)
 #   PULSAR_BROKER_PORT    default 6650;  PULSAR_WEB_PORT default 8090;  PULSAR_BOOKIE_PORT default 3181
+#   PULSAR_ZOOKEEPER_PORT default 2181; PULSAR_METADATA zookeeper (default) or rocksdb: the metadata
+#                         store. ZooKeeper because the RocksDB store loses the bookie's registration
+#                         after a kill -9 and restart (ledgers then fail with "Not enough non-faulty
+#                         bookies"); its one drawback is that the embedded ZooKeeper binds 0.0.0.0.
 #   PULSAR_BROKER_TLS_PORT default 6651: a TLS listener with a test CA made by openssl in the state
 #                         directory (tls/ca.crt), skipped with a warning when openssl is missing
 #   PULSAR_HEAP           default 1g;    PULSAR_DIRECT_MEMORY default 1g
@@ -33,6 +37,8 @@ state=${PULSAR_STATE_DIR:-${TMPDIR:-/tmp}/recordio-bridge-pulsar}
 broker_port=${PULSAR_BROKER_PORT:-6650}
 web_port=${PULSAR_WEB_PORT:-8090}
 tls_port=${PULSAR_BROKER_TLS_PORT:-6651}
+zk_port=${PULSAR_ZOOKEEPER_PORT:-2181}
+metadata=${PULSAR_METADATA:-zookeeper}
 bookie_port=${PULSAR_BOOKIE_PORT:-3181}
 heap=${PULSAR_HEAP:-1g}
 direct=${PULSAR_DIRECT_MEMORY:-1g}
@@ -138,8 +144,8 @@ start() {
   if pid_alive && healthy; then say "already running (pid $(cat "$state/pid")) at pulsar://127.0.0.1:$broker_port"; return 0; fi
   if pid_alive; then say "a broker process exists but is not healthy; waiting for it"; wait_healthy; return; fi
   local p
-  for p in "$broker_port" "$web_port" "$bookie_port" "$tls_port"; do
-    port_busy "$p" && die "port $p on 127.0.0.1 is already in use by another process: stop it, or choose other ports with PULSAR_BROKER_PORT / PULSAR_WEB_PORT / PULSAR_BOOKIE_PORT."
+  for p in "$broker_port" "$web_port" "$bookie_port" "$tls_port" "$zk_port"; do
+    port_busy "$p" && die "port $p on 127.0.0.1 is already in use by another process: stop it, or choose other ports with PULSAR_BROKER_PORT / PULSAR_WEB_PORT / PULSAR_BOOKIE_PORT / PULSAR_BROKER_TLS_PORT / PULSAR_ZOOKEEPER_PORT."
   done
   local v home java
   v=$(chosen_version)
@@ -172,8 +178,12 @@ CONF
     export PULSAR_LOG_DIR="$state/logs"
     export PULSAR_LOG_CONF="$here/log4j2.yaml"
     export PULSAR_STANDALONE_CONF="$state/standalone.conf"
+    if [ "$metadata" = zookeeper ]; then
+      export PULSAR_STANDALONE_USE_ZOOKEEPER=1
+    fi
     exec nohup "$home/bin/pulsar" standalone --no-functions-worker --no-stream-storage \
       --bookkeeper-dir "$state/data/bookkeeper" --metadata-dir "$state/data/metadata" \
+      --zookeeper-dir "$state/data/zookeeper" --zookeeper-port "$zk_port" \
       --bookkeeper-port "$bookie_port" -a 127.0.0.1 >"$state/logs/stdout.log" 2>&1 </dev/null
   ) &
   echo $! >"$state/pid"
