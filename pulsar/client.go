@@ -59,6 +59,7 @@ type Client struct {
 	mu        sync.Mutex
 	closed    bool
 	producers map[*Producer]struct{}
+	consumers map[*Consumer]struct{}
 }
 
 // NewClient validates the options and returns a client; it connects lazily.
@@ -81,7 +82,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Client{opts: opts, serviceURL: u, serviceAddr: hostPort(u), tls: useTLS, log: opts.Logger, producers: map[*Producer]struct{}{}}
+	c := &Client{opts: opts, serviceURL: u, serviceAddr: hostPort(u), tls: useTLS, log: opts.Logger, producers: map[*Producer]struct{}{}, consumers: map[*Consumer]struct{}{}}
 	base := conn.Options{
 		ClientVersion:  "recordio-bridge",
 		ConnectTimeout: opts.ConnectTimeout,
@@ -171,11 +172,14 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	producers := c.producers
-	c.producers = nil
+	producers, consumers := c.producers, c.consumers
+	c.producers, c.consumers = nil, nil
 	c.mu.Unlock()
 	for p := range producers {
 		p.Close()
+	}
+	for cons := range consumers {
+		cons.Close()
 	}
 	c.pool.Close()
 	return nil

@@ -1,0 +1,257 @@
+package pulsar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrEndOfTopic: every topic of the consumer was terminated and all its messages were received.
+var ErrEndOfTopic = errors.New("pulsar: reached the end of the topic")
+
+// ErrAckDeferred: AckSync of a message whose batch still has unacknowledged messages,
+// with BatchIndexAck off. The acknowledgement is recorded and reaches the broker with
+// the batch's last one; until then a redelivery may bring the message again.
+var ErrAckDeferred = errors.New("pulsar: acknowledgement deferred until the rest of the batch is acknowledged (enable BatchIndexAck)")
+
+// ErrConsumerClosed: the consumer was closed.
+var ErrConsumerClosed = errors.New("pulsar: consumer closed")
+
+// Consumer receives from one subscription on one or more topics (and their partitions).
+// Messages of one partition arrive in order; flow permits are granted as the
+// application takes messages, so at most ReceiverQueueSize messages per partition wait
+// in memory.
+type Consumer struct {
+	client *Client
+	opts   ConsumerOptions
+	parts  []*partitionConsumer
+	events *dispatcher // OnActiveChange callbacks, off the connection's reader
+
+	mu     sync.Mutex
+	queue  []*Message
+	head   int
+	ended  int
+	closed bool
+	avail  chan struct{}
+	done   chan struct{}
+	once   sync.Once
+}
+
+// Subscribe creates the subscription if needed and starts consuming; it returns once
+// every partition's consumer is subscribed (or the first error).
+func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.OperationTimeout)
+	defer cancel()
+	cons := &Consumer{client: c, opts: opts, avail: make(chan struct{}, 1), done: make(chan struct{}), events: newDispatcher()}
+	for _, name := range opts.Topics {
+		topic, err := TopicName(name)
+		if err != nil {
+			cons.Close()
+			return nil, err
+		}
+		n, err := c.partitions(ctx, topic)
+		if err != nil {
+			cons.Close()
+			return nil, err
+		}
+		if n == 0 {
+			cons.parts = append(cons.parts, newPartitionConsumer(cons, topic, -1))
+			continue
+		}
+		for i := range n {
+			cons.parts = append(cons.parts, newPartitionConsumer(cons, partitionName(topic, i), int32(i)))
+		}
+	}
+	for _, pc := range cons.parts {
+		if err := pc.start(ctx); err != nil {
+			cons.Close()
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		cons.Close()
+		return nil, ErrClientClosed
+	}
+	c.consumers[cons] = struct{}{}
+	c.mu.Unlock()
+	return cons, nil
+}
+
+// enqueue hands messages to the application; it never blocks (flow permits bound it).
+func (c *Consumer) enqueue(msgs []*Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.queue = append(c.queue, msgs...)
+	c.mu.Unlock()
+	c.signal()
+}
+
+func (c *Consumer) signal() {
+	select {
+	case c.avail <- struct{}{}:
+	default:
+	}
+}
+
+// removeFrom drops the queued messages of one partition consumer (after a reconnect or
+// a redelivery of everything) and returns how many permits they stood for.
+func (c *Consumer) removeFrom(pc *partitionConsumer) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	permits := 0
+	kept := c.queue[:c.head]
+	for _, m := range c.queue[c.head:] {
+		if m.pc == pc {
+			permits += m.permits
+			continue
+		}
+		kept = append(kept, m)
+	}
+	clear(c.queue[len(kept):])
+	c.queue = kept
+	return permits
+}
+
+func (c *Consumer) partitionEnded() {
+	c.mu.Lock()
+	c.ended++
+	c.mu.Unlock()
+	c.signal()
+}
+
+// TryReceive returns a queued message without waiting.
+func (c *Consumer) TryReceive() (*Message, bool) {
+	c.mu.Lock()
+	if c.head == len(c.queue) {
+		c.mu.Unlock()
+		return nil, false
+	}
+	m := c.queue[c.head]
+	c.queue[c.head] = nil
+	c.head++
+	if c.head == len(c.queue) {
+		c.queue, c.head = c.queue[:0], 0
+	}
+	c.mu.Unlock()
+	m.pc.taken(m)
+	return m, true
+}
+
+// Receive waits for the next message. It returns ErrEndOfTopic once every topic was
+// terminated and drained, ErrConsumerClosed after Close, or the context's error.
+func (c *Consumer) Receive(ctx context.Context) (*Message, error) {
+	for {
+		if m, ok := c.TryReceive(); ok {
+			return m, nil
+		}
+		c.mu.Lock()
+		ended, closed := c.ended == len(c.parts) && len(c.parts) > 0, c.closed
+		c.mu.Unlock()
+		if closed {
+			return nil, ErrConsumerClosed
+		}
+		if ended {
+			if m, ok := c.TryReceive(); ok {
+				return m, nil
+			}
+			return nil, ErrEndOfTopic
+		}
+		select {
+		case <-c.avail:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.done:
+		}
+	}
+}
+
+// Buffered returns how many messages wait to be received.
+func (c *Consumer) Buffered() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue) - c.head
+}
+
+// Ack acknowledges m; acknowledgements are grouped and sent within AckGroupTime.
+func (c *Consumer) Ack(m *Message) error { return m.pc.ack(m) }
+
+// AckSync acknowledges m at once and waits for the broker's confirmation.
+func (c *Consumer) AckSync(ctx context.Context, m *Message) error { return m.pc.ackSync(ctx, m) }
+
+// AckCumulative acknowledges m and everything before it on its partition (not for
+// Shared or KeyShared subscriptions).
+func (c *Consumer) AckCumulative(ctx context.Context, m *Message) error {
+	if c.opts.Type == Shared || c.opts.Type == KeyShared {
+		return fmt.Errorf("%w: cumulative acknowledgement is not allowed on a %s subscription", ErrInvalidOptions, c.opts.Type)
+	}
+	return m.pc.ackCumulative(ctx, m)
+}
+
+// Nack asks for m to be delivered again after NackRedeliveryDelay.
+func (c *Consumer) Nack(m *Message) { m.pc.nack(m) }
+
+// RedeliverUnacknowledged asks the broker to deliver again every message not
+// acknowledged yet; queued messages are dropped first, as they will come again.
+func (c *Consumer) RedeliverUnacknowledged() {
+	for _, pc := range c.parts {
+		pc.redeliverAll()
+	}
+}
+
+// Close flushes grouped acknowledgements, closes the consumer on the broker and stops.
+func (c *Consumer) Close() error {
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		close(c.done)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, pc := range c.parts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pc.close(ctx)
+			}()
+		}
+		wg.Wait()
+		c.events.close()
+		c.client.mu.Lock()
+		delete(c.client.consumers, c)
+		c.client.mu.Unlock()
+	})
+	return nil
+}
+
+// ConsumerStats are a consumer's counters, summed over partitions.
+type ConsumerStats struct {
+	Reconnects       int
+	PermitsGranted   int // FLOW permits sent
+	Discarded        int // messages dropped before delivery (corrupt, filtered, incomplete chunks)
+	ChecksumFailures int
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() ConsumerStats {
+	var s ConsumerStats
+	for _, pc := range c.parts {
+		pc.mu.Lock()
+		s.Reconnects += pc.reconnects
+		s.PermitsGranted += pc.permitsGranted
+		s.Discarded += pc.discarded
+		s.ChecksumFailures += pc.checksumFailures
+		pc.mu.Unlock()
+	}
+	return s
+}

@@ -1,0 +1,159 @@
+package pulsar
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+// SubscriptionType is how a subscription shares messages among its consumers.
+type SubscriptionType int
+
+const (
+	Exclusive SubscriptionType = iota
+	Shared
+	Failover
+	KeyShared
+)
+
+func (t SubscriptionType) pb() pb.CommandSubscribe_SubType {
+	switch t {
+	case Shared:
+		return pb.CommandSubscribe_Shared
+	case Failover:
+		return pb.CommandSubscribe_Failover
+	case KeyShared:
+		return pb.CommandSubscribe_Key_Shared
+	}
+	return pb.CommandSubscribe_Exclusive
+}
+
+func (t SubscriptionType) String() string { return t.pb().String() }
+
+// InitialPosition is where a new subscription starts.
+type InitialPosition int
+
+const (
+	Latest InitialPosition = iota
+	Earliest
+)
+
+// ConsumerOptions configure a Consumer. Zero values take the defaults in brackets.
+type ConsumerOptions struct {
+	// Topics to consume; partitioned topics get one consumer per partition.
+	Topics []string
+	// Subscription name (required).
+	Subscription string
+	Type         SubscriptionType
+	// InitialPosition of a subscription that does not exist yet [Latest].
+	InitialPosition InitialPosition
+	// Name of the consumer [chosen by the broker].
+	Name string
+	// ReceiverQueueSize is the flow-permit window per partition: at most this many
+	// messages are buffered before the application takes them [1000].
+	ReceiverQueueSize int
+	// AckGroupTime and AckGroupMax: individual acknowledgements are sent in groups, after
+	// this long or this many [100 ms, 1000]; AckSync sends at once and waits.
+	AckGroupTime time.Duration
+	AckGroupMax  int
+	// BatchIndexAck sends PIP-54 batch-index acknowledgements (ack_set) for partly
+	// acknowledged batches; the broker must run with acknowledgmentAtBatchIndexLevelEnabled.
+	// Off, a batch is acknowledged when all its messages are [off].
+	BatchIndexAck bool
+	// NackRedeliveryDelay is how long a negatively acknowledged message waits [1 min].
+	NackRedeliveryDelay time.Duration
+	// MaxPendingChunkedMessages bounds the chunked messages being reassembled at once;
+	// the oldest is dropped beyond it [100].
+	MaxPendingChunkedMessages int
+	// ChunkExpiry drops a chunked message whose chunks stop arriving [1 min].
+	ChunkExpiry time.Duration
+	// OnActiveChange, when set, is told when a Failover consumer becomes active or inactive.
+	OnActiveChange func(topic string, active bool)
+	Backoff        Backoff
+}
+
+func (o ConsumerOptions) withDefaults() (ConsumerOptions, error) {
+	if o.Subscription == "" {
+		return o, fmt.Errorf("%w: a subscription name is required", ErrInvalidOptions)
+	}
+	if len(o.Topics) == 0 {
+		return o, fmt.Errorf("%w: no topic to consume", ErrInvalidOptions)
+	}
+	if o.Type < Exclusive || o.Type > KeyShared {
+		return o, fmt.Errorf("%w: unknown subscription type %d", ErrInvalidOptions, o.Type)
+	}
+	if o.ReceiverQueueSize == 0 {
+		o.ReceiverQueueSize = 1000
+	}
+	if o.AckGroupTime == 0 {
+		o.AckGroupTime = 100 * time.Millisecond
+	}
+	if o.AckGroupMax == 0 {
+		o.AckGroupMax = 1000
+	}
+	if o.NackRedeliveryDelay == 0 {
+		o.NackRedeliveryDelay = time.Minute
+	}
+	if o.MaxPendingChunkedMessages == 0 {
+		o.MaxPendingChunkedMessages = 100
+	}
+	if o.ChunkExpiry == 0 {
+		o.ChunkExpiry = time.Minute
+	}
+	if o.ReceiverQueueSize < 1 || o.AckGroupMax < 1 || o.AckGroupTime < 0 || o.MaxPendingChunkedMessages < 1 {
+		return o, fmt.Errorf("%w: ReceiverQueueSize %d, AckGroupMax %d and MaxPendingChunkedMessages %d must be positive",
+			ErrInvalidOptions, o.ReceiverQueueSize, o.AckGroupMax, o.MaxPendingChunkedMessages)
+	}
+	o.Backoff = o.Backoff.withDefaults()
+	return o, nil
+}
+
+// Message is one message delivered to a Consumer.
+type Message struct {
+	Topic           string // the partition's topic name
+	ID              MessageID
+	Key             string
+	OrderingKey     []byte
+	Properties      map[string]string
+	ProducerName    string
+	PublishTime     time.Time
+	EventTime       time.Time // zero when the producer set none
+	RedeliveryCount uint32
+
+	payload []byte
+	chunks  [][]byte    // a reassembled chunked message, chunk by chunk
+	chunkID []MessageID // every chunk's id, all acknowledged with the message
+	pc      *partitionConsumer
+	permits int // flow permits this message stands for
+	size    int
+}
+
+// Payload returns the message's bytes. For a chunked message it joins the chunks
+// (once); Body reads them without copying.
+func (m *Message) Payload() []byte {
+	if m.payload == nil && m.chunks != nil {
+		buf := make([]byte, 0, m.size)
+		for _, c := range m.chunks {
+			buf = append(buf, c...)
+		}
+		m.payload, m.chunks = buf, nil
+	}
+	return m.payload
+}
+
+// Size is the payload's length in bytes.
+func (m *Message) Size() int { return m.size }
+
+// Body streams the payload; for a chunked message it walks the chunks in place.
+func (m *Message) Body() io.Reader {
+	if m.chunks == nil {
+		return &sliceReader{m.payload}
+	}
+	readers := make([]io.Reader, len(m.chunks))
+	for i, c := range m.chunks {
+		readers[i] = &sliceReader{c}
+	}
+	return io.MultiReader(readers...)
+}

@@ -1,0 +1,743 @@
+package pulsar
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/compress"
+	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
+	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+type entryKey struct{ ledger, entry uint64 }
+
+// batchTracker remembers which indexes of a delivered batch are not acknowledged yet:
+// bit i set means index i is outstanding (the PIP-54 ack_set convention).
+type batchTracker struct {
+	bits []int64
+	size int
+}
+
+func newBatchTracker(size int, ackSet []int64) *batchTracker {
+	t := &batchTracker{bits: make([]int64, (size+63)/64), size: size}
+	if len(ackSet) > 0 {
+		copy(t.bits, ackSet)
+		return t
+	}
+	for i := range size {
+		t.bits[i/64] |= 1 << (i % 64)
+	}
+	return t
+}
+
+func (t *batchTracker) clear(i int) {
+	if i >= 0 && i < t.size {
+		t.bits[i/64] &^= 1 << (i % 64)
+	}
+}
+
+func (t *batchTracker) done() bool {
+	for _, w := range t.bits {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+type chunkCtx struct {
+	uuid      string
+	total     int
+	totalSize int
+	size      int
+	last      int
+	chunks    [][]byte
+	ids       []MessageID
+	md        *pb.MessageMetadata
+	created   time.Time
+}
+
+// partitionConsumer consumes one partition (or non-partitioned topic) of a Consumer.
+type partitionConsumer struct {
+	c         *Consumer
+	client    *Client
+	topic     string
+	partition int32
+	opts      ConsumerOptions
+	id        uint64
+	log       *slog.Logger
+
+	mu               sync.Mutex
+	cn               *conn.Conn
+	permitsTaken     int // permits the application (or a discard) freed since the last FLOW
+	permitsGranted   int
+	chunks           map[string]*chunkCtx
+	chunkOrder       []string
+	trackers         map[entryKey]*batchTracker
+	acks             map[entryKey]*pb.MessageIdData // grouped individual acks
+	nacks            map[entryKey]time.Time
+	ended            bool
+	closing          bool
+	reconnects       int
+	discarded        int
+	checksumFailures int
+
+	reconnectCh chan struct{}
+	done        chan struct{}
+	wg          sync.WaitGroup
+}
+
+func newPartitionConsumer(c *Consumer, topic string, partition int32) *partitionConsumer {
+	return &partitionConsumer{
+		c: c, client: c.client, topic: topic, partition: partition, opts: c.opts,
+		id:          c.client.consumerID.Add(1),
+		log:         c.client.log.With("topic", topic, "subscription", c.opts.Subscription),
+		chunks:      map[string]*chunkCtx{},
+		trackers:    map[entryKey]*batchTracker{},
+		acks:        map[entryKey]*pb.MessageIdData{},
+		nacks:       map[entryKey]time.Time{},
+		reconnectCh: make(chan struct{}, 1),
+		done:        make(chan struct{}),
+	}
+}
+
+func (p *partitionConsumer) start(ctx context.Context) error {
+	if err := p.connect(ctx); err != nil {
+		return err
+	}
+	p.wg.Add(1)
+	go p.run()
+	return nil
+}
+
+type consumerHandle struct {
+	p  *partitionConsumer
+	cn *conn.Conn
+}
+
+func (h *consumerHandle) HandleMessage(cmd *pb.CommandMessage, f *frame.Frame, frameErr error) {
+	h.p.message(h.cn, cmd, f, frameErr)
+}
+func (h *consumerHandle) HandleEndOfTopic() { h.p.endOfTopic() }
+func (h *consumerHandle) HandleActiveChange(active bool) {
+	if f := h.p.opts.OnActiveChange; f != nil {
+		topic := h.p.topic
+		h.p.c.events.push(completion{cb: func(MessageID, error) { f(topic, active) }})
+	}
+}
+func (h *consumerHandle) HandleClose(reason error) { h.p.connectionLost(h.cn, reason) }
+
+func (p *partitionConsumer) connect(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.client.opts.OperationTimeout)
+	defer cancel()
+	bc, err := p.client.lookup(ctx, p.topic)
+	if err != nil {
+		return err
+	}
+	cn, err := p.client.pool.Get(ctx, bc.logical, bc.physical, bc.proxied)
+	if err != nil {
+		return err
+	}
+	if err := cn.AddConsumer(p.id, &consumerHandle{p: p, cn: cn}); err != nil {
+		return err
+	}
+	reqID := p.client.nextRequestID()
+	sub := &pb.CommandSubscribe{
+		Topic:           proto.String(p.topic),
+		Subscription:    proto.String(p.opts.Subscription),
+		SubType:         p.opts.Type.pb().Enum(),
+		ConsumerId:      proto.Uint64(p.id),
+		RequestId:       proto.Uint64(reqID),
+		InitialPosition: pb.CommandSubscribe_Latest.Enum(),
+		Durable:         proto.Bool(true),
+	}
+	if p.opts.InitialPosition == Earliest {
+		sub.InitialPosition = pb.CommandSubscribe_Earliest.Enum()
+	}
+	if p.opts.Name != "" {
+		sub.ConsumerName = proto.String(p.opts.Name)
+	}
+	if p.opts.Type == KeyShared {
+		sub.KeySharedMeta = &pb.KeySharedMeta{KeySharedMode: pb.KeySharedMode_AUTO_SPLIT.Enum()}
+	}
+	if _, err := cn.Request(ctx, reqID, &pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: sub}); err != nil {
+		cn.RemoveConsumer(p.id)
+		return fmt.Errorf("pulsar: subscribing %q to %s: %w", p.opts.Subscription, p.topic, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		cn.RemoveConsumer(p.id)
+		return ErrConsumerClosed
+	}
+	p.cn = cn
+	p.permitsTaken = 0
+	// A fresh subscription: the whole window is open again.
+	p.flowLocked(p.opts.ReceiverQueueSize)
+	p.flushAcksLocked()
+	return nil
+}
+
+func (p *partitionConsumer) flowLocked(n int) {
+	if n <= 0 || p.cn == nil {
+		return
+	}
+	if p.cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_FLOW.Enum(), Flow: &pb.CommandFlow{
+		ConsumerId: proto.Uint64(p.id), MessagePermits: proto.Uint32(uint32(n))}}) == nil {
+		p.permitsGranted += n
+	}
+}
+
+// taken is called when the application takes m: its permits return to the broker once
+// half the window is free.
+func (p *partitionConsumer) taken(m *Message) {
+	p.mu.Lock()
+	p.returnPermitsLocked(m.permits)
+	p.mu.Unlock()
+}
+
+func (p *partitionConsumer) returnPermitsLocked(n int) {
+	p.permitsTaken += n
+	if p.permitsTaken >= max(1, p.opts.ReceiverQueueSize/2) {
+		p.flowLocked(p.permitsTaken)
+		p.permitsTaken = 0
+	}
+}
+
+// discardLocked drops an entry before delivery: it is reported to the broker (when
+// validation failed) and its permits are returned so the flow never stalls.
+func (p *partitionConsumer) discardLocked(cn *conn.Conn, id *pb.MessageIdData, permits int, why pb.CommandAck_ValidationError, report bool) {
+	p.discarded += permits
+	if report && cn != nil {
+		_ = cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_ACK.Enum(), Ack: &pb.CommandAck{
+			ConsumerId: proto.Uint64(p.id), AckType: pb.CommandAck_Individual.Enum(),
+			MessageId:       []*pb.MessageIdData{{LedgerId: id.LedgerId, EntryId: id.EntryId}},
+			ValidationError: why.Enum()}})
+	}
+	p.returnPermitsLocked(permits)
+}
+
+// message decodes one MESSAGE frame on the connection's reader goroutine.
+func (p *partitionConsumer) message(cn *conn.Conn, cmd *pb.CommandMessage, f *frame.Frame, frameErr error) {
+	p.mu.Lock()
+	if p.cn != cn {
+		p.mu.Unlock()
+		return // from a connection we left
+	}
+	id := cmd.GetMessageId()
+	md := &pb.MessageMetadata{}
+	mdErr := proto.Unmarshal(f.Metadata, md)
+	permits := 1
+	if mdErr == nil && md.NumMessagesInBatch != nil {
+		permits = max(1, int(md.GetNumMessagesInBatch()))
+	}
+	if frameErr != nil {
+		p.checksumFailures++
+		p.log.Warn("discarding a corrupt message", "ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", frameErr)
+		p.discardLocked(cn, id, permits, pb.CommandAck_ChecksumMismatch, true)
+		p.mu.Unlock()
+		return
+	}
+	if mdErr != nil {
+		p.discardLocked(cn, id, permits, pb.CommandAck_BatchDeSerializeError, true)
+		p.mu.Unlock()
+		return
+	}
+	base := Message{
+		Topic: p.topic, ProducerName: md.GetProducerName(), RedeliveryCount: cmd.GetRedeliveryCount(),
+		PublishTime: time.UnixMilli(int64(md.GetPublishTime())), pc: p,
+	}
+	mid := messageIDFromPB(id, p.partition)
+	if md.GetNumChunksFromMsg() > 1 {
+		msg := p.chunkLocked(cn, id, mid, md, f.Payload, base)
+		p.mu.Unlock()
+		if msg != nil {
+			p.c.enqueue([]*Message{msg})
+		}
+		return
+	}
+	payload, err := compress.Decompress(md.GetCompression(), f.Payload, int(md.GetUncompressedSize()))
+	if err != nil {
+		p.log.Warn("discarding a message that does not decompress", "error", err)
+		p.discardLocked(cn, id, permits, pb.CommandAck_DecompressionError, true)
+		p.mu.Unlock()
+		return
+	}
+	if md.NumMessagesInBatch == nil {
+		m := base
+		m.ID = mid
+		m.ID.BatchIndex = -1
+		setFromMetadata(&m, md)
+		m.payload, m.size, m.permits = payload, len(payload), 1
+		p.mu.Unlock()
+		p.c.enqueue([]*Message{&m})
+		return
+	}
+	msgs, skipped, err := p.unbatchLocked(mid, md, payload, cmd.GetAckSet(), base)
+	if err != nil {
+		p.discardLocked(cn, id, permits, pb.CommandAck_BatchDeSerializeError, true)
+		p.mu.Unlock()
+		return
+	}
+	if skipped > 0 {
+		p.discardLocked(nil, id, skipped, 0, false)
+	}
+	p.mu.Unlock()
+	p.c.enqueue(msgs)
+}
+
+func setFromMetadata(m *Message, md *pb.MessageMetadata) {
+	m.Key = md.GetPartitionKey()
+	m.OrderingKey = md.GetOrderingKey()
+	if t := md.GetEventTime(); t > 0 {
+		m.EventTime = time.UnixMilli(int64(t))
+	}
+	if len(md.GetProperties()) > 0 {
+		m.Properties = make(map[string]string, len(md.GetProperties()))
+		for _, kv := range md.GetProperties() {
+			m.Properties[kv.GetKey()] = kv.GetValue()
+		}
+	}
+}
+
+// unbatchLocked splits a batch into messages, skipping indexes the ack_set marks as
+// acknowledged (PIP-54) and compacted-out entries; skipped counts their permits.
+func (p *partitionConsumer) unbatchLocked(mid MessageID, md *pb.MessageMetadata, payload []byte, ackSet []int64, base Message) ([]*Message, int, error) {
+	n := int(md.GetNumMessagesInBatch())
+	msgs := make([]*Message, 0, n)
+	skipped := 0
+	for i := range n {
+		if len(payload) < 4 {
+			return nil, 0, fmt.Errorf("batch entry %d of %d: truncated", i, n)
+		}
+		size := binary.BigEndian.Uint32(payload)
+		if uint64(size) > uint64(len(payload)-4) {
+			return nil, 0, fmt.Errorf("batch entry %d of %d: metadata size %d exceeds the batch", i, n, size)
+		}
+		smd := &pb.SingleMessageMetadata{}
+		if err := proto.Unmarshal(payload[4:4+size], smd); err != nil {
+			return nil, 0, fmt.Errorf("batch entry %d of %d: %w", i, n, err)
+		}
+		rest := payload[4+size:]
+		psize := int(smd.GetPayloadSize())
+		if psize < 0 || psize > len(rest) {
+			return nil, 0, fmt.Errorf("batch entry %d of %d: payload size %d exceeds the batch", i, n, psize)
+		}
+		body := rest[:psize:psize]
+		payload = rest[psize:]
+		acked := len(ackSet) > 0 && (i/64 >= len(ackSet) || ackSet[i/64]&(1<<(i%64)) == 0)
+		if acked || smd.GetCompactedOut() {
+			skipped++
+			continue
+		}
+		m := base
+		m.ID = mid
+		m.ID.BatchIndex, m.ID.BatchSize = int32(i), int32(n)
+		m.Key = smd.GetPartitionKey()
+		m.OrderingKey = smd.GetOrderingKey()
+		if t := smd.GetEventTime(); t > 0 {
+			m.EventTime = time.UnixMilli(int64(t))
+		}
+		if len(smd.GetProperties()) > 0 {
+			m.Properties = make(map[string]string, len(smd.GetProperties()))
+			for _, kv := range smd.GetProperties() {
+				m.Properties[kv.GetKey()] = kv.GetValue()
+			}
+		}
+		m.payload, m.size, m.permits = body, psize, 1
+		msgs = append(msgs, &m)
+	}
+	key := entryKey{uint64(mid.LedgerID), uint64(mid.EntryID)}
+	if _, ok := p.trackers[key]; !ok && n > 1 {
+		p.trackers[key] = newBatchTracker(n, ackSet)
+	}
+	return msgs, skipped, nil
+}
+
+// chunkLocked adds one chunk; it returns the message when the chunk completes it.
+func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid MessageID, md *pb.MessageMetadata, payload []byte, base Message) *Message {
+	uuid, chunkID, total := md.GetUuid(), int(md.GetChunkId()), int(md.GetNumChunksFromMsg())
+	ctx := p.chunks[uuid]
+	if chunkID == 0 {
+		if ctx != nil {
+			p.dropChunksLocked(uuid, "its first chunk came again")
+		}
+		for len(p.chunks) >= p.opts.MaxPendingChunkedMessages && len(p.chunkOrder) > 0 {
+			p.dropChunksLocked(p.chunkOrder[0], "too many chunked messages pending")
+		}
+		ctx = &chunkCtx{uuid: uuid, total: total, totalSize: int(md.GetTotalChunkMsgSize()), last: -1, md: md, created: time.Now()}
+		p.chunks[uuid] = ctx
+		p.chunkOrder = append(p.chunkOrder, uuid)
+	}
+	switch {
+	case ctx == nil:
+		p.log.Debug("discarding a chunk of a message whose first chunk is missing", "uuid", uuid, "chunk", chunkID)
+		p.discardLocked(nil, id, 1, 0, false)
+		return nil
+	case chunkID <= ctx.last:
+		p.discardLocked(nil, id, 1, 0, false) // a duplicate: the context goes on
+		return nil
+	case chunkID != ctx.last+1 || total != ctx.total || ctx.size+len(payload) > ctx.totalSize:
+		p.dropChunksLocked(uuid, fmt.Sprintf("chunk %d after chunk %d", chunkID, ctx.last))
+		p.discardLocked(nil, id, 1, 0, false)
+		return nil
+	}
+	ctx.last = chunkID
+	ctx.chunks = append(ctx.chunks, payload)
+	ctx.ids = append(ctx.ids, mid)
+	ctx.size += len(payload)
+	if chunkID < total-1 {
+		return nil
+	}
+	p.removeChunkCtxLocked(uuid)
+	m := base
+	m.ID = mid
+	m.ID.BatchIndex = -1
+	setFromMetadata(&m, md)
+	m.chunkID = ctx.ids
+	m.permits = len(ctx.ids)
+	if md.GetCompression() != pb.CompressionType_NONE {
+		joined := make([]byte, 0, ctx.size)
+		for _, c := range ctx.chunks {
+			joined = append(joined, c...)
+		}
+		out, err := compress.Decompress(md.GetCompression(), joined, int(md.GetUncompressedSize()))
+		if err != nil {
+			p.log.Warn("discarding a chunked message that does not decompress", "uuid", uuid, "error", err)
+			for _, cid := range ctx.ids {
+				p.discardLocked(cn, &pb.MessageIdData{LedgerId: proto.Uint64(uint64(cid.LedgerID)), EntryId: proto.Uint64(uint64(cid.EntryID))}, 1, pb.CommandAck_DecompressionError, true)
+			}
+			return nil
+		}
+		m.payload, m.size = out, len(out)
+		return &m
+	}
+	m.chunks, m.size = ctx.chunks, ctx.size
+	if len(m.chunks) == 1 {
+		m.payload, m.chunks = m.chunks[0], nil
+	}
+	return &m
+}
+
+func (p *partitionConsumer) removeChunkCtxLocked(uuid string) {
+	delete(p.chunks, uuid)
+	for i, u := range p.chunkOrder {
+		if u == uuid {
+			p.chunkOrder = append(p.chunkOrder[:i], p.chunkOrder[i+1:]...)
+			break
+		}
+	}
+}
+
+func (p *partitionConsumer) dropChunksLocked(uuid, why string) {
+	ctx := p.chunks[uuid]
+	if ctx == nil {
+		return
+	}
+	p.removeChunkCtxLocked(uuid)
+	p.log.Warn("dropping an incomplete chunked message", "uuid", uuid, "chunks", len(ctx.ids), "of", ctx.total, "why", why)
+	p.discardLocked(nil, nil, len(ctx.ids), 0, false)
+}
+
+func (p *partitionConsumer) endOfTopic() {
+	p.mu.Lock()
+	already := p.ended
+	p.ended = true
+	p.mu.Unlock()
+	if !already {
+		p.c.partitionEnded()
+	}
+}
+
+// ackIDsLocked turns m into the entries to acknowledge, updating batch trackers. It
+// returns nothing when m is part of a batch that is not wholly acknowledged yet and
+// batch-index acknowledgements are off.
+func (p *partitionConsumer) ackIDsLocked(m *Message) []*pb.MessageIdData {
+	if len(m.chunkID) > 0 {
+		ids := make([]*pb.MessageIdData, 0, len(m.chunkID))
+		for _, c := range m.chunkID {
+			ids = append(ids, &pb.MessageIdData{LedgerId: proto.Uint64(uint64(c.LedgerID)), EntryId: proto.Uint64(uint64(c.EntryID))})
+		}
+		return ids
+	}
+	id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(m.ID.LedgerID)), EntryId: proto.Uint64(uint64(m.ID.EntryID))}
+	if m.ID.BatchSize <= 1 || m.ID.BatchIndex < 0 {
+		return []*pb.MessageIdData{id}
+	}
+	key := entryKey{uint64(m.ID.LedgerID), uint64(m.ID.EntryID)}
+	t := p.trackers[key]
+	if t == nil {
+		t = newBatchTracker(int(m.ID.BatchSize), nil)
+		p.trackers[key] = t
+	}
+	t.clear(int(m.ID.BatchIndex))
+	if t.done() {
+		delete(p.trackers, key)
+		return []*pb.MessageIdData{id}
+	}
+	if !p.opts.BatchIndexAck {
+		return nil
+	}
+	id.AckSet = append([]int64(nil), t.bits...)
+	id.BatchSize = proto.Int32(int32(t.size))
+	return []*pb.MessageIdData{id}
+}
+
+func (p *partitionConsumer) ack(m *Message) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
+		return ErrConsumerClosed
+	}
+	for _, id := range p.ackIDsLocked(m) {
+		key := entryKey{id.GetLedgerId(), id.GetEntryId()}
+		p.acks[key] = id // a later, fuller ack_set of the same entry replaces the earlier one
+		delete(p.nacks, key)
+	}
+	if len(p.acks) >= p.opts.AckGroupMax {
+		p.flushAcksLocked()
+	}
+	return nil
+}
+
+func (p *partitionConsumer) flushAcksLocked() {
+	if len(p.acks) == 0 || p.cn == nil {
+		return
+	}
+	ids := make([]*pb.MessageIdData, 0, len(p.acks))
+	for k, id := range p.acks {
+		ids = append(ids, id)
+		delete(p.acks, k)
+	}
+	_ = p.cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_ACK.Enum(), Ack: &pb.CommandAck{
+		ConsumerId: proto.Uint64(p.id), AckType: pb.CommandAck_Individual.Enum(), MessageId: ids}})
+}
+
+func (p *partitionConsumer) ackSync(ctx context.Context, m *Message) error {
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return ErrConsumerClosed
+	}
+	ids := p.ackIDsLocked(m)
+	for _, id := range ids {
+		delete(p.acks, entryKey{id.GetLedgerId(), id.GetEntryId()})
+	}
+	cn := p.cn
+	p.mu.Unlock()
+	if len(ids) == 0 {
+		// Without batch-index acks the broker only learns of a batch when all of it is
+		// acknowledged, so this acknowledgement is not durable yet: say so.
+		return fmt.Errorf("%w: message %s on %s", ErrAckDeferred, m.ID, p.topic)
+	}
+	return p.sendAck(ctx, cn, pb.CommandAck_Individual, ids)
+}
+
+func (p *partitionConsumer) sendAck(ctx context.Context, cn *conn.Conn, typ pb.CommandAck_AckType, ids []*pb.MessageIdData) error {
+	if cn == nil {
+		return fmt.Errorf("%w: not connected to the broker for %s; retry", ErrConnectionClosed, p.topic)
+	}
+	reqID := p.client.nextRequestID()
+	resp, err := cn.Request(ctx, reqID, &pb.BaseCommand{Type: pb.BaseCommand_ACK.Enum(), Ack: &pb.CommandAck{
+		ConsumerId: proto.Uint64(p.id), AckType: typ.Enum(), MessageId: ids, RequestId: proto.Uint64(reqID)}})
+	if err != nil {
+		return fmt.Errorf("pulsar: acknowledging on %s: %w", p.topic, err)
+	}
+	if ar := resp.GetAckResponse(); ar != nil && ar.Error != nil {
+		return fmt.Errorf("pulsar: acknowledging on %s: %w", p.topic, &ServerError{Code: ServerErrorCode(ar.GetError()), Message: ar.GetMessage()})
+	}
+	return nil
+}
+
+func (p *partitionConsumer) ackCumulative(ctx context.Context, m *Message) error {
+	id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(m.ID.LedgerID)), EntryId: proto.Uint64(uint64(m.ID.EntryID))}
+	if last := len(m.chunkID); last > 0 {
+		c := m.chunkID[last-1]
+		id = &pb.MessageIdData{LedgerId: proto.Uint64(uint64(c.LedgerID)), EntryId: proto.Uint64(uint64(c.EntryID))}
+	} else if m.ID.BatchSize > 1 && int(m.ID.BatchIndex) < int(m.ID.BatchSize)-1 {
+		if p.opts.BatchIndexAck {
+			t := newBatchTracker(int(m.ID.BatchSize), nil)
+			for i := 0; i <= int(m.ID.BatchIndex); i++ {
+				t.clear(i)
+			}
+			id.AckSet, id.BatchSize = t.bits, proto.Int32(int32(t.size))
+		} else if m.ID.EntryID > 0 {
+			id.EntryId = proto.Uint64(uint64(m.ID.EntryID - 1)) // up to the previous entry; this batch is not complete
+		} else {
+			return nil
+		}
+	}
+	p.mu.Lock()
+	cn := p.cn
+	p.mu.Unlock()
+	return p.sendAck(ctx, cn, pb.CommandAck_Cumulative, []*pb.MessageIdData{id})
+}
+
+func (p *partitionConsumer) nack(m *Message) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	due := time.Now().Add(p.opts.NackRedeliveryDelay)
+	ids := []MessageID{m.ID}
+	if len(m.chunkID) > 0 {
+		ids = m.chunkID
+	}
+	for _, id := range ids {
+		p.nacks[entryKey{uint64(id.LedgerID), uint64(id.EntryID)}] = due
+	}
+}
+
+// redeliverDueLocked asks the broker to redeliver the negatively acknowledged entries
+// whose delay has passed.
+func (p *partitionConsumer) redeliverDueLocked(now time.Time) {
+	if len(p.nacks) == 0 || p.cn == nil {
+		return
+	}
+	var ids []*pb.MessageIdData
+	for k, due := range p.nacks {
+		if now.Before(due) {
+			continue
+		}
+		delete(p.nacks, k)
+		ids = append(ids, &pb.MessageIdData{LedgerId: proto.Uint64(k.ledger), EntryId: proto.Uint64(k.entry)})
+	}
+	if len(ids) == 0 {
+		return
+	}
+	if p.opts.Type == Shared || p.opts.Type == KeyShared {
+		_ = p.cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES.Enum(),
+			RedeliverUnacknowledgedMessages: &pb.CommandRedeliverUnacknowledgedMessages{ConsumerId: proto.Uint64(p.id), MessageIds: ids}})
+		return
+	}
+	// Exclusive and Failover subscriptions redeliver everything not acknowledged.
+	p.mu.Unlock()
+	p.redeliverAll()
+	p.mu.Lock()
+}
+
+func (p *partitionConsumer) redeliverAll() {
+	freed := p.c.removeFrom(p)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cn == nil {
+		return
+	}
+	_ = p.cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES.Enum(),
+		RedeliverUnacknowledgedMessages: &pb.CommandRedeliverUnacknowledgedMessages{ConsumerId: proto.Uint64(p.id)}})
+	p.returnPermitsLocked(freed)
+}
+
+func (p *partitionConsumer) connectionLost(cn *conn.Conn, reason error) {
+	p.mu.Lock()
+	if p.cn != cn {
+		p.mu.Unlock()
+		return
+	}
+	p.cn = nil
+	// Whatever was buffered or half reassembled comes again on the next subscription.
+	p.chunks, p.chunkOrder = map[string]*chunkCtx{}, nil
+	closing := p.closing
+	p.mu.Unlock()
+	cn.RemoveConsumer(p.id)
+	p.c.removeFrom(p)
+	if closing {
+		return
+	}
+	p.log.Warn("consumer disconnected; resubscribing", "reason", reason)
+	select {
+	case p.reconnectCh <- struct{}{}:
+	default:
+	}
+}
+
+func (p *partitionConsumer) run() {
+	defer p.wg.Done()
+	tick := p.opts.AckGroupTime
+	if tick <= 0 {
+		tick = 100 * time.Millisecond
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-p.reconnectCh:
+			p.reconnect()
+		case now := <-ticker.C:
+			p.mu.Lock()
+			p.flushAcksLocked()
+			p.redeliverDueLocked(now)
+			for len(p.chunkOrder) > 0 && now.Sub(p.chunks[p.chunkOrder[0]].created) > p.opts.ChunkExpiry {
+				p.dropChunksLocked(p.chunkOrder[0], "expired")
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (p *partitionConsumer) reconnect() {
+	for attempt := 0; ; attempt++ {
+		p.mu.Lock()
+		stop := p.closing || p.cn != nil
+		p.mu.Unlock()
+		if stop {
+			return
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-p.done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err := p.connect(ctx)
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			p.reconnects++
+			p.mu.Unlock()
+			p.log.Info("consumer resubscribed")
+			return
+		}
+		d := p.opts.Backoff.delay(attempt)
+		p.log.Warn("resubscribe failed", "attempt", attempt+1, "retry_in", d, "error", err)
+		select {
+		case <-p.done:
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+func (p *partitionConsumer) close(ctx context.Context) {
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return
+	}
+	p.flushAcksLocked()
+	p.closing = true
+	cn := p.cn
+	p.cn = nil
+	p.mu.Unlock()
+	if cn != nil {
+		reqID := p.client.nextRequestID()
+		_, err := cn.Request(ctx, reqID, &pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(),
+			CloseConsumer: &pb.CommandCloseConsumer{ConsumerId: proto.Uint64(p.id), RequestId: proto.Uint64(reqID)}})
+		if err != nil && !errors.Is(err, ErrConnectionClosed) {
+			p.log.Warn("closing the consumer on the broker", "error", err)
+		}
+		cn.RemoveConsumer(p.id)
+	}
+	close(p.done)
+	p.wg.Wait()
+}
