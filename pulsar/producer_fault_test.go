@@ -388,3 +388,5 @@ func TestLoneMessageLeavesAtOnceAndBatchesFormWhileInFlight(t *testing.T) {
 	}
 	exactlyOnceInOrder(t, b, "persistent://public/default/fault", 12)
 }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }

@@ -63,6 +63,9 @@ type Broker struct {
 	receiptDelay   time.Duration
 	skipReceipts   int
 	corruptSends   int
+	subs           []*subscriber
+	outgoing       map[string][]Outgoing
+	acks           []AckRecord
 }
 
 // NewBroker starts a fake broker on a loopback port.
@@ -73,7 +76,7 @@ func NewBroker(opts ...Option) (*Broker, error) {
 	}
 	b := &Broker{ln: ln, conns: map[*serverConn]struct{}{}, partitions: map[string]int{}, highest: map[string]uint64{},
 		frames: map[pb.BaseCommand_Type]int{}, maxMessageSize: frame.DefaultMaxMessageSize, entry: 0,
-		redirects: map[string]redirect{}}
+		redirects: map[string]redirect{}, outgoing: map[string][]Outgoing{}}
 	for _, o := range opts {
 		o(b)
 	}
@@ -333,6 +336,13 @@ func (c *serverConn) serve() {
 		c.nc.Close()
 		c.b.mu.Lock()
 		delete(c.b.conns, c)
+		kept := c.b.subs[:0]
+		for _, s := range c.b.subs {
+			if s.c != c {
+				kept = append(kept, s)
+			}
+		}
+		c.b.subs = kept
 		c.b.mu.Unlock()
 	}()
 	br := bufio.NewReader(c.nc)
@@ -464,6 +474,14 @@ func (c *serverConn) handle(f *frame.Frame) {
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{RequestId: proto.Uint64(r.GetRequestId())}})
 	case pb.BaseCommand_SEND:
 		c.send(f)
+	case pb.BaseCommand_SUBSCRIBE:
+		c.subscribe(cmd.GetSubscribe())
+	case pb.BaseCommand_FLOW:
+		c.flow(cmd.GetFlow())
+	case pb.BaseCommand_ACK:
+		c.ack(cmd.GetAck())
+	case pb.BaseCommand_CLOSE_CONSUMER:
+		c.closeConsumer(cmd.GetCloseConsumer())
 	}
 }
 
