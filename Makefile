@@ -9,7 +9,7 @@ MODULES := . e2e bench
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop bench bench-codec bench-producer fuzz clean
+.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer fuzz clean
 
 all: build
 
@@ -40,13 +40,16 @@ demo: build
 	@e2e/demo.sh
 
 ## bench: the benchmarks whose figures are in README.md.
-bench: bench-codec bench-producer
+bench: bench-codec bench-producer bench-consumer
 
 bench-codec:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./recordio/
 
 bench-producer:
-	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./producer -rounds 2'
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./producer -rounds 3'
+
+bench-consumer:
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./consumer -rounds 2'
 
 FUZZTIME ?= 1m
 fuzz:

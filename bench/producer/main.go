@@ -10,19 +10,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"os"
 	"runtime/pprof"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	official "github.com/apache/pulsar-client-go/pulsar"
-	plog "github.com/apache/pulsar-client-go/pulsar/log"
-	"github.com/sirupsen/logrus"
 
+	"github.com/recordio-bridge/bridge/bench/internal/harness"
 	"github.com/recordio-bridge/bridge/pulsar"
 )
 
@@ -102,12 +99,6 @@ func pct(l []time.Duration, q float64) time.Duration {
 	return l[int(float64(len(l)-1)*q)].Round(10 * time.Microsecond)
 }
 
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // measure sends count messages through send and times every callback.
 func measure(name string, size, count int, send func(payload []byte, done func(error))) (result, error) {
 	payload := make([]byte, size)
@@ -119,7 +110,7 @@ func measure(name string, size, count int, send func(payload []byte, done func(e
 	var mu sync.Mutex
 	var firstErr error
 	wg.Add(count)
-	cpu0, t0 := cpuTime(), time.Now()
+	cpu0, t0 := harness.CPUTime(), time.Now()
 	for i := range count {
 		start := time.Now()
 		send(payload, func(err error) {
@@ -135,7 +126,7 @@ func measure(name string, size, count int, send func(payload []byte, done func(e
 		})
 	}
 	wg.Wait()
-	return result{client: name, size: size, count: count, elapsed: time.Since(t0), cpu: cpuTime() - cpu0, lat: lat}, firstErr
+	return result{client: name, size: size, count: count, elapsed: time.Since(t0), cpu: harness.CPUTime() - cpu0, lat: lat}, firstErr
 }
 
 func runOurs(url, topic string, size, count int) (result, error) {
@@ -156,9 +147,7 @@ func runOurs(url, topic string, size, count int) (result, error) {
 }
 
 func runOfficial(url, topic string, size, count int) (result, error) {
-	l := logrus.New()
-	l.SetOutput(io.Discard)
-	c, err := official.NewClient(official.ClientOptions{URL: url, Logger: plog.NewLoggerWithLogrus(l)})
+	c, err := official.NewClient(official.ClientOptions{URL: url, Logger: harness.QuietLogger()})
 	if err != nil {
 		return result{}, err
 	}

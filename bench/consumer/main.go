@@ -1,0 +1,142 @@
+// Command consumer drains the same backlog with the bridge's own consumer and with the
+// official pulsar-client-go (each on a fresh subscription of one topic, alternating,
+// in one run) and prints a Markdown table: messages/s, MB/s and client CPU per message.
+// Both acknowledge every message (grouped) and use a receiver queue of 1000.
+//
+//	go run ./consumer -url pulsar://127.0.0.1:6650 -rounds 3
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	official "github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/recordio-bridge/bridge/bench/internal/harness"
+	"github.com/recordio-bridge/bridge/pulsar"
+)
+
+func main() {
+	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
+	rounds := flag.Int("rounds", 2, "alternating rounds per size (the best of each is reported)")
+	flag.Parse()
+	if *url == "" {
+		log.Fatal("no broker: set -url or PULSAR_URL (make bench starts one)")
+	}
+	fmt.Printf("| client | size | messages | msgs/s | MB/s | CPU µs/msg |\n|---|---|---|---|---|---|\n")
+	for _, s := range []struct{ size, count int }{{100, 200_000}, {1024, 100_000}, {16 << 10, 10_000}} {
+		topic := fmt.Sprintf("persistent://public/default/drain-%d-%d", s.size, time.Now().UnixNano())
+		if err := backlog(*url, topic, s.size, s.count); err != nil {
+			log.Fatal(err)
+		}
+		best := map[string][2]time.Duration{}
+		for r := range *rounds {
+			for _, c := range []string{"bridge", "official"} {
+				sub := fmt.Sprintf("%s-%d", c, r)
+				cpu0, t0 := harness.CPUTime(), time.Now()
+				var err error
+				if c == "bridge" {
+					err = drainOurs(*url, topic, sub, s.count)
+				} else {
+					err = drainOfficial(*url, topic, sub, s.count)
+				}
+				if err != nil {
+					log.Fatalf("%s: %v", c, err)
+				}
+				el, cpu := time.Since(t0), harness.CPUTime()-cpu0
+				if b, ok := best[c]; !ok || el < b[0] {
+					best[c] = [2]time.Duration{el, cpu}
+				}
+			}
+		}
+		for _, c := range []string{"bridge", "official"} {
+			rate := float64(s.count) / best[c][0].Seconds()
+			fmt.Printf("| %s | %d B | %d | %.0f | %.1f | %.2f |\n", c, s.size, s.count, rate, rate*float64(s.size)/1e6,
+				float64(best[c][1].Microseconds())/float64(s.count))
+		}
+		b, o := best["bridge"], best["official"]
+		fmt.Printf("| ratio bridge/official | %d B | | %.2fx | | %.2fx |\n", s.size, o[0].Seconds()/b[0].Seconds(), float64(b[1])/float64(o[1]))
+	}
+}
+
+// backlog publishes count messages of size bytes with the bridge's producer.
+func backlog(url, topic string, size, count int) error {
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx := context.Background()
+	// Create the subscriptions first, so the backlog is kept for them.
+	for r := range 8 {
+		for _, name := range []string{"bridge", "official"} {
+			cons, err := c.Subscribe(ctx, pulsar.ConsumerOptions{Topics: []string{topic}, Subscription: fmt.Sprintf("%s-%d", name, r)})
+			if err != nil {
+				return err
+			}
+			cons.Close()
+		}
+	}
+	p, err := c.CreateProducer(ctx, pulsar.ProducerOptions{Topic: topic})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	payload := make([]byte, size)
+	for range count {
+		p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: payload}, nil)
+	}
+	return p.Flush(ctx)
+}
+
+func drainOurs(url, topic, sub string, count int) error {
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx := context.Background()
+	cons, err := c.Subscribe(ctx, pulsar.ConsumerOptions{Topics: []string{topic}, Subscription: sub, InitialPosition: pulsar.Earliest})
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	for range count {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		if err := cons.Ack(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func drainOfficial(url, topic, sub string, count int) error {
+	c, err := official.NewClient(official.ClientOptions{URL: url, Logger: harness.QuietLogger()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cons, err := c.Subscribe(official.ConsumerOptions{Topic: topic, SubscriptionName: sub, SubscriptionInitialPosition: official.SubscriptionPositionEarliest})
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	ctx := context.Background()
+	for range count {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		if err := cons.Ack(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
