@@ -240,3 +240,21 @@ func TestGroupedAndSynchronousAcks(t *testing.T) {
 		t.Fatalf("the completed batch must be acknowledged as a whole entry: %v", a)
 	}
 }
+
+func TestNackAsksForRedelivery(t *testing.T) {
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{Type: pulsar.Shared, NackRedeliveryDelay: 30 * time.Millisecond, AckGroupTime: 10 * time.Millisecond})
+	b.Deliver(faultTopic, single("again"))
+	m, err := cons.Receive(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons.Nack(m)
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Frames(pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if b.Frames(pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES) != 1 {
+		t.Fatal("a negative acknowledgement never asked the broker to redeliver")
+	}
+}

@@ -52,6 +52,10 @@ type ProducerOptions struct {
 	BatchingMaxMessages int
 	BatchingMaxBytes    int
 	BatchingMaxDelay    time.Duration
+	// BatchingByKey keeps each batch to one key (a message with another key closes the
+	// open batch), so Key_Shared subscriptions can route every batch by its key. Batches
+	// whose messages happen to share a key carry it either way.
+	BatchingByKey bool
 	// Compression of batches and messages [none].
 	Compression Compression
 	// HashingScheme routes keyed messages to partitions [JavaStringHash, as the official Go client].

@@ -63,6 +63,8 @@ type batch struct {
 	firstSeq uint64
 	lastSeq  uint64
 	created  time.Time
+	key      string // the key of every message in the batch, unless mixed
+	mixed    bool
 }
 
 // size is the number of payload bytes in the batch.
@@ -505,8 +507,14 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		p.mu.Unlock()
 		return
 	}
-	if len(p.batch.reqs) > 0 && p.batch.size()+len(m.Payload)+64 > p.opts.BatchingMaxBytes {
+	if len(p.batch.reqs) > 0 && (p.batch.size()+len(m.Payload)+64 > p.opts.BatchingMaxBytes ||
+		(p.opts.BatchingByKey && m.Key != p.batch.key)) {
 		p.flushBatchLocked()
+	}
+	if len(p.batch.reqs) == 0 {
+		p.batch.key = m.Key
+	} else if m.Key != p.batch.key {
+		p.batch.mixed = true
 	}
 	if len(p.batch.reqs) == 0 {
 		p.batch.firstSeq = seq
@@ -549,6 +557,10 @@ func (p *partitionProducer) flushBatchLocked() {
 	md.NumMessagesInBatch = proto.Int32(int32(n))
 	if n > 1 {
 		md.HighestSequenceId = proto.Uint64(b.lastSeq)
+	}
+	if !b.mixed && b.key != "" {
+		// One key for the whole entry: a Key_Shared subscription routes it by that key.
+		md.PartitionKey = proto.String(b.key)
 	}
 	buf, headroom := p.compressLocked(md, b.buf[frameHeadroom:], b.buf)
 	send := &pb.CommandSend{ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(b.firstSeq), NumMessages: proto.Int32(int32(n))}
