@@ -10,6 +10,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/recordio-bridge/bridge/config"
 )
 
 // Set at link time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc".
@@ -21,8 +23,9 @@ var (
 const usage = `bridge: RecordIO HTTP streams into Apache Pulsar topics and back.
 
 Usage:
-  bridge version            print the version and build information
-  bridge help               this text
+  bridge validate -config FILE   check a configuration file exactly as start-up would
+  bridge version                 print the version and build information
+  bridge help                    this text
 `
 
 func main() {
@@ -39,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "version", "-version", "--version":
 		return cmdVersion(args[1:], stdout, stderr)
+	case "validate":
+		return cmdValidate(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -58,6 +63,28 @@ func cmdVersion(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fmt.Fprintf(stdout, "bridge %s\n", versionString())
+	return 0
+}
+
+func cmdValidate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "the configuration file to check")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *path == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "bridge validate: usage: bridge validate -config FILE")
+		return 2
+	}
+	if _, err := config.Load(*path); err != nil {
+		fmt.Fprintf(stderr, "bridge validate: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: valid\n", *path)
 	return 0
 }
 

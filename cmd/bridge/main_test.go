@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 )
@@ -24,5 +25,30 @@ func TestUnknownCommandIsAUsageError(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), `unknown command "frobnicate"`) {
 		t.Fatalf("stderr %q does not name the unknown command", errb.String())
+	}
+}
+
+func TestValidateUsesTheStartUpPath(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"validate", "-config", "../../config/example.yaml"}, &out, &errb); code != 0 {
+		t.Fatalf("example.yaml: exit %d, %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "valid") {
+		t.Fatalf("stdout %q", out.String())
+	}
+	bad := t.TempDir() + "/bad.yaml"
+	if err := os.WriteFile(bad, []byte("ingress:\n  maxStreams: 0\n  unknownKey: 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"validate", "-config", bad}, &out, &errb); code != 1 {
+		t.Fatalf("bad file: exit %d", code)
+	}
+	if !strings.Contains(errb.String(), "line 3: field unknownKey not found") {
+		t.Fatalf("stderr %q does not name the line and key", errb.String())
+	}
+	if code := run([]string{"validate"}, &out, &errb); code != 2 {
+		t.Fatalf("no -config: exit %d, want 2", code)
 	}
 }

@@ -1,0 +1,162 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the bridge's configuration. Field comments give each key's default.
+type Config struct {
+	Listen  Listen  `yaml:"listen"`
+	Pulsar  Pulsar  `yaml:"pulsar"`
+	Ingress Ingress `yaml:"ingress"`
+}
+
+// Listen holds the listener addresses.
+type Listen struct {
+	Data string `yaml:"data"` // 127.0.0.1:8080: ingress and egress
+	Ops  string `yaml:"ops"`  // 127.0.0.1:9090: /healthz, /readyz, /metrics
+}
+
+// Pulsar holds the broker connection.
+type Pulsar struct {
+	URL              string   `yaml:"url"`              // pulsar://127.0.0.1:6650
+	Token            Secret   `yaml:"token"`            // none; env:NAME or file:/path (a file is re-read on AUTH_CHALLENGE)
+	TLS              TLS      `yaml:"tls"`              // used with pulsar+ssl://
+	OperationTimeout Duration `yaml:"operationTimeout"` // 30s: lookups, producer and consumer creation
+	KeepAlive        Duration `yaml:"keepAlive"`        // 30s
+}
+
+// TLS configures pulsar+ssl:// connections.
+type TLS struct {
+	CAFile     string `yaml:"caFile"`     // system roots
+	CertFile   string `yaml:"certFile"`   // none
+	KeyFile    string `yaml:"keyFile"`    // none
+	ServerName string `yaml:"serverName"` // the URL's host
+}
+
+// Ingress holds the limits of publishing streams.
+type Ingress struct {
+	MaxRecordBytes Size     `yaml:"maxRecordBytes"` // 4MiB: larger records are refused with 413
+	MaxStreams     int      `yaml:"maxStreams"`     // 1000 concurrent streams; more get 429
+	IdleTimeout    Duration `yaml:"idleTimeout"`    // 5m without a byte ends a stream
+	PublishTimeout Duration `yaml:"publishTimeout"` // 30s for the broker to persist a record
+	PendingRecords int      `yaml:"pendingRecords"` // 1000 records awaiting receipts per stream
+	PendingBytes   Size     `yaml:"pendingBytes"`   // 16MiB awaiting receipts per stream
+	DrainTimeout   Duration `yaml:"drainTimeout"`   // 30s on SIGTERM
+}
+
+// Default returns the configuration used for every key a file leaves out.
+func Default() Config {
+	return Config{
+		Listen: Listen{Data: "127.0.0.1:8080", Ops: "127.0.0.1:9090"},
+		Pulsar: Pulsar{URL: "pulsar://127.0.0.1:6650", OperationTimeout: Duration(30 * time.Second), KeepAlive: Duration(30 * time.Second)},
+		Ingress: Ingress{
+			MaxRecordBytes: 4 << 20, MaxStreams: 1000, IdleTimeout: Duration(5 * time.Minute), PublishTimeout: Duration(30 * time.Second),
+			PendingRecords: 1000, PendingBytes: 16 << 20, DrainTimeout: Duration(30 * time.Second),
+		},
+	}
+}
+
+// ErrInvalid is wrapped by every error Load and Validate return.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Problems lists everything wrong with a configuration, one problem a line.
+type Problems []string
+
+func (p Problems) Error() string { return strings.Join(p, "\n") }
+func (p Problems) Unwrap() error { return ErrInvalid }
+
+// Parse decodes YAML strictly over the defaults and validates the result.
+func Parse(data []byte) (Config, error) {
+	cfg := Default()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("%w: %v", ErrInvalid, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("%w: more than one YAML document; the bridge reads one", ErrInvalid)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Load reads and parses a configuration file, exactly as start-up does.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate checks every value and returns Problems (wrapping ErrInvalid) naming each
+// key and value at fault, or nil.
+func (c Config) Validate() error {
+	var p Problems
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	for _, kv := range [][2]string{{"listen.data", c.Listen.Data}, {"listen.ops", c.Listen.Ops}} {
+		if _, port, err := net.SplitHostPort(kv[1]); err != nil || port == "" {
+			add("%s: %q is not host:port", kv[0], kv[1])
+		}
+	}
+	if c.Listen.Data == c.Listen.Ops {
+		add("listen.ops: %q is also listen.data; the two listeners need their own addresses", c.Listen.Ops)
+	}
+	u, err := url.Parse(c.Pulsar.URL)
+	switch {
+	case err != nil || u.Host == "":
+		add("pulsar.url: %q is not a URL like pulsar://host:6650", c.Pulsar.URL)
+	case u.Scheme != "pulsar" && u.Scheme != "pulsar+ssl":
+		add("pulsar.url: scheme %q is neither pulsar nor pulsar+ssl", u.Scheme)
+	}
+	if _, err := c.Pulsar.Token.Resolve(); err != nil {
+		add("pulsar.token: %v", err)
+	}
+	for _, kv := range [][2]string{{"pulsar.tls.caFile", c.Pulsar.TLS.CAFile}, {"pulsar.tls.certFile", c.Pulsar.TLS.CertFile}, {"pulsar.tls.keyFile", c.Pulsar.TLS.KeyFile}} {
+		if kv[1] != "" {
+			if _, err := os.Stat(kv[1]); err != nil {
+				add("%s: %v", kv[0], err)
+			}
+		}
+	}
+	if (c.Pulsar.TLS.CertFile == "") != (c.Pulsar.TLS.KeyFile == "") {
+		add("pulsar.tls: certFile and keyFile go together")
+	}
+	positive := func(key string, v int64) {
+		if v <= 0 {
+			add("%s: %d must be greater than zero", key, v)
+		}
+	}
+	positive("pulsar.operationTimeout", int64(c.Pulsar.OperationTimeout))
+	positive("pulsar.keepAlive", int64(c.Pulsar.KeepAlive))
+	in := c.Ingress
+	positive("ingress.maxRecordBytes", int64(in.MaxRecordBytes))
+	positive("ingress.maxStreams", int64(in.MaxStreams))
+	positive("ingress.idleTimeout", int64(in.IdleTimeout))
+	positive("ingress.publishTimeout", int64(in.PublishTimeout))
+	positive("ingress.pendingRecords", int64(in.PendingRecords))
+	positive("ingress.pendingBytes", int64(in.PendingBytes))
+	positive("ingress.drainTimeout", int64(in.DrainTimeout))
+	if len(p) == 0 {
+		return nil
+	}
+	return p
+}
