@@ -1,9 +1,24 @@
 package pulsar
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
+
+// contextUntil returns a context that ends when done is closed or cancel is called:
+// a reconnect attempt stops as soon as its owner closes.
+func contextUntil(done <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
 
 // Backoff is the reconnect schedule: Initial, multiplied by Multiplier after each
 // failure up to Max, each wait varied by +-Jitter (a fraction).

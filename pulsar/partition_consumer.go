@@ -691,14 +691,7 @@ func (p *partitionConsumer) reconnect() {
 		if stop {
 			return
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-p.done:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		ctx, cancel := contextUntil(p.done)
 		err := p.connect(ctx)
 		cancel()
 		if err == nil {

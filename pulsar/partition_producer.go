@@ -250,14 +250,7 @@ func (p *partitionProducer) reconnect() {
 		if stop {
 			return
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			select {
-			case <-p.done:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		ctx, cancel := contextUntil(p.done)
 		err := p.connect(ctx, false)
 		cancel()
 		if err == nil {
