@@ -19,6 +19,7 @@ type Config struct {
 	Listen  Listen  `yaml:"listen"`
 	Pulsar  Pulsar  `yaml:"pulsar"`
 	Ingress Ingress `yaml:"ingress"`
+	Routes  []Route `yaml:"routes"` // none: every POST gets 404
 }
 
 // Listen holds the listener addresses.
@@ -34,6 +35,10 @@ type Pulsar struct {
 	TLS              TLS      `yaml:"tls"`              // used with pulsar+ssl://
 	OperationTimeout Duration `yaml:"operationTimeout"` // 30s: lookups, producer and consumer creation
 	KeepAlive        Duration `yaml:"keepAlive"`        // 30s
+	// Compression of what the bridge publishes: none, lz4, zlib, zstd or snappy.
+	Compression string `yaml:"compression"` // none
+	// ProducerIdleTimeout closes the producer of a topic no stream has used for this long.
+	ProducerIdleTimeout Duration `yaml:"producerIdleTimeout"` // 10m
 }
 
 // TLS configures pulsar+ssl:// connections.
@@ -47,6 +52,10 @@ type TLS struct {
 // Ingress holds the limits of publishing streams.
 type Ingress struct {
 	MaxRecordBytes Size     `yaml:"maxRecordBytes"` // 4MiB: larger records are refused with 413
+	// BufferRecordBytes: records up to this size are held in memory (and can be routed by
+	// their JSON fields); larger ones, up to maxRecordBytes, are streamed from the request
+	// into chunked Pulsar messages without being held whole.
+	BufferRecordBytes Size `yaml:"bufferRecordBytes"` // 4MiB
 	MaxStreams     int      `yaml:"maxStreams"`     // 1000 concurrent streams; more get 429
 	IdleTimeout    Duration `yaml:"idleTimeout"`    // 5m without a byte ends a stream
 	PublishTimeout Duration `yaml:"publishTimeout"` // 30s for the broker to persist a record
@@ -59,9 +68,10 @@ type Ingress struct {
 func Default() Config {
 	return Config{
 		Listen: Listen{Data: "127.0.0.1:8080", Ops: "127.0.0.1:9090"},
-		Pulsar: Pulsar{URL: "pulsar://127.0.0.1:6650", OperationTimeout: Duration(30 * time.Second), KeepAlive: Duration(30 * time.Second)},
+		Pulsar: Pulsar{URL: "pulsar://127.0.0.1:6650", OperationTimeout: Duration(30 * time.Second), KeepAlive: Duration(30 * time.Second),
+			Compression: "none", ProducerIdleTimeout: Duration(10 * time.Minute)},
 		Ingress: Ingress{
-			MaxRecordBytes: 4 << 20, MaxStreams: 1000, IdleTimeout: Duration(5 * time.Minute), PublishTimeout: Duration(30 * time.Second),
+			MaxRecordBytes: 4 << 20, BufferRecordBytes: 4 << 20, MaxStreams: 1000, IdleTimeout: Duration(5 * time.Minute), PublishTimeout: Duration(30 * time.Second),
 			PendingRecords: 1000, PendingBytes: 16 << 20, DrainTimeout: Duration(30 * time.Second),
 		},
 	}
@@ -155,6 +165,14 @@ func (c Config) Validate() error {
 	positive("ingress.pendingRecords", int64(in.PendingRecords))
 	positive("ingress.pendingBytes", int64(in.PendingBytes))
 	positive("ingress.drainTimeout", int64(in.DrainTimeout))
+	positive("ingress.bufferRecordBytes", int64(in.BufferRecordBytes))
+	positive("pulsar.producerIdleTimeout", int64(c.Pulsar.ProducerIdleTimeout))
+	switch c.Pulsar.Compression {
+	case "none", "lz4", "zlib", "zstd", "snappy":
+	default:
+		add("pulsar.compression: %q is not one of none, lz4, zlib, zstd, snappy", c.Pulsar.Compression)
+	}
+	p = append(p, validateRoutes(c.Routes)...)
 	if len(p) == 0 {
 		return nil
 	}

@@ -1,0 +1,461 @@
+package mapping
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/recordio-bridge/bridge/config"
+)
+
+// ErrUnroutable is wrapped by every error Resolve returns: the record cannot be sent
+// anywhere the route allows (a template had no value, or produced a topic outside the
+// route's namespaces).
+var ErrUnroutable = errors.New("record cannot be routed")
+
+// RouteError says why a record could not be routed.
+type RouteError struct {
+	Route  string
+	Rule   int // -1: the default target
+	Reason string
+}
+
+func (e *RouteError) Error() string {
+	where := "default target"
+	if e.Rule >= 0 {
+		where = fmt.Sprintf("rule %d", e.Rule)
+	}
+	return fmt.Sprintf("route %s, %s: %s", e.Route, where, e.Reason)
+}
+
+func (e *RouteError) Unwrap() error { return ErrUnroutable }
+
+// Table is a compiled, immutable set of routes. It is safe for concurrent use.
+type Table struct {
+	routes []*Route
+	byName map[string]*Route
+}
+
+// Route is one compiled ingress route.
+type Route struct {
+	name         string
+	segments     []string // the path split at /; ":x" captures
+	params       []string
+	contentTypes []string
+	namespaces   []string
+	headers      []string // canonical names, copied to properties
+	propNames    []string // lower-case property name of each header
+	props        []prop
+	rules        []rule
+	fallback     target
+}
+
+type prop struct {
+	name  string
+	value *template
+}
+
+type rule struct {
+	contentTypes []string
+	json         []fieldMatch
+	headers      []headerMatch
+	target
+}
+
+type fieldMatch struct {
+	path   string
+	values []string
+}
+
+type headerMatch struct {
+	name   string
+	values []string
+}
+
+type target struct {
+	topic *template
+	fixed string // the normalised topic when it has no placeholders
+	key   *template
+	props []prop
+}
+
+// Compile builds the routing table of a configuration. Its errors are config.Problems,
+// one per template or topic at fault, with its place in the document.
+func Compile(cfg config.Config) (*Table, error) {
+	t := &Table{byName: map[string]*Route{}}
+	var p config.Problems
+	for i, rc := range cfg.Routes {
+		r, probs := compileRoute(rc, fmt.Sprintf("routes[%d]", i))
+		p = append(p, probs...)
+		if r != nil {
+			t.routes = append(t.routes, r)
+			t.byName[r.name] = r
+		}
+	}
+	if len(p) > 0 {
+		return nil, p
+	}
+	return t, nil
+}
+
+func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
+	var p config.Problems
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	r := &Route{name: rc.Name}
+	for _, seg := range strings.Split(strings.Trim(rc.EffectivePath(), "/"), "/") {
+		if name, ok := strings.CutPrefix(seg, ":"); ok {
+			if name == "" {
+				add("%s.path: %q has a : segment without a name", at, rc.Path)
+			}
+			r.params = append(r.params, name)
+		}
+		r.segments = append(r.segments, seg)
+	}
+	for _, ct := range rc.EffectiveContentTypes() {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil {
+			add("%s.contentTypes: %q is not a media type: %v", at, ct, err)
+			continue
+		}
+		r.contentTypes = append(r.contentTypes, mt)
+	}
+	for _, ns := range rc.Namespaces {
+		tenant, name, ok := strings.Cut(ns, "/")
+		if !ok || tenant == "" || name == "" || strings.Contains(name, "/") || tenant == "*" {
+			add("%s.namespaces: %q is not tenant/namespace or tenant/*", at, ns)
+			continue
+		}
+		r.namespaces = append(r.namespaces, ns)
+	}
+	for _, h := range rc.Headers {
+		if h == "" || strings.ContainsAny(h, " :\t") {
+			add("%s.headers: %q is not a header name", at, h)
+			continue
+		}
+		r.headers = append(r.headers, http.CanonicalHeaderKey(h))
+		r.propNames = append(r.propNames, strings.ToLower(h))
+	}
+	r.props = compileProps(rc.Properties, r.params, at+".properties", &p)
+	routeAt := at
+	compileTarget := func(tc config.Target, at string) target {
+		var tg target
+		if tc.Topic == "" {
+			return tg // reported by config.Validate
+		}
+		tmpl, err := parseTemplate(tc.Topic, r.params)
+		tg.topic = tmpl
+		if err != nil {
+			add("%s.topic: %v", at, err)
+		} else if s, ok := tmpl.static(); ok {
+			topic, err := NormalizeTopic(s)
+			if err != nil {
+				add("%s.topic: %v", at, err)
+			} else if err := r.allowed(topic); err != nil {
+				add("%s.topic: %v", at, err)
+			}
+			tg.fixed = topic
+		} else if len(r.namespaces) == 0 {
+			add("%s.topic: %q is a template; list the namespaces it may reach in %s.namespaces", at, tc.Topic, routeAt)
+		}
+		if tc.Key != "" {
+			if tg.key, err = parseTemplate(tc.Key, r.params); err != nil {
+				add("%s.key: %v", at, err)
+			}
+		}
+		tg.props = compileProps(tc.Properties, r.params, at+".properties", &p)
+		return tg
+	}
+	for j, rl := range rc.Rules {
+		rat := fmt.Sprintf("%s.rules[%d]", at, j)
+		var cr rule
+		for _, ct := range rl.Match.ContentType {
+			mt, _, err := mime.ParseMediaType(ct)
+			if err != nil {
+				add("%s.match.contentType: %q is not a media type", rat, ct)
+				continue
+			}
+			cr.contentTypes = append(cr.contentTypes, mt)
+		}
+		for _, path := range sortedKeys(rl.Match.JSON) {
+			if path == "" || !gjsonPathOK(path) {
+				add("%s.match.json: %q is not a JSON path", rat, path)
+			}
+			cr.json = append(cr.json, fieldMatch{path: path, values: rl.Match.JSON[path]})
+		}
+		for _, h := range sortedKeys(rl.Match.Headers) {
+			cr.headers = append(cr.headers, headerMatch{name: http.CanonicalHeaderKey(h), values: rl.Match.Headers[h]})
+		}
+		cr.target = compileTarget(rl.Target, rat)
+		r.rules = append(r.rules, cr)
+	}
+	if rc.Default != nil {
+		r.fallback = compileTarget(*rc.Default, at+".default")
+	}
+	return r, p
+}
+
+func compileProps(m map[string]string, params []string, at string, p *config.Problems) []prop {
+	var out []prop
+	for _, name := range sortedKeys(m) {
+		if name == "" {
+			*p = append(*p, fmt.Sprintf("%s: a property needs a name", at))
+			continue
+		}
+		t, err := parseTemplate(m[name], params)
+		if err != nil {
+			*p = append(*p, fmt.Sprintf("%s.%s: %v", at, name, err))
+			continue
+		}
+		out = append(out, prop{name: name, value: t})
+	}
+	return out
+}
+
+// gjsonPathOK refuses the paths gjson would read as something else than a field lookup
+// (modifiers and empty components).
+func gjsonPathOK(path string) bool {
+	return !strings.HasPrefix(path, "@") && !strings.Contains(path, "..") && !strings.HasSuffix(path, ".") && !strings.HasPrefix(path, ".")
+}
+
+// allowed checks a normalised topic against the route's namespaces.
+func (r *Route) allowed(topic string) error {
+	if len(r.namespaces) == 0 {
+		return nil
+	}
+	_, rest, _ := strings.Cut(topic, "://")
+	parts := strings.SplitN(rest, "/", 3)
+	for _, ns := range r.namespaces {
+		tenant, name, _ := strings.Cut(ns, "/")
+		if parts[0] == tenant && (name == "*" || parts[1] == name) {
+			return nil
+		}
+	}
+	return fmt.Errorf("topic %s is outside the route's namespaces (%s)", topic, strings.Join(r.namespaces, ", "))
+}
+
+// Routes lists the compiled routes in configuration order.
+func (t *Table) Routes() []*Route { return t.routes }
+
+// Lookup returns the route a path belongs to, with its path parameters.
+func (t *Table) Lookup(path string) (*Route, map[string]string, bool) {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for _, r := range t.routes {
+		if params, ok := r.match(segs); ok {
+			return r, params, true
+		}
+	}
+	return nil, nil, false
+}
+
+// Route returns the route of that name.
+func (t *Table) Route(name string) (*Route, bool) {
+	r, ok := t.byName[name]
+	return r, ok
+}
+
+// Topics lists the topics the table names without templates.
+func (t *Table) Topics() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range t.routes {
+		for _, tg := range append([]target{r.fallback}, r.targets()...) {
+			if tg.fixed != "" && !seen[tg.fixed] {
+				seen[tg.fixed] = true
+				out = append(out, tg.fixed)
+			}
+		}
+	}
+	return out
+}
+
+func (r *Route) targets() []target {
+	out := make([]target, len(r.rules))
+	for i, rl := range r.rules {
+		out[i] = rl.target
+	}
+	return out
+}
+
+func (r *Route) match(segs []string) (map[string]string, bool) {
+	if len(segs) != len(r.segments) {
+		return nil, false
+	}
+	var params map[string]string
+	for i, s := range r.segments {
+		if name, ok := strings.CutPrefix(s, ":"); ok {
+			if segs[i] == "" {
+				return nil, false
+			}
+			if params == nil {
+				params = map[string]string{}
+			}
+			params[name] = segs[i]
+			continue
+		}
+		if s != segs[i] {
+			return nil, false
+		}
+	}
+	return params, true
+}
+
+// Name is the route's name.
+func (r *Route) Name() string { return r.name }
+
+// ContentTypes are the record media types the route accepts.
+func (r *Route) ContentTypes() []string { return r.contentTypes }
+
+// Request is what the HTTP request contributes to routing. Build it once per request.
+type Request struct {
+	ContentType string // the media type of each record
+	Header      http.Header
+	Params      map[string]string // path parameters, from Lookup
+	route       string
+	json        bool
+	headerProps map[string]string
+}
+
+// NewRequest prepares the routing facts of one request for this route.
+func (r *Route) NewRequest(contentType string, h http.Header, params map[string]string) *Request {
+	req := &Request{ContentType: contentType, Header: h, Params: params, route: r.name,
+		json: contentType == "application/json" || strings.HasSuffix(contentType, "+json")}
+	for i, name := range r.headers {
+		if v := h.Get(name); v != "" {
+			if req.headerProps == nil {
+				req.headerProps = map[string]string{}
+			}
+			req.headerProps[r.propNames[i]] = v
+		}
+	}
+	return req
+}
+
+// Target is where one record goes.
+type Target struct {
+	Topic      string // normalised: persistent://tenant/namespace/name
+	Key        string // "" for none
+	Properties map[string]string
+	Rule       int // index of the rule that matched; -1 for the default
+}
+
+// Resolve routes one record. data is the record, or nil when it is streamed (then JSON
+// conditions do not match and JSON placeholders have no value).
+func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
+	in := input{req: req, data: data, json: req.json}
+	idx, tg := -1, &r.fallback
+	for i := range r.rules {
+		if r.rules[i].matches(&in) {
+			idx, tg = i, &r.rules[i].target
+			break
+		}
+	}
+	fail := func(reason string) (Target, error) {
+		return Target{}, &RouteError{Route: r.name, Rule: idx, Reason: reason}
+	}
+	out := Target{Rule: idx, Topic: tg.fixed}
+	if out.Topic == "" {
+		raw, err := tg.topic.render(&in, checkTopicPart)
+		if err != nil {
+			return fail("topic " + tg.topic.src + ": " + err.Error())
+		}
+		if out.Topic, err = NormalizeTopic(raw); err != nil {
+			return fail(err.Error())
+		}
+		if err := r.allowed(out.Topic); err != nil {
+			return fail(err.Error())
+		}
+	}
+	if tg.key != nil {
+		out.Key, _ = tg.key.render(&in, nil) // no value: no key
+	}
+	n := len(req.headerProps) + len(r.props) + len(tg.props)
+	if n > 0 {
+		out.Properties = make(map[string]string, n)
+		for k, v := range req.headerProps {
+			out.Properties[k] = v
+		}
+		for _, list := range [][]prop{r.props, tg.props} {
+			for _, p := range list {
+				if v, err := p.value.render(&in, nil); err == nil {
+					out.Properties[p.name] = v
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func (rl *rule) matches(in *input) bool {
+	if len(rl.contentTypes) > 0 && !contains(rl.contentTypes, in.req.ContentType) {
+		return false
+	}
+	for _, f := range rl.json {
+		if !in.json || in.data == nil {
+			return false
+		}
+		res := gjson.GetBytes(in.data, f.path)
+		if !res.Exists() || !contains(f.values, res.String()) {
+			return false
+		}
+	}
+	for _, h := range rl.headers {
+		if !contains(h.values, in.req.Header.Get(h.name)) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkTopicPart keeps substituted values from changing a topic's structure.
+func checkTopicPart(p part, v string) error {
+	if v == "" {
+		return fmt.Errorf("%s is empty", p)
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == '=') {
+			shown := v
+			if len(shown) > 64 {
+				shown = shown[:64] + "..."
+			}
+			return fmt.Errorf("%s is %q, which is not a topic name part (letters, digits, - _ . = only)", p, shown)
+		}
+	}
+	return nil
+}
+
+// NormalizeTopic expands a topic name to persistent://tenant/namespace/name: a bare
+// name is in public/default, tenant/namespace/name is persistent.
+func NormalizeTopic(name string) (string, error) {
+	scheme, rest, ok := strings.Cut(name, "://")
+	if !ok {
+		scheme, rest = "persistent", name
+	}
+	if scheme != "persistent" && scheme != "non-persistent" {
+		return "", fmt.Errorf("topic %q: domain %q is neither persistent nor non-persistent", name, scheme)
+	}
+	parts := strings.Split(rest, "/")
+	switch len(parts) {
+	case 1:
+		parts = []string{"public", "default", parts[0]}
+	case 3:
+	default:
+		return "", fmt.Errorf("topic %q is neither a name nor tenant/namespace/name", name)
+	}
+	for _, p := range parts {
+		if p == "" {
+			return "", fmt.Errorf("topic %q has an empty part", name)
+		}
+	}
+	return scheme + "://" + strings.Join(parts, "/"), nil
+}
+
+func contains(list []string, s string) bool { return slices.Contains(list, s) }
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

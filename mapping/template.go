@@ -1,0 +1,194 @@
+package mapping
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// A template is text with placeholders: {json:PATH} (a field of a JSON record, PATH in
+// gjson syntax), {header:NAME} (a request header), {path:NAME} (a :NAME segment of the
+// route's path) and {route} (the route's name).
+type template struct {
+	src   string
+	parts []part
+}
+
+type partKind uint8
+
+const (
+	literal partKind = iota
+	jsonField
+	header
+	pathParam
+	routeName
+)
+
+type part struct {
+	kind partKind
+	text string // the literal, JSON path, canonical header name or parameter name
+}
+
+func (p part) String() string {
+	switch p.kind {
+	case jsonField:
+		return "json field " + p.text
+	case header:
+		return "header " + p.text
+	case pathParam:
+		return "path parameter " + p.text
+	case routeName:
+		return "route name"
+	}
+	return "literal"
+}
+
+// parseTemplate compiles src; params are the path parameters the route defines.
+func parseTemplate(src string, params []string) (*template, error) {
+	t := &template{src: src}
+	rest := src
+	for rest != "" {
+		open := strings.IndexByte(rest, '{')
+		if open < 0 {
+			if strings.IndexByte(rest, '}') >= 0 {
+				return nil, fmt.Errorf("%q has a } without its {", src)
+			}
+			t.parts = append(t.parts, part{kind: literal, text: rest})
+			break
+		}
+		if open > 0 {
+			if strings.IndexByte(rest[:open], '}') >= 0 {
+				return nil, fmt.Errorf("%q has a } without its {", src)
+			}
+			t.parts = append(t.parts, part{kind: literal, text: rest[:open]})
+		}
+		end := strings.IndexByte(rest[open:], '}')
+		if end < 0 {
+			return nil, fmt.Errorf("%q has a { without its }", src)
+		}
+		ph := rest[open+1 : open+end]
+		rest = rest[open+end+1:]
+		kind, arg, _ := strings.Cut(ph, ":")
+		switch {
+		case kind == "json" && arg != "":
+			t.parts = append(t.parts, part{kind: jsonField, text: arg})
+		case kind == "header" && arg != "":
+			t.parts = append(t.parts, part{kind: header, text: http.CanonicalHeaderKey(arg)})
+		case kind == "path" && arg != "":
+			found := false
+			for _, p := range params {
+				found = found || p == arg
+			}
+			if !found {
+				return nil, fmt.Errorf("%q uses {path:%s} but the route's path has no :%s segment", src, arg, arg)
+			}
+			t.parts = append(t.parts, part{kind: pathParam, text: arg})
+		case ph == "route":
+			t.parts = append(t.parts, part{kind: routeName})
+		default:
+			return nil, fmt.Errorf("%q: {%s} is not a placeholder (write {json:PATH}, {header:NAME}, {path:NAME} or {route})", src, ph)
+		}
+	}
+	return t, nil
+}
+
+// static reports whether the template has no placeholders, and its text if so.
+func (t *template) static() (string, bool) {
+	switch len(t.parts) {
+	case 0:
+		return "", true
+	case 1:
+		if t.parts[0].kind == literal {
+			return t.parts[0].text, true
+		}
+	}
+	for _, p := range t.parts {
+		if p.kind != literal {
+			return "", false
+		}
+	}
+	return t.src, true
+}
+
+func (t *template) usesJSON() bool {
+	for _, p := range t.parts {
+		if p.kind == jsonField {
+			return true
+		}
+	}
+	return false
+}
+
+// missingError names the placeholder that had no value.
+type missingError struct{ part part }
+
+func (e *missingError) Error() string {
+	switch e.part.kind {
+	case jsonField:
+		return fmt.Sprintf("the record has no JSON field %s", e.part.text)
+	case header:
+		return fmt.Sprintf("the request has no %s header", e.part.text)
+	}
+	return fmt.Sprintf("no value for %s", e.part)
+}
+
+// render fills the template in. check, when given, vets each substituted value.
+func (t *template) render(in *input, check func(part, string) error) (string, error) {
+	if len(t.parts) == 1 {
+		v, err := in.value(t.parts[0])
+		if err == nil && check != nil && t.parts[0].kind != literal {
+			err = check(t.parts[0], v)
+		}
+		return v, err
+	}
+	var b strings.Builder
+	for _, p := range t.parts {
+		v, err := in.value(p)
+		if err != nil {
+			return "", err
+		}
+		if check != nil && p.kind != literal {
+			if err := check(p, v); err != nil {
+				return "", err
+			}
+		}
+		b.WriteString(v)
+	}
+	return b.String(), nil
+}
+
+// input is what a record is routed by.
+type input struct {
+	req  *Request
+	data []byte // nil for a streamed record
+	json bool   // data is JSON
+}
+
+func (in *input) value(p part) (string, error) {
+	switch p.kind {
+	case literal:
+		return p.text, nil
+	case jsonField:
+		if !in.json || in.data == nil {
+			return "", &missingError{p}
+		}
+		r := gjson.GetBytes(in.data, p.text)
+		if !r.Exists() || r.Type == gjson.Null {
+			return "", &missingError{p}
+		}
+		return r.String(), nil
+	case header:
+		v := in.req.Header.Get(p.text)
+		if v == "" {
+			return "", &missingError{p}
+		}
+		return v, nil
+	case pathParam:
+		return in.req.Params[p.text], nil
+	case routeName:
+		return in.req.route, nil
+	}
+	return "", &missingError{p}
+}
