@@ -51,17 +51,17 @@ type TLS struct {
 
 // Ingress holds the limits of publishing streams.
 type Ingress struct {
-	MaxRecordBytes Size     `yaml:"maxRecordBytes"` // 4MiB: larger records are refused with 413
+	MaxRecordBytes Size `yaml:"maxRecordBytes"` // 4MiB: larger records are refused with 413
 	// BufferRecordBytes: records up to this size are held in memory (and can be routed by
 	// their JSON fields); larger ones, up to maxRecordBytes, are streamed from the request
 	// into chunked Pulsar messages without being held whole.
-	BufferRecordBytes Size `yaml:"bufferRecordBytes"` // 4MiB
-	MaxStreams     int      `yaml:"maxStreams"`     // 1000 concurrent streams; more get 429
-	IdleTimeout    Duration `yaml:"idleTimeout"`    // 5m without a byte ends a stream
-	PublishTimeout Duration `yaml:"publishTimeout"` // 30s for the broker to persist a record
-	PendingRecords int      `yaml:"pendingRecords"` // 1000 records awaiting receipts per stream
-	PendingBytes   Size     `yaml:"pendingBytes"`   // 16MiB awaiting receipts per stream
-	DrainTimeout   Duration `yaml:"drainTimeout"`   // 30s on SIGTERM
+	BufferRecordBytes Size     `yaml:"bufferRecordBytes"` // 4MiB
+	MaxStreams        int      `yaml:"maxStreams"`        // 1000 concurrent streams; more get 429
+	IdleTimeout       Duration `yaml:"idleTimeout"`       // 5m without a byte ends a stream
+	PublishTimeout    Duration `yaml:"publishTimeout"`    // 30s for the broker to persist a record
+	PendingRecords    int      `yaml:"pendingRecords"`    // 1000 records awaiting receipts per stream
+	PendingBytes      Size     `yaml:"pendingBytes"`      // 16MiB awaiting receipts per stream
+	DrainTimeout      Duration `yaml:"drainTimeout"`      // 30s on SIGTERM
 }
 
 // Default returns the configuration used for every key a file leaves out.

@@ -185,6 +185,13 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// Ping checks that the service URL's broker is reachable: it returns nil once a
+// connection to it has completed the handshake (reusing the pooled one when it is open).
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.serviceConn(ctx)
+	return err
+}
+
 func (c *Client) nextRequestID() uint64 { return c.requestID.Add(1) }
 
 // serviceConn returns the connection to the service URL's broker.

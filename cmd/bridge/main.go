@@ -10,8 +10,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-
-	"github.com/recordio-bridge/bridge/config"
 )
 
 // Set at link time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc".
@@ -23,6 +21,7 @@ var (
 const usage = `bridge: RecordIO HTTP streams into Apache Pulsar topics and back.
 
 Usage:
+  bridge run -config FILE        serve ingress and the operations endpoints (reloads FILE on change and on SIGHUP)
   bridge validate -config FILE   check a configuration file exactly as start-up would
   bridge version                 print the version and build information
   bridge help                    this text
@@ -42,6 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "version", "-version", "--version":
 		return cmdVersion(args[1:], stdout, stderr)
+	case "run":
+		return cmdRun(args[1:], stdout, stderr)
 	case "validate":
 		return cmdValidate(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
@@ -80,7 +81,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bridge validate: usage: bridge validate -config FILE")
 		return 2
 	}
-	if _, err := config.Load(*path); err != nil {
+	if _, err := load(*path); err != nil {
 		fmt.Fprintf(stderr, "bridge validate: %v\n", err)
 		return 1
 	}

@@ -1,0 +1,100 @@
+package config
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Watch calls changed whenever the file at path may have changed: written in place,
+// replaced by a rename, or swapped the way Kubernetes updates a mounted ConfigMap (the
+// directory's ..data symlink is replaced). It watches the directory, not the file, so
+// replacements are seen; bursts of events are merged over settle. It returns when ctx
+// ends, or at once if the directory cannot be watched.
+func Watch(ctx context.Context, path string, settle time.Duration, changed func()) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", path, err)
+	}
+	defer w.Close()
+	dir := filepath.Dir(path)
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("watching %s: %w", dir, err)
+	}
+	var timer *time.Timer
+	var fire <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if timer != nil {
+				timer.Stop()
+			}
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+			if timer == nil {
+				timer = time.NewTimer(settle)
+			} else {
+				timer.Reset(settle)
+			}
+			fire = timer.C
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			_ = err // an overflow: treat it as a change
+			if timer == nil {
+				timer = time.NewTimer(settle)
+			} else {
+				timer.Reset(settle)
+			}
+			fire = timer.C
+		case <-fire:
+			fire = nil
+			changed()
+		}
+	}
+}
+
+// RestartNeeded lists, one line per key, what differs between a running configuration
+// and a new one but only takes effect after a restart.
+func RestartNeeded(old, cur Config) []string {
+	var out []string
+	diff := func(key string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			out = append(out, fmt.Sprintf("%s: changed from %v to %v; takes effect after a restart", key, show(a), show(b)))
+		}
+	}
+	diff("listen.data", old.Listen.Data, cur.Listen.Data)
+	diff("listen.ops", old.Listen.Ops, cur.Listen.Ops)
+	diff("pulsar.url", old.Pulsar.URL, cur.Pulsar.URL)
+	diff("pulsar.token", old.Pulsar.Token, cur.Pulsar.Token)
+	diff("pulsar.tls", old.Pulsar.TLS, cur.Pulsar.TLS)
+	diff("pulsar.operationTimeout", old.Pulsar.OperationTimeout, cur.Pulsar.OperationTimeout)
+	diff("pulsar.keepAlive", old.Pulsar.KeepAlive, cur.Pulsar.KeepAlive)
+	diff("pulsar.compression", old.Pulsar.Compression, cur.Pulsar.Compression)
+	diff("pulsar.producerIdleTimeout", old.Pulsar.ProducerIdleTimeout, cur.Pulsar.ProducerIdleTimeout)
+	diff("ingress.publishTimeout", old.Ingress.PublishTimeout, cur.Ingress.PublishTimeout)
+	return out
+}
+
+func show(v any) string {
+	switch x := v.(type) {
+	case Secret:
+		return fmt.Sprintf("%q", string(x)) // a reference, never the secret
+	case Duration:
+		return x.D().String()
+	case string:
+		return fmt.Sprintf("%q", x)
+	}
+	return fmt.Sprintf("%+v", v)
+}

@@ -1,0 +1,383 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/recordio-bridge/bridge/recordio"
+)
+
+// bridgeBin is the binary under test: BRIDGE_BIN (make e2e builds it), or one built here.
+var (
+	bridgeBinOnce sync.Once
+	bridgeBinPath string
+	bridgeBinErr  error
+)
+
+func bridgeBin(t testing.TB) string {
+	t.Helper()
+	bridgeBinOnce.Do(func() {
+		if p := os.Getenv("BRIDGE_BIN"); p != "" {
+			bridgeBinPath = p
+			return
+		}
+		dir, err := os.MkdirTemp("", "bridge-bin")
+		if err != nil {
+			bridgeBinErr = err
+			return
+		}
+		bridgeBinPath = filepath.Join(dir, "bridge")
+		cmd := exec.Command("go", "build", "-o", bridgeBinPath, "./cmd/bridge")
+		cmd.Dir = ".."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			bridgeBinErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if bridgeBinErr != nil {
+		t.Fatal(bridgeBinErr)
+	}
+	return bridgeBinPath
+}
+
+// bridgeProc is a running bridge binary. Its configuration lives the way Kubernetes
+// mounts a ConfigMap: dir/config.yaml -> ..data/config.yaml, ..data -> a timestamped
+// directory, so rewrite can swap it atomically.
+type bridgeProc struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	dir     string
+	Config  string // path given to -config
+	DataURL string // http://127.0.0.1:port
+	OpsURL  string
+	logs    *syncBuffer
+	exited  chan struct{}
+	exitErr error
+	gen     int
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startBridge runs the binary with cfg (YAML without the listen section, which is
+// added with free ports) and waits until /readyz answers 200.
+func startBridge(t testing.TB, cfg string) *bridgeProc {
+	t.Helper()
+	bin := bridgeBin(t)
+	ports := freeTCPPorts(t, 2)
+	p := &bridgeProc{t: t, dir: t.TempDir(), logs: &syncBuffer{}, exited: make(chan struct{}),
+		DataURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	p.Config = filepath.Join(p.dir, "config.yaml")
+	p.write(cfg)
+	if err := os.Symlink(filepath.Join("..data", "config.yaml"), p.Config); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(bin, "run", "-config", p.Config)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.exitErr = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(60 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.exited
+			}
+		}
+		if t.Failed() {
+			t.Logf("bridge logs:\n%s", tail(p.logs.String(), 60))
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(p.OpsURL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("bridge exited at start-up (%v):\n%s", p.exitErr, p.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bridge not ready after 30s:\n%s", p.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// write installs cfg as a new ConfigMap generation: a fresh directory, then an atomic
+// rename of the ..data symlink onto it, as the kubelet does.
+func (p *bridgeProc) write(cfg string) {
+	p.t.Helper()
+	host := strings.TrimPrefix(p.DataURL, "http://")
+	ops := strings.TrimPrefix(p.OpsURL, "http://")
+	full := fmt.Sprintf("listen:\n  data: %s\n  ops: %s\n%s", host, ops, cfg)
+	p.gen++
+	gen := fmt.Sprintf("..gen_%03d", p.gen)
+	if err := os.Mkdir(filepath.Join(p.dir, gen), 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p.dir, gen, "config.yaml"), []byte(full), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	tmp := filepath.Join(p.dir, "..data_tmp")
+	_ = os.Remove(tmp)
+	if err := os.Symlink(gen, tmp); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(p.dir, "..data")); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// terminate sends SIGTERM and waits for the exit, returning the exit error and how long it took.
+func (p *bridgeProc) terminate(wait time.Duration) (error, time.Duration) {
+	start := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return p.exitErr, time.Since(start)
+	case <-time.After(wait):
+		return fmt.Errorf("still running %s after SIGTERM", wait), time.Since(start)
+	}
+}
+
+func (p *bridgeProc) readyz(t testing.TB) map[string]any {
+	t.Helper()
+	resp, err := http.Get(p.OpsURL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(s, "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
+
+func freeTCPPorts(t testing.TB, n int) []int {
+	t.Helper()
+	var out []int
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+// receipt is one record of a streamed ingress response (a receipt, a failure or the summary).
+type receipt struct {
+	Seq        int64  `json:"seq"`
+	Status     int    `json:"status"`
+	Topic      string `json:"topic"`
+	MessageID  string `json:"messageId"`
+	Error      string `json:"error"`
+	Summary    bool   `json:"summary"`
+	Records    int64  `json:"records"`
+	Published  int64  `json:"published"`
+	Failed     int64  `json:"failed"`
+	Offset     *int64 `json:"offset"`
+	RetryAfter int    `json:"retryAfter"`
+}
+
+// ingressStream is an open streaming POST: records go in through a pipe while receipts
+// come back.
+type ingressStream struct {
+	pw       *io.PipeWriter
+	resp     *http.Response
+	receipts chan receipt // closed after the summary (or the end of the response)
+	errc     chan error
+	buf      []byte
+}
+
+var (
+	h1Client = &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 200, DisableCompression: true}}
+	h2cClient = func() *http.Client {
+		p := new(http.Protocols)
+		p.SetUnencryptedHTTP2(true)
+		return &http.Client{Transport: &http.Transport{Protocols: p, TLSClientConfig: &tls.Config{}}}
+	}()
+)
+
+// openStream POSTs a RecordIO stream to path and asks for streamed receipts.
+func openStream(t testing.TB, c *http.Client, url string, header map[string]string) *ingressStream {
+	t.Helper()
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, url, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/recordio")
+	req.Header.Set("Message-Content-Type", "application/json")
+	req.Header.Set("Accept", "application/recordio")
+	req.Header.Set("Message-Accept", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	s := &ingressStream{pw: pw, receipts: make(chan receipt, 1<<16), errc: make(chan error, 1)}
+	respc := make(chan *http.Response, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err != nil {
+			s.errc <- err
+			close(respc)
+			close(s.receipts)
+			return
+		}
+		respc <- resp
+		defer resp.Body.Close()
+		defer close(s.receipts)
+		rd := recordio.NewReader(resp.Body)
+		for {
+			rec, err := rd.Next()
+			if err != nil {
+				if err != io.EOF {
+					s.errc <- err
+				}
+				return
+			}
+			var r receipt
+			if err := json.Unmarshal(rec, &r); err != nil {
+				s.errc <- fmt.Errorf("receipt %q: %v", rec, err)
+				return
+			}
+			s.receipts <- r
+		}
+	}()
+	select {
+	case resp, ok := <-respc:
+		if !ok {
+			t.Fatal(<-s.errc)
+		}
+		s.resp = resp
+	case <-time.After(30 * time.Second):
+		t.Fatal("no response headers within 30s")
+	}
+	return s
+}
+
+// send writes records (each marshalled as given) into the stream.
+func (s *ingressStream) send(records ...[]byte) error {
+	s.buf = s.buf[:0]
+	for _, r := range records {
+		s.buf = recordio.AppendRecord(s.buf, r)
+	}
+	_, err := s.pw.Write(s.buf)
+	return err
+}
+
+// finish ends the request body and collects every remaining receipt and the summary.
+func (s *ingressStream) finish(timeout time.Duration) ([]receipt, receipt, error) {
+	s.pw.Close()
+	return s.drain(timeout)
+}
+
+// drain collects receipts until the response ends.
+func (s *ingressStream) drain(timeout time.Duration) ([]receipt, receipt, error) {
+	var out []receipt
+	var sum receipt
+	deadline := time.After(timeout)
+	for {
+		select {
+		case r, ok := <-s.receipts:
+			if !ok {
+				select {
+				case err := <-s.errc:
+					return out, sum, err
+				default:
+				}
+				if !sum.Summary {
+					return out, sum, fmt.Errorf("the response ended without a summary after %d receipts", len(out))
+				}
+				return out, sum, nil
+			}
+			if r.Summary {
+				sum = r
+				continue
+			}
+			out = append(out, r)
+		case <-deadline:
+			return out, sum, fmt.Errorf("no end of response within %s (%d receipts so far)", timeout, len(out))
+		}
+	}
+}
+
+// postOne sends a whole body at once and returns the status, headers and body.
+func postOne(t testing.TB, url string, header map[string]string, body []byte) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := h1Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, out
+}

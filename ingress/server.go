@@ -1,0 +1,202 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/recordio-bridge/bridge/mapping"
+	"github.com/recordio-bridge/bridge/recordio"
+)
+
+// Errors a Publisher wraps (with %w) so the handler can answer with the right status.
+var (
+	// ErrUnavailable: the broker could not persist the message in time (503, Retry-After).
+	ErrUnavailable = errors.New("broker unavailable")
+	// ErrTooLarge: the message is larger than the broker or the publisher accepts (413).
+	ErrTooLarge = errors.New("message too large")
+	// ErrRefused: the broker refused the message for good (for example no permission) (502).
+	ErrRefused = errors.New("message refused by the broker")
+)
+
+// Message is one record on its way to a topic.
+type Message struct {
+	Topic      string
+	Key        string
+	Properties map[string]string
+	Payload    []byte // nil for PublishStream
+}
+
+// Publisher is what ingress needs from a Pulsar producer pool.
+type Publisher interface {
+	// PublishAsync queues m and returns; done runs once the broker persisted it (with
+	// the message id) or it failed. It blocks while the topic's queue is full, until ctx
+	// ends. The payload may be reused once it returns.
+	PublishAsync(ctx context.Context, m *Message, done func(id string, err error))
+	// PublishStream publishes size bytes read from r as one (chunked) message and
+	// returns once it is persisted.
+	PublishStream(ctx context.Context, m *Message, size int64, r io.Reader) (string, error)
+}
+
+// Limits bound what a stream may hold and how long it may stay silent.
+type Limits struct {
+	MaxRecordBytes    int64         // larger records fail with 413
+	BufferRecordBytes int64         // larger records are streamed into chunked messages
+	MaxStreams        int           // concurrent requests; more get 429
+	IdleTimeout       time.Duration // a body silent this long ends the stream (408)
+	PendingRecords    int           // records awaiting receipts per stream
+	PendingBytes      int64         // bytes awaiting receipts per stream
+}
+
+// Observer receives the facts metrics are made of; every method must be cheap and safe
+// for concurrent use. A nil Observer is allowed.
+type Observer interface {
+	StreamStarted(route string)
+	StreamEnded(route string, status int)
+	RecordSettled(route string, status int, bytes int64, latency time.Duration)
+	DecodeError(route string)
+}
+
+// Server serves the ingress endpoints. Update installs routes and limits; it may be
+// called at any time (a reload) and applies from each stream's next record.
+type Server struct {
+	pub   Publisher
+	log   *slog.Logger
+	obs   Observer
+	state atomic.Pointer[state]
+
+	active atomic.Int64
+	mu     sync.Mutex
+	drain  bool
+	open   map[*stream]struct{}
+	wg     sync.WaitGroup
+}
+
+type state struct {
+	table  *mapping.Table
+	limits Limits
+}
+
+// New returns a Server publishing through pub; obs may be nil.
+func New(pub Publisher, log *slog.Logger, obs Observer) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	return &Server{pub: pub, log: log, obs: obs, open: map[*stream]struct{}{}}
+}
+
+// Update installs a routing table and limits for the records that arrive from now on.
+func (s *Server) Update(t *mapping.Table, l Limits) {
+	s.state.Store(&state{table: t, limits: l})
+}
+
+// Register adds the ingress handler to e: every POST not claimed by a more specific route.
+func (s *Server) Register(e *echo.Echo) {
+	e.POST("/*", s.Handle)
+}
+
+// Active reports how many streams are open.
+func (s *Server) Active() int { return int(s.active.Load()) }
+
+// Drain stops new streams (503), stops reading the bodies of open ones, and waits until
+// every open stream has written its summary or ctx ends; records still unsettled then
+// are answered as failed (their outcome unknown).
+func (s *Server) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.drain = true
+	for st := range s.open {
+		st.stopReading(errDraining)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for st := range s.open {
+			st.abandon()
+		}
+		s.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+var errDraining = errors.New("the bridge is shutting down")
+
+// Handle is the echo handler of every ingress route.
+func (s *Server) Handle(c echo.Context) error {
+	req := c.Request()
+	st := s.state.Load()
+	if st == nil {
+		return answerError(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
+	}
+	route, params, ok := st.table.Lookup(req.URL.Path)
+	if !ok {
+		return answerError(c, http.StatusNotFound, "no route for "+strconv.Quote(req.URL.Path), 0)
+	}
+	format, err := recordio.ParseRequest(req.Header.Get("Content-Type"), req.Header.Get("Message-Content-Type"), route.ContentTypes())
+	if err != nil {
+		status := http.StatusUnsupportedMediaType
+		if errors.Is(err, recordio.ErrNoContentType) || errors.Is(err, recordio.ErrMissingMessageContentType) {
+			status = http.StatusBadRequest
+		}
+		return answerError(c, status, err.Error(), 0)
+	}
+	if n := s.active.Add(1); n > int64(st.limits.MaxStreams) {
+		s.active.Add(-1)
+		return answerError(c, http.StatusTooManyRequests, "too many concurrent streams (ingress.maxStreams is "+strconv.Itoa(st.limits.MaxStreams)+")", 1)
+	}
+	defer s.active.Add(-1)
+	resp, nerr := recordio.NegotiateResponse(req.Header.Get("Accept"), req.Header.Get("Message-Accept"),
+		[]string{recordio.MediaJSON}, []string{recordio.MediaJSON})
+	streaming := nerr == nil && resp.Streaming
+
+	sm := newStream(s, c, route.Name(), route.NewRequest(format.RecordType, req.Header, params), st.limits, streaming, format.Streaming)
+	s.mu.Lock()
+	if s.drain {
+		s.mu.Unlock()
+		return answerError(c, http.StatusServiceUnavailable, errDraining.Error(), 5)
+	}
+	s.open[sm] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.open, sm)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
+	s.obs.StreamStarted(route.Name())
+	status := sm.run()
+	s.obs.StreamEnded(route.Name(), status)
+	return nil
+}
+
+// answerError writes a JSON error for a request refused before its stream started.
+func answerError(c echo.Context, status int, msg string, retryAfter int) error {
+	if retryAfter > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	}
+	return c.JSON(status, map[string]any{"status": status, "error": msg})
+}
+
+type nopObserver struct{}
+
+func (nopObserver) StreamStarted(string)                            {}
+func (nopObserver) StreamEnded(string, int)                         {}
+func (nopObserver) RecordSettled(string, int, int64, time.Duration) {}
+func (nopObserver) DecodeError(string)                              {}

@@ -1,0 +1,572 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/recordio-bridge/bridge/mapping"
+	"github.com/recordio-bridge/bridge/recordio"
+)
+
+// maxListedFailures bounds the failures a one-answer response lists.
+const maxListedFailures = 100
+
+// stream is one ingress request: the handler goroutine reads and publishes records, a
+// collector goroutine settles them in input order and writes the receipts.
+type stream struct {
+	srv       *Server
+	c         echo.Context
+	rc        *http.ResponseController
+	route     string
+	req       *mapping.Request
+	limits    Limits
+	streaming bool // receipts are streamed; otherwise one answer at the end
+	recordio  bool // the body is a RecordIO stream; otherwise one record
+
+	ctx    context.Context // ends when the stream is abandoned or the client goes away
+	cancel context.CancelFunc
+
+	pending chan *entry // records awaiting their outcome, in input order
+	budget  byteBudget
+
+	bodyMu   sync.Mutex
+	stopErr  error // why reading stopped early (drain), set under bodyMu
+	abandonC chan struct{}
+	abandonO sync.Once
+
+	// Written by the collector, read by the handler after the collector is done.
+	published, failed int64
+	firstID, lastID   string
+	failures          []failure
+	omitted           int64
+	firstFailure      *failure
+	writeErr          error
+	unavailable       atomic.Bool
+	accepted          int64 // records with an entry: published + failed, once settled
+	abandoned         atomic.Bool
+}
+
+type failure struct {
+	Seq    int64  `json:"seq"`
+	Status int    `json:"status"`
+	Error  string `json:"error"`
+}
+
+// entry is one record between its publication and its receipt.
+type entry struct {
+	seq   int64
+	size  int64
+	start time.Time
+	done  chan struct{}
+	id    string
+	topic string
+	err   error
+}
+
+var entryPool = sync.Pool{New: func() any { return &entry{done: make(chan struct{}, 1)} }}
+
+func newStream(s *Server, c echo.Context, route string, req *mapping.Request, l Limits, streaming, rio bool) *stream {
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	st := &stream{srv: s, c: c, rc: http.NewResponseController(c.Response()), route: route, req: req, limits: l,
+		streaming: streaming, recordio: rio, ctx: ctx, cancel: cancel,
+		pending: make(chan *entry, l.PendingRecords), abandonC: make(chan struct{})}
+	st.budget.init(l.PendingBytes)
+	return st
+}
+
+// stopReading makes the body reader fail with err at once and from then on.
+func (st *stream) stopReading(err error) {
+	st.bodyMu.Lock()
+	defer st.bodyMu.Unlock()
+	if st.stopErr == nil {
+		st.stopErr = err
+		_ = st.rc.SetReadDeadline(time.Now())
+	}
+}
+
+// abandon stops waiting for outstanding receipts (the drain timeout passed).
+func (st *stream) abandon() {
+	st.abandonO.Do(func() {
+		st.abandoned.Store(true)
+		close(st.abandonC)
+	})
+	st.stopReading(errDraining)
+	st.cancel()
+}
+
+// run serves the stream and returns the status it ended with.
+func (st *stream) run() int {
+	defer st.cancel()
+	res := st.c.Response()
+	if st.streaming {
+		// HTTP/1.1 needs full duplex to write receipts while the body is still coming;
+		// HTTP/2 always is (EnableFullDuplex then reports it is not needed).
+		_ = st.rc.EnableFullDuplex()
+		h := res.Header()
+		h.Set("Content-Type", recordio.MediaRecordIO)
+		h.Set("Message-Content-Type", recordio.MediaJSON)
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Accel-Buffering", "no")
+		res.WriteHeader(http.StatusOK)
+		if err := st.rc.Flush(); err != nil {
+			st.writeErr = err
+		}
+	}
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		st.collect()
+	}()
+	endErr := st.readAll()
+	records := st.accepted
+	close(st.pending)
+	<-collected
+
+	status, msg, retry := st.outcome(endErr)
+	sum := summary{Summary: true, Records: records, Published: st.published, Failed: st.failed, Status: status, Error: msg}
+	if re := (*recordio.Error)(nil); errors.As(endErr, &re) && isFraming(re.Err) {
+		off := re.Offset
+		sum.Offset = &off
+	}
+	if retry > 0 {
+		sum.RetryAfter = retry
+	}
+	if st.streaming {
+		if st.writeErr == nil {
+			b := recordio.AppendRecord(nil, mustJSON(sum))
+			if _, err := res.Write(b); err == nil {
+				_ = st.rc.Flush()
+			}
+		}
+	} else {
+		ans := answer{summary: sum, Failures: st.failures, FailuresOmitted: st.omitted, FirstMessageID: st.firstID, LastMessageID: st.lastID}
+		if retry > 0 {
+			res.Header().Set("Retry-After", strconv.Itoa(retry))
+		}
+		_ = st.c.JSON(status, ans)
+	}
+	level := st.srv.log.Debug
+	if status != http.StatusOK {
+		level = st.srv.log.Info
+	}
+	level("ingress stream ended", "route", st.route, "records", records, "published", st.published, "failed", st.failed, "status", status, "error", msg)
+	return status
+}
+
+type summary struct {
+	Summary    bool   `json:"summary"`
+	Records    int64  `json:"records"`
+	Published  int64  `json:"published"`
+	Failed     int64  `json:"failed"`
+	Status     int    `json:"status"`
+	Error      string `json:"error,omitempty"`
+	Offset     *int64 `json:"offset,omitempty"`
+	RetryAfter int    `json:"retryAfter,omitempty"`
+}
+
+type answer struct {
+	summary
+	Failures        []failure `json:"failures,omitempty"`
+	FailuresOmitted int64     `json:"failuresOmitted,omitempty"`
+	FirstMessageID  string    `json:"firstMessageId,omitempty"`
+	LastMessageID   string    `json:"lastMessageId,omitempty"`
+}
+
+// outcome chooses the stream's final status: what ended it early, else the first
+// record that failed, else 200.
+func (st *stream) outcome(endErr error) (status int, msg string, retryAfter int) {
+	switch {
+	case endErr == nil:
+	case errors.Is(endErr, errDraining) || st.abandoned.Load():
+		return http.StatusServiceUnavailable, endErr.Error() + "; send the records after the last receipt again", 5
+	case errors.Is(endErr, errIdle):
+		return http.StatusRequestTimeout, endErr.Error(), 0
+	case errors.Is(endErr, errUnavailable):
+		// reported through the failed record below
+	case errors.Is(endErr, context.Canceled):
+		return 499, "the client went away", 0
+	case isFramingError(endErr):
+		st.srv.obs.DecodeError(st.route)
+		return http.StatusBadRequest, endErr.Error(), 0
+	default:
+		return http.StatusBadRequest, "reading the request body: " + endErr.Error(), 0
+	}
+	if f := st.firstFailure; f != nil {
+		if st.unavailable.Load() {
+			return http.StatusServiceUnavailable, fmt.Sprintf("record %d: %s", f.Seq, f.Error), 5
+		}
+		return f.Status, fmt.Sprintf("record %d: %s", f.Seq, f.Error), 0
+	}
+	return http.StatusOK, "", 0
+}
+
+var (
+	errIdle        = errors.New("the request body was idle too long")
+	errUnavailable = errors.New("stopped reading: the broker is unavailable")
+)
+
+func isFraming(err error) bool {
+	return errors.Is(err, recordio.ErrBadHeader) || errors.Is(err, recordio.ErrRecordTooLarge) || errors.Is(err, recordio.ErrTruncated)
+}
+
+func isFramingError(err error) bool {
+	var re *recordio.Error
+	return errors.As(err, &re) && isFraming(re.Err)
+}
+
+// readAll reads and publishes records until the body ends or the stream must stop.
+func (st *stream) readAll() error {
+	body := &bodyReader{st: st, r: st.c.Request().Body}
+	if !st.recordio {
+		return st.readOne(body)
+	}
+	bufMax := st.limits.BufferRecordBytes
+	if bufMax > st.limits.MaxRecordBytes {
+		bufMax = st.limits.MaxRecordBytes
+	}
+	rd := recordio.NewReader(body, recordio.MaxRecordSize(int(bufMax)), recordio.StreamLargerRecords(1<<62), recordio.BufferSize(64<<10))
+	for {
+		rec, err := rd.NextRecord()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := st.publish(rec); err != nil {
+			return err
+		}
+	}
+}
+
+// readOne reads a non-streaming request: the body is one record.
+func (st *stream) readOne(body io.Reader) error {
+	n := st.c.Request().ContentLength
+	if n > st.limits.MaxRecordBytes {
+		return st.publishFailed(0, http.StatusRequestEntityTooLarge, fmt.Errorf("record of %d bytes exceeds ingress.maxRecordBytes (%d)", n, st.limits.MaxRecordBytes))
+	}
+	if n > st.limits.BufferRecordBytes {
+		return st.publish(recordio.Record{Body: io.LimitReader(body, n), Size: n})
+	}
+	data, err := io.ReadAll(io.LimitReader(body, st.limits.BufferRecordBytes+1))
+	if err != nil {
+		return err
+	}
+	if int64(len(data)) > st.limits.BufferRecordBytes {
+		return st.publishFailed(0, http.StatusRequestEntityTooLarge,
+			fmt.Errorf("a single record without Content-Length may be at most ingress.bufferRecordBytes (%d); send its length or use RecordIO", st.limits.BufferRecordBytes))
+	}
+	return st.publish(recordio.Record{Data: data, Size: int64(len(data))})
+}
+
+// publish routes and publishes one record. It returns an error only when the stream
+// must stop reading.
+func (st *stream) publish(rec recordio.Record) error {
+	cur := st.srv.state.Load()
+	if rec.Size > cur.limits.MaxRecordBytes {
+		return st.publishFailed(rec.Index, http.StatusRequestEntityTooLarge,
+			fmt.Errorf("record of %d bytes exceeds ingress.maxRecordBytes (%d)", rec.Size, cur.limits.MaxRecordBytes))
+	}
+	route, ok := cur.table.Route(st.route)
+	if !ok {
+		return st.publishFailed(rec.Index, http.StatusNotFound, fmt.Errorf("route %s was removed by a configuration reload", st.route))
+	}
+	tg, err := route.Resolve(st.req, rec.Data)
+	if err != nil {
+		return st.publishFailed(rec.Index, http.StatusUnprocessableEntity, err)
+	}
+	if err := st.budget.acquire(st.ctx, rec.Size, st.abandonC); err != nil {
+		return err
+	}
+	e := entryPool.Get().(*entry)
+	e.seq, e.size, e.start, e.topic, e.id, e.err = rec.Index, rec.Size, time.Now(), tg.Topic, "", nil
+	select {
+	case st.pending <- e:
+		st.accepted++
+	case <-st.ctx.Done():
+		st.budget.release(rec.Size)
+		return st.ctx.Err()
+	}
+	m := &Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
+	if rec.Body != nil {
+		id, err := st.srv.pub.PublishStream(st.ctx, m, rec.Size, rec.Body)
+		e.id, e.err = id, err
+		e.done <- struct{}{}
+	} else {
+		m.Payload = rec.Data
+		st.srv.pub.PublishAsync(st.ctx, m, func(id string, err error) {
+			e.id, e.err = id, err
+			e.done <- struct{}{}
+		})
+	}
+	if st.unavailable.Load() {
+		return errUnavailable
+	}
+	return nil
+}
+
+// publishFailed settles a record that was never sent.
+func (st *stream) publishFailed(seq int64, status int, err error) error {
+	e := entryPool.Get().(*entry)
+	e.seq, e.size, e.start, e.topic, e.id = seq, 0, time.Now(), "", ""
+	e.err = &statusError{status: status, err: err}
+	select {
+	case st.pending <- e:
+		st.accepted++
+	case <-st.ctx.Done():
+		return st.ctx.Err()
+	}
+	e.done <- struct{}{}
+	return nil
+}
+
+type statusError struct {
+	status int
+	err    error
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
+// statusOf maps a publish error to the status of its record.
+func statusOf(err error) int {
+	var se *statusError
+	switch {
+	case errors.As(err, &se):
+		return se.status
+	case errors.Is(err, ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrRefused):
+		return http.StatusBadGateway
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, context.Canceled):
+		return 499
+	}
+	return http.StatusInternalServerError
+}
+
+// collect settles records in input order and writes their receipts, flushing whenever
+// the next outcome is not ready yet.
+func (st *stream) collect() {
+	res := st.c.Response()
+	var buf []byte
+	flush := func() {
+		if len(buf) == 0 || st.writeErr != nil {
+			buf = buf[:0]
+			return
+		}
+		if _, err := res.Write(buf); err != nil {
+			st.fail(err)
+		} else if err := st.rc.Flush(); err != nil {
+			st.fail(err)
+		}
+		buf = buf[:0]
+	}
+	for {
+		var e *entry
+		var ok bool
+		select {
+		case e, ok = <-st.pending:
+		default:
+			flush()
+			e, ok = <-st.pending
+		}
+		if !ok {
+			flush()
+			return
+		}
+		select {
+		case <-e.done:
+		default:
+			flush()
+			select {
+			case <-e.done:
+			case <-st.abandonC:
+				// The drain timeout passed: the outcome is unknown. The publisher's
+				// callback will still come; the entry is not reused.
+				st.budget.release(e.size)
+				st.settle(&entry{seq: e.seq, err: &statusError{status: http.StatusServiceUnavailable,
+					err: errors.New("not confirmed by the broker before the drain timeout; outcome unknown")}}, &buf)
+				continue
+			}
+		}
+		st.budget.release(e.size)
+		st.settle(e, &buf)
+		entryPool.Put(e)
+		if len(buf) >= 32<<10 {
+			flush()
+		}
+	}
+}
+
+func (st *stream) fail(err error) {
+	st.writeErr = err
+	st.cancel()
+}
+
+// settle accounts one record and appends its receipt.
+func (st *stream) settle(e *entry, buf *[]byte) {
+	status := http.StatusOK
+	if e.err != nil {
+		status = statusOf(e.err)
+		f := failure{Seq: e.seq, Status: status, Error: e.err.Error()}
+		st.failed++
+		if st.firstFailure == nil {
+			st.firstFailure = &f
+		}
+		if len(st.failures) < maxListedFailures {
+			st.failures = append(st.failures, f)
+		} else {
+			st.omitted++
+		}
+		if status == http.StatusServiceUnavailable {
+			st.unavailable.Store(true)
+			st.stopReading(errUnavailable)
+		}
+		if st.streaming {
+			*buf = recordio.AppendRecord(*buf, mustJSON(f))
+		}
+	} else {
+		st.published++
+		if st.firstID == "" {
+			st.firstID = e.id
+		}
+		st.lastID = e.id
+		if st.streaming {
+			*buf = appendReceipt(*buf, e)
+		}
+	}
+	if !e.start.IsZero() {
+		st.srv.obs.RecordSettled(st.route, status, e.size, time.Since(e.start))
+	}
+}
+
+// appendReceipt appends {"seq":N,"status":200,"topic":...,"messageId":...} as a record.
+func appendReceipt(b []byte, e *entry) []byte {
+	var tmp [256]byte
+	r := append(tmp[:0], `{"seq":`...)
+	r = strconv.AppendInt(r, e.seq, 10)
+	r = append(r, `,"status":200,"topic":`...)
+	r = appendJSONString(r, e.topic)
+	r = append(r, `,"messageId":`...)
+	r = appendJSONString(r, e.id)
+	r = append(r, '}')
+	return recordio.AppendRecord(b, r)
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only plain structs of strings and numbers are encoded
+	}
+	return b
+}
+
+// bodyReader reads the request body with the idle timeout, and fails at once after
+// stopReading.
+type bodyReader struct {
+	st *stream
+	r  io.Reader
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	st := b.st
+	st.bodyMu.Lock()
+	if st.stopErr != nil {
+		err := st.stopErr
+		st.bodyMu.Unlock()
+		return 0, err
+	}
+	_ = st.rc.SetReadDeadline(time.Now().Add(st.limits.IdleTimeout))
+	st.bodyMu.Unlock()
+	n, err := b.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		st.bodyMu.Lock()
+		stop := st.stopErr
+		st.bodyMu.Unlock()
+		switch {
+		case stop != nil:
+			return n, stop
+		case isTimeout(err):
+			return n, fmt.Errorf("%w (ingress.idleTimeout is %s)", errIdle, st.limits.IdleTimeout)
+		case st.ctx.Err() != nil:
+			return n, st.ctx.Err()
+		}
+	}
+	return n, err
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// byteBudget bounds the bytes awaiting receipts. A record larger than the whole budget
+// is admitted alone.
+type byteBudget struct {
+	mu    sync.Mutex
+	limit int64
+	used  int64
+	wake  chan struct{}
+}
+
+func (b *byteBudget) init(limit int64) {
+	b.limit = limit
+	b.wake = make(chan struct{}, 1)
+}
+
+func (b *byteBudget) acquire(ctx context.Context, n int64, abandon <-chan struct{}) error {
+	for {
+		b.mu.Lock()
+		if b.used == 0 || b.used+n <= b.limit {
+			b.used += n
+			b.mu.Unlock()
+			return nil
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-abandon:
+			return errDraining
+		}
+	}
+}
+
+func (b *byteBudget) release(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,130 @@
+package telemetry
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// Metrics holds the bridge's instruments. Its methods are safe for concurrent use and
+// allocate nothing once an attribute combination has been seen.
+type Metrics struct {
+	provider *sdkmetric.MeterProvider
+	handler  http.Handler
+
+	streamsActive  metric.Int64UpDownCounter
+	streams        metric.Int64Counter
+	records        metric.Int64Counter
+	bytes          metric.Int64Counter
+	decodeErrors   metric.Int64Counter
+	publishLatency metric.Float64Histogram
+	reloads        metric.Int64Counter
+
+	attrs sync.Map // attrKey -> metric.MeasurementOption
+}
+
+type attrKey struct {
+	route  string
+	status int
+	kind   uint8
+}
+
+// NewMetrics creates the instruments and a Prometheus handler serving them, from a
+// registry of their own (so nothing global is touched and tests can make several).
+func NewMetrics(version string) (*Metrics, error) {
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return nil, err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp),
+		sdkmetric.WithView(sdkmetric.NewView(sdkmetric.Instrument{Name: "bridge.publish.duration"},
+			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
+				Boundaries: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}})))
+	m := &Metrics{provider: mp, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+	mt := mp.Meter("github.com/recordio-bridge/bridge")
+	var errs []error
+	must := func(err error) { errs = append(errs, err) }
+	m.streamsActive, err = mt.Int64UpDownCounter("bridge.ingress.streams.active", metric.WithDescription("Ingress streams open now."))
+	must(err)
+	m.streams, err = mt.Int64Counter("bridge.ingress.streams", metric.WithDescription("Ingress streams ended, by route and final status."))
+	must(err)
+	m.records, err = mt.Int64Counter("bridge.ingress.records", metric.WithDescription("Ingress records settled, by route and status (200: persisted)."))
+	must(err)
+	m.bytes, err = mt.Int64Counter("bridge.ingress.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes of ingress records settled, by route and status."))
+	must(err)
+	m.decodeErrors, err = mt.Int64Counter("bridge.ingress.decode.errors", metric.WithDescription("Ingress streams ended by a RecordIO framing error."))
+	must(err)
+	m.publishLatency, err = mt.Float64Histogram("bridge.publish.duration", metric.WithUnit("s"), metric.WithDescription("Time from reading a record to its settlement by the broker."))
+	must(err)
+	m.reloads, err = mt.Int64Counter("bridge.config.reloads", metric.WithDescription("Configuration reloads, by result (applied, invalid, unchanged)."))
+	must(err)
+	info, err := mt.Int64Gauge("bridge.build.info", metric.WithDescription("Always 1; the labels say which build runs."))
+	must(err)
+	for _, e := range errs {
+		if e != nil {
+			return nil, e
+		}
+	}
+	info.Record(context.Background(), 1, metric.WithAttributes(attribute.String("version", version)))
+	return m, nil
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// Shutdown stops the meter provider.
+func (m *Metrics) Shutdown(ctx context.Context) error { return m.provider.Shutdown(ctx) }
+
+func (m *Metrics) opt(route string, status int, kind uint8) metric.MeasurementOption {
+	k := attrKey{route, status, kind}
+	if o, ok := m.attrs.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	var o metric.MeasurementOption
+	if status == 0 {
+		o = metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route)))
+	} else {
+		o = metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route), attribute.String("status", strconv.Itoa(status))))
+	}
+	m.attrs.Store(k, o)
+	return o
+}
+
+var bg = context.Background()
+
+// StreamStarted counts an ingress stream in.
+func (m *Metrics) StreamStarted(route string) { m.streamsActive.Add(bg, 1, m.opt(route, 0, 0)) }
+
+// StreamEnded counts an ingress stream out with its final status.
+func (m *Metrics) StreamEnded(route string, status int) {
+	m.streamsActive.Add(bg, -1, m.opt(route, 0, 0))
+	m.streams.Add(bg, 1, m.opt(route, status, 1))
+}
+
+// RecordSettled counts one record and its publish latency.
+func (m *Metrics) RecordSettled(route string, status int, bytes int64, latency time.Duration) {
+	o := m.opt(route, status, 1)
+	m.records.Add(bg, 1, o)
+	m.bytes.Add(bg, bytes, o)
+	if status == http.StatusOK {
+		m.publishLatency.Record(bg, latency.Seconds(), m.opt(route, 0, 0))
+	}
+}
+
+// DecodeError counts a stream ended by a framing error.
+func (m *Metrics) DecodeError(route string) { m.decodeErrors.Add(bg, 1, m.opt(route, 0, 0)) }
+
+// Reload counts a configuration reload by result.
+func (m *Metrics) Reload(result string) {
+	m.reloads.Add(bg, 1, metric.WithAttributes(attribute.String("result", result)))
+}
