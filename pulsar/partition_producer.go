@@ -232,14 +232,21 @@ func (p *partitionProducer) run() {
 		case <-p.reconnectCh:
 			p.reconnect()
 		case now := <-ticker.C:
-			p.mu.Lock()
-			if len(p.batch.reqs) > 0 && now.Sub(p.batch.created) >= p.opts.BatchingMaxDelay {
-				p.flushBatchLocked()
-			}
-			p.mu.Unlock()
-			p.failTimedOut(now)
+			p.tick(now)
 		}
 	}
+}
+
+// tick flushes a batch that has waited long enough and fails what has waited longer than
+// the send timeout. It also runs between reconnect attempts, so messages batched while
+// the connection is down still time out.
+func (p *partitionProducer) tick(now time.Time) {
+	p.mu.Lock()
+	if len(p.batch.reqs) > 0 && now.Sub(p.batch.created) >= p.opts.BatchingMaxDelay {
+		p.flushBatchLocked()
+	}
+	p.mu.Unlock()
+	p.failTimedOut(now)
 }
 
 func (p *partitionProducer) reconnect() {
@@ -250,9 +257,11 @@ func (p *partitionProducer) reconnect() {
 		if stop {
 			return
 		}
+		p.tick(time.Now())
 		ctx, cancel := contextUntil(p.done)
 		err := p.connect(ctx, false)
 		cancel()
+		p.tick(time.Now())
 		if err == nil {
 			p.mu.Lock()
 			p.reconnects++
@@ -277,7 +286,7 @@ func (p *partitionProducer) reconnect() {
 				timeouts.Stop()
 				return
 			case now := <-timeouts.C:
-				p.failTimedOut(now)
+				p.tick(now)
 			case <-deadline.C:
 				break wait
 			}

@@ -165,6 +165,31 @@ func TestSendTimeoutHonouredWhileReconnecting(t *testing.T) {
 	}
 }
 
+// Messages batched behind one in flight when the connection drops sit in the open batch,
+// not in the pending queue; they must time out too (found by the ingress e2e test: they
+// waited for the broker forever).
+func TestSendTimeoutCoversMessagesBatchedWhileReconnecting(t *testing.T) {
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{SendTimeout: 300 * time.Millisecond, BatchingMaxDelay: 50 * time.Millisecond})
+	b.HoldReceipts(true)
+	errs := make(chan error, 11)
+	for i := range 11 {
+		p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%d", i))}, func(_ pulsar.MessageID, err error) { errs <- err })
+	}
+	b.Close()
+	deadline := time.After(5 * time.Second)
+	for i := range 11 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, pulsar.ErrSendTimeout) {
+				t.Fatalf("message %d: err = %v, want ErrSendTimeout", i, err)
+			}
+		case <-deadline:
+			t.Fatalf("only %d of 11 messages settled 5s after a 300ms send timeout", i)
+		}
+	}
+}
+
 func TestKeepAliveDetectsSilentBroker(t *testing.T) {
 	b := fakeBroker(t)
 	c := client(t, b.URL(), func(o *pulsar.ClientOptions) { o.KeepAlive = 50 * time.Millisecond })

@@ -79,13 +79,13 @@ func ParseRequest(contentType, messageContentType string, recordTypes []string) 
 		}
 		return RequestFormat{Streaming: true, RecordType: rt}, nil
 	}
-	if strings.TrimSpace(messageContentType) != "" {
-		return RequestFormat{}, &MediaError{Err: ErrUnsupportedMediaType, Header: "Message-Content-Type", Value: messageContentType,
-			Detail: "only allowed with Content-Type: " + MediaRecordIO}
-	}
 	if !contains(recordTypes, mt) {
 		return RequestFormat{}, &MediaError{Err: ErrUnsupportedMediaType, Header: "Content-Type", Value: contentType,
 			Detail: "allowed: " + MediaRecordIO + ", " + strings.Join(recordTypes, ", ")}
+	}
+	if strings.TrimSpace(messageContentType) != "" {
+		return RequestFormat{}, &MediaError{Err: ErrUnsupportedMediaType, Header: "Message-Content-Type", Value: messageContentType,
+			Detail: "only allowed with Content-Type: " + MediaRecordIO}
 	}
 	return RequestFormat{RecordType: mt}, nil
 }
