@@ -249,7 +249,7 @@ type ingressStream struct {
 }
 
 var (
-	h1Client = &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 200, DisableCompression: true}}
+	h1Client  = &http.Client{Transport: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 200, DisableCompression: true}}
 	h2cClient = func() *http.Client {
 		p := new(http.Protocols)
 		p.SetUnencryptedHTTP2(true)
