@@ -655,6 +655,9 @@ func (p *partitionProducer) failItemsLocked(it *pendingItem, err error) {
 
 // sendChunked publishes one message of size bytes as chunks, reading the payload from r
 // (or m.Payload when r is nil) one chunk at a time.
+// chunkWindow is how many chunks of one message may await receipts at once.
+const chunkWindow = 2
+
 func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage, r io.Reader, size int64) (MessageID, error) {
 	if size > p.opts.MaxChunkedMessageSize {
 		return MessageID{}, fmt.Errorf("%w: %d bytes, MaxChunkedMessageSize is %d", ErrMessageTooLarge, size, p.opts.MaxChunkedMessageSize)
@@ -708,12 +711,30 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 	result := make(chan error, 1)
 	var id MessageID
 	created := time.Now()
+	// At most chunkWindow chunks await their receipts, so a message of any size costs
+	// chunkWindow chunk buffers. A buffer is reused once its chunk is persisted (after a
+	// failure it may still be queued for writing, so it is dropped instead).
+	window := make(chan struct{}, chunkWindow)
+	free := make(chan []byte, chunkWindow)
 	for i := range numChunks {
 		n := int(min(int64(chunkSize), size-int64(i)*int64(chunkSize)))
+		select {
+		case window <- struct{}{}:
+		case <-ctx.Done():
+			return MessageID{}, ctx.Err()
+		case <-p.done:
+			return MessageID{}, ErrProducerClosed
+		}
 		if err := p.limiter.acquire(ctx, 1, n, p.done); err != nil {
 			return MessageID{}, err
 		}
-		buf := make([]byte, frameHeadroom+n) // read in place behind the frame header's room
+		var buf []byte
+		select {
+		case buf = <-free:
+			buf = buf[:frameHeadroom+n]
+		default:
+			buf = make([]byte, frameHeadroom+n, frameHeadroom+chunkSize) // read in place behind the frame header's room
+		}
 		if _, err := io.ReadFull(r, buf[frameHeadroom:]); err != nil {
 			p.limiter.release(1, n)
 			return MessageID{}, fmt.Errorf("pulsar: reading chunk %d of %d for %s: %w (the chunks already sent expire at consumers)", i, numChunks, p.topic, err)
@@ -737,12 +758,18 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 			md.Compression = p.opts.Compression.pb().Enum()
 		}
 		it := &pendingItem{seq: seq, highestSeq: seq, numMsgs: 1, bytes: n, created: created}
-		if i == numChunks-1 {
-			it.reqs = []sendRequest{{direct: true, callback: func(mid MessageID, err error) {
+		last := i == numChunks-1
+		chunkBuf := buf
+		it.reqs = []sendRequest{{direct: true, callback: func(mid MessageID, err error) {
+			if err == nil {
+				free <- chunkBuf
+			}
+			<-window
+			if last {
 				id = mid
 				result <- err
-			}}}
-		}
+			}
+		}}}
 		send := &pb.CommandSend{ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(seq), IsChunk: proto.Bool(true)}
 		p.appendItemLocked(it, send, md, buf, frameHeadroom)
 		p.mu.Unlock()
