@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -127,5 +128,62 @@ func TestExampleFileIsValidAndSaysTheDefaults(t *testing.T) {
 	}
 	if !reflect.DeepEqual(cfg, Default()) {
 		t.Fatalf("example.yaml says %+v, but the defaults are %+v", cfg, Default())
+	}
+}
+
+func TestRestartNeededListsEachField(t *testing.T) {
+	a := Default()
+	b := a
+	b.Listen.Data = "127.0.0.1:1"
+	b.Pulsar.Token = "env:OTHER"
+	b.Ingress.MaxStreams = 5 // applied live: not listed
+	got := RestartNeeded(a, b)
+	if len(got) != 2 || !strings.Contains(got[0], `listen.data: changed from "127.0.0.1:8080" to "127.0.0.1:1"`) ||
+		!strings.Contains(got[1], `pulsar.token: changed from "" to "env:OTHER"`) {
+		t.Fatalf("%q", got)
+	}
+}
+
+func TestWatchSeesAConfigMapSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	for _, gen := range []string{"..gen1", "..gen2"} {
+		if err := os.Mkdir(filepath.Join(dir, gen), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, gen, "c.yaml"), []byte(gen), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("..gen1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "c.yaml")
+	if err := os.Symlink("..data/c.yaml", path); err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan struct{}, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- Watch(ctx, path, 20*time.Millisecond, func() { changed <- struct{}{} }) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // the watch is set up
+	if err := os.Symlink("..gen2", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change reported for a ..data symlink swap")
+	}
+	if b, _ := os.ReadFile(path); string(b) != "..gen2" {
+		t.Fatalf("the file reads %q", b)
 	}
 }

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/recordio-bridge/bridge/ingress"
+	"github.com/recordio-bridge/bridge/pulsar"
 )
 
 func TestVersionPrintsVersionAndGoRuntime(t *testing.T) {
@@ -50,5 +54,54 @@ func TestValidateUsesTheStartUpPath(t *testing.T) {
 	}
 	if code := run([]string{"validate"}, &out, &errb); code != 2 {
 		t.Fatalf("no -config: exit %d, want 2", code)
+	}
+}
+
+func TestValidateCompilesTheRoutes(t *testing.T) {
+	bad := t.TempDir() + "/routes.yaml"
+	if err := os.WriteFile(bad, []byte("routes:\n  - name: r\n    default: {topic: \"t-{json:type}\"}\n  - name: r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"validate", "-config", bad}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{`routes[1].name: "r" is also the name of routes[0]`, "routes[1].default: missing"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr %q lacks %q", errb.String(), want)
+		}
+	}
+	// Template problems are found by compiling, as start-up does.
+	if err := os.WriteFile(bad, []byte("routes:\n  - name: r\n    default: {topic: \"t-{json:type}\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errb.Reset()
+	if code := run([]string{"validate", "-config", bad}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "is a template; list the namespaces") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+func TestFormatIDMatchesMessageIDString(t *testing.T) {
+	for _, id := range []pulsar.MessageID{{LedgerID: 1, EntryID: 2, Partition: -1, BatchIndex: -1}, {LedgerID: 123456789, EntryID: 0, Partition: 7, BatchIndex: 999}} {
+		if got := formatID(id); got != id.String() {
+			t.Errorf("formatID %q, String %q", got, id.String())
+		}
+	}
+}
+
+func TestClassifyChoosesTheIngressError(t *testing.T) {
+	cases := []struct {
+		err  error
+		want error
+	}{
+		{pulsar.ErrSendTimeout, ingress.ErrUnavailable},
+		{pulsar.ErrConnectionClosed, ingress.ErrUnavailable},
+		{pulsar.ErrMessageTooLarge, ingress.ErrTooLarge},
+		{pulsar.ErrProducerFailed, ingress.ErrRefused},
+	}
+	for _, c := range cases {
+		if got := classify(c.err); !errors.Is(got, c.want) || !errors.Is(got, c.err) {
+			t.Errorf("%v: %v", c.err, got)
+		}
 	}
 }
