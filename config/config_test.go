@@ -126,6 +126,10 @@ func TestExampleFileIsValidAndSaysTheDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(cfg.Routes) == 0 {
+		t.Fatal("example.yaml shows no route")
+	}
+	cfg.Routes = nil
 	if !reflect.DeepEqual(cfg, Default()) {
 		t.Fatalf("example.yaml says %+v, but the defaults are %+v", cfg, Default())
 	}
