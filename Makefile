@@ -9,7 +9,7 @@ MODULES := . e2e bench
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer fuzz clean
+.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress fuzz clean
 
 all: build
 
@@ -40,7 +40,7 @@ demo: build
 	@e2e/demo.sh
 
 ## bench: the benchmarks whose figures are in README.md.
-bench: bench-codec bench-producer bench-consumer
+bench: bench-codec bench-producer bench-consumer bench-ingress
 
 bench-codec:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./recordio/
@@ -50,6 +50,9 @@ bench-producer:
 
 bench-consumer:
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./consumer -rounds 2'
+
+bench-ingress: build
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./ingress -bin $(CURDIR)/$(BIN) -rounds 3'
 
 FUZZTIME ?= 1m
 fuzz:

@@ -61,7 +61,12 @@ type Limits struct {
 type Observer interface {
 	StreamStarted(route string)
 	StreamEnded(route string, status int)
-	RecordSettled(route string, status int, bytes int64, latency time.Duration)
+	// RecordsSettled counts n records (of bytes in all) settled with status; a stream
+	// reports them in aggregate, whenever it flushes its receipts.
+	RecordsSettled(route string, status int, n, bytes int64)
+	// PublishLatency is the time from reading a record to the broker's receipt, for a
+	// sample of records: every 8th, and every record that arrives when the stream is idle.
+	PublishLatency(route string, d time.Duration)
 	DecodeError(route string)
 }
 
@@ -196,7 +201,8 @@ func answerError(c echo.Context, status int, msg string, retryAfter int) error {
 
 type nopObserver struct{}
 
-func (nopObserver) StreamStarted(string)                            {}
-func (nopObserver) StreamEnded(string, int)                         {}
-func (nopObserver) RecordSettled(string, int, int64, time.Duration) {}
-func (nopObserver) DecodeError(string)                              {}
+func (nopObserver) StreamStarted(string)                     {}
+func (nopObserver) StreamEnded(string, int)                  {}
+func (nopObserver) RecordsSettled(string, int, int64, int64) {}
+func (nopObserver) PublishLatency(string, time.Duration)     {}
+func (nopObserver) DecodeError(string)                       {}

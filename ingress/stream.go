@@ -55,6 +55,9 @@ type stream struct {
 	unavailable       atomic.Bool
 	accepted          int64 // records with an entry: published + failed, once settled
 	abandoned         atomic.Bool
+	msg               Message // reused for every record (the publisher does not keep it)
+	tallies           []tally // by status, flushed to the Observer
+	idle              bool    // the collector waited before the record it settles
 }
 
 type failure struct {
@@ -65,16 +68,30 @@ type failure struct {
 
 // entry is one record between its publication and its receipt.
 type entry struct {
-	seq   int64
-	size  int64
-	start time.Time
-	done  chan struct{}
-	id    string
-	topic string
-	err   error
+	seq      int64
+	size     int64
+	start    time.Time
+	done     chan struct{}
+	id       string
+	topic    string
+	err      error
+	complete func(id string, err error) // e.settle, made once per pooled entry
 }
 
-var entryPool = sync.Pool{New: func() any { return &entry{done: make(chan struct{}, 1)} }}
+var entryPool = sync.Pool{New: func() any {
+	e := &entry{done: make(chan struct{}, 1)}
+	e.complete = func(id string, err error) {
+		e.id, e.err = id, err
+		e.done <- struct{}{}
+	}
+	return e
+}}
+
+// tally aggregates settled records for the Observer between flushes.
+type tally struct {
+	status   int
+	n, bytes int64
+}
 
 func newStream(s *Server, c echo.Context, route string, req *mapping.Request, l Limits, streaming, rio bool) *stream {
 	ctx, cancel := context.WithCancel(c.Request().Context())
@@ -298,17 +315,13 @@ func (st *stream) publish(rec recordio.Record) error {
 		st.budget.release(rec.Size)
 		return st.ctx.Err()
 	}
-	m := &Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
+	m := &st.msg // PublishAsync does not keep it
+	*m = Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
 	if rec.Body != nil {
-		id, err := st.srv.pub.PublishStream(st.ctx, m, rec.Size, rec.Body)
-		e.id, e.err = id, err
-		e.done <- struct{}{}
+		e.complete(st.srv.pub.PublishStream(st.ctx, m, rec.Size, rec.Body))
 	} else {
 		m.Payload = rec.Data
-		st.srv.pub.PublishAsync(st.ctx, m, func(id string, err error) {
-			e.id, e.err = id, err
-			e.done <- struct{}{}
-		})
+		st.srv.pub.PublishAsync(st.ctx, m, e.complete)
 	}
 	if st.unavailable.Load() {
 		return errUnavailable
@@ -363,6 +376,7 @@ func (st *stream) collect() {
 	res := st.c.Response()
 	var buf []byte
 	flush := func() {
+		st.flushTallies()
 		if len(buf) == 0 || st.writeErr != nil {
 			buf = buf[:0]
 			return
@@ -377,10 +391,12 @@ func (st *stream) collect() {
 	for {
 		var e *entry
 		var ok bool
+		st.idle = false
 		select {
 		case e, ok = <-st.pending:
 		default:
 			flush()
+			st.idle = true
 			e, ok = <-st.pending
 		}
 		if !ok {
@@ -448,8 +464,29 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 			*buf = appendReceipt(*buf, e)
 		}
 	}
-	if !e.start.IsZero() {
-		st.srv.obs.RecordSettled(st.route, status, e.size, time.Since(e.start))
+	st.count(status, e.size)
+	if status == http.StatusOK && (st.idle || e.seq%8 == 0) {
+		st.srv.obs.PublishLatency(st.route, time.Since(e.start))
+	}
+}
+
+func (st *stream) count(status int, bytes int64) {
+	for i := range st.tallies {
+		if st.tallies[i].status == status {
+			st.tallies[i].n++
+			st.tallies[i].bytes += bytes
+			return
+		}
+	}
+	st.tallies = append(st.tallies, tally{status: status, n: 1, bytes: bytes})
+}
+
+func (st *stream) flushTallies() {
+	for i := range st.tallies {
+		if t := &st.tallies[i]; t.n > 0 {
+			st.srv.obs.RecordsSettled(st.route, t.status, t.n, t.bytes)
+			t.n, t.bytes = 0, 0
+		}
 	}
 }
 

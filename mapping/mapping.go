@@ -311,7 +311,8 @@ func (r *Route) Name() string { return r.name }
 // ContentTypes are the record media types the route accepts.
 func (r *Route) ContentTypes() []string { return r.contentTypes }
 
-// Request is what the HTTP request contributes to routing. Build it once per request.
+// Request is what the HTTP request contributes to routing. Build it once per request;
+// it is not safe for concurrent use (Resolve caches in it).
 type Request struct {
 	ContentType string // the media type of each record
 	Header      http.Header
@@ -319,6 +320,10 @@ type Request struct {
 	route       string
 	json        bool
 	headerProps map[string]string
+	// The last templated topic and its normalised form: records of a stream mostly go
+	// to the same few topics. A Request belongs to one stream, so no lock is needed.
+	lastRaw, lastTopic string
+	lastRoute          *Route // the cache is only good for the route (snapshot) that filled it
 }
 
 // NewRequest prepares the routing facts of one request for this route.
@@ -364,11 +369,16 @@ func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
 		if err != nil {
 			return fail("topic " + tg.topic.src + ": " + err.Error())
 		}
-		if out.Topic, err = NormalizeTopic(raw); err != nil {
-			return fail(err.Error())
-		}
-		if err := r.allowed(out.Topic); err != nil {
-			return fail(err.Error())
+		if raw == req.lastRaw && req.lastRoute == r && req.lastTopic != "" {
+			out.Topic = req.lastTopic
+		} else {
+			if out.Topic, err = NormalizeTopic(raw); err != nil {
+				return fail(err.Error())
+			}
+			if err := r.allowed(out.Topic); err != nil {
+				return fail(err.Error())
+			}
+			req.lastRaw, req.lastTopic, req.lastRoute = raw, out.Topic, r
 		}
 	}
 	if tg.key != nil {

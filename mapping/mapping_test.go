@@ -259,3 +259,17 @@ func BenchmarkResolve(b *testing.B) {
 		}
 	}
 }
+
+func TestTopicCacheDoesNotOutliveAReload(t *testing.T) {
+	before := compile(t, "routes:\n  - name: r\n    namespaces: [team/*]\n    default: {topic: \"{header:X-T}/ns/t\"}\n")
+	after := compile(t, "routes:\n  - name: r\n    namespaces: [other/*]\n    default: {topic: \"{header:X-T}/ns/t\"}\n")
+	r1, _, _ := before.Lookup("/v1/publish/r")
+	req := r1.NewRequest("application/json", http.Header{"X-T": {"team"}}, nil)
+	if _, err := r1.Resolve(req, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	r2, _, _ := after.Lookup("/v1/publish/r")
+	if _, err := r2.Resolve(req, []byte(`{}`)); !errors.Is(err, ErrUnroutable) {
+		t.Fatalf("the reloaded route's namespaces were not applied: %v", err)
+	}
+}

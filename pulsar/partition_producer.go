@@ -92,8 +92,9 @@ type partitionProducer struct {
 	maxMsgSize int
 	pending    []*pendingItem
 	batch      batch
-	// lastBatchBytes sizes the next batch's buffer.
+	// lastBatchBytes and lastBatchMsgs size the next batch's buffer and request list.
 	lastBatchBytes int
+	lastBatchMsgs  int
 	failed         error // set when the producer stopped for good
 	closing        bool
 	epoch          uint64
@@ -334,7 +335,7 @@ func (p *partitionProducer) receipt(cn *conn.Conn, r *pb.CommandSendReceipt) {
 	}
 	p.popLocked()
 	ids := r.GetMessageId()
-	var fns []completion
+	fns := make([]completion, 0, len(head.reqs))
 	for i, req := range head.reqs {
 		id := messageIDFromPB(ids, p.partition)
 		if head.batched {
@@ -478,9 +479,10 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		}
 		p.wg.Add(1) // owned by the producer: close waits for it
 		p.mu.Unlock()
+		mc := *m // the caller may reuse m itself once SendAsync returns
 		go func() {
 			defer p.wg.Done()
-			id, err := p.sendChunked(ctx, m, nil, int64(len(m.Payload)))
+			id, err := p.sendChunked(ctx, &mc, nil, int64(len(mc.Payload)))
 			p.cbs.push(deliver(nil, sendRequest{callback: cb, direct: direct}, id, err)...)
 		}()
 		return
@@ -528,6 +530,7 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		// growing (copying) and an idle one does not hold 128 KiB per lone message.
 		size := min(max(p.lastBatchBytes+p.lastBatchBytes/8, len(m.Payload)+256), p.opts.BatchingMaxBytes+len(m.Payload)+256)
 		p.batch.buf = make([]byte, frameHeadroom, frameHeadroom+size)
+		p.batch.reqs = make([]sendRequest, 0, min(max(p.lastBatchMsgs, 1), p.opts.BatchingMaxMessages))
 	}
 	p.batch.buf = appendSingleMessage(p.batch.buf, seq, m)
 	p.batch.reqs = append(p.batch.reqs, req)
@@ -554,6 +557,7 @@ func (p *partitionProducer) flushBatchLocked() {
 	b := p.batch
 	p.batch = batch{}
 	p.lastBatchBytes = b.size()
+	p.lastBatchMsgs = len(b.reqs)
 	n := len(b.reqs)
 	md := p.metadataLocked(b.firstSeq)
 	md.NumMessagesInBatch = proto.Int32(int32(n))

@@ -91,9 +91,10 @@ func (p *Producer) route(m *ProducerMessage) *partitionProducer {
 
 // SendAsync queues m and returns; cb runs (on the producer's callback goroutine, in
 // order) once the broker has persisted the message or it failed. SendAsync blocks while
-// the partition's pending queue is full, until ctx ends. The payload is copied, so the
-// caller may reuse it once SendAsync returns (except for messages above the broker's
-// size limit, which are chunked in the background from the slice given).
+// the partition's pending queue is full, until ctx ends. m is not kept, and the payload
+// is copied, so the caller may reuse both once SendAsync returns (except the payload of a
+// message above the broker's size limit, which is chunked in the background from the
+// slice given).
 func (p *Producer) SendAsync(ctx context.Context, m *ProducerMessage, cb func(MessageID, error)) {
 	p.route(m).sendAsync(ctx, m, cb, false)
 }

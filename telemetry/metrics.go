@@ -64,7 +64,7 @@ func NewMetrics(version string) (*Metrics, error) {
 	must(err)
 	m.decodeErrors, err = mt.Int64Counter("bridge.ingress.decode.errors", metric.WithDescription("Ingress streams ended by a RecordIO framing error."))
 	must(err)
-	m.publishLatency, err = mt.Float64Histogram("bridge.publish.duration", metric.WithUnit("s"), metric.WithDescription("Time from reading a record to its settlement by the broker."))
+	m.publishLatency, err = mt.Float64Histogram("bridge.publish.duration", metric.WithUnit("s"), metric.WithDescription("Time from reading a record to the broker's receipt, sampled: every 8th record and every record that finds its stream idle."))
 	must(err)
 	m.reloads, err = mt.Int64Counter("bridge.config.reloads", metric.WithDescription("Configuration reloads, by result (applied, invalid, unchanged)."))
 	must(err)
@@ -111,14 +111,16 @@ func (m *Metrics) StreamEnded(route string, status int) {
 	m.streams.Add(bg, 1, m.opt(route, status, 1))
 }
 
-// RecordSettled counts one record and its publish latency.
-func (m *Metrics) RecordSettled(route string, status int, bytes int64, latency time.Duration) {
+// RecordsSettled counts settled records by route and status.
+func (m *Metrics) RecordsSettled(route string, status int, n, bytes int64) {
 	o := m.opt(route, status, 1)
-	m.records.Add(bg, 1, o)
+	m.records.Add(bg, n, o)
 	m.bytes.Add(bg, bytes, o)
-	if status == http.StatusOK {
-		m.publishLatency.Record(bg, latency.Seconds(), m.opt(route, 0, 0))
-	}
+}
+
+// PublishLatency records one (sampled) publish latency.
+func (m *Metrics) PublishLatency(route string, d time.Duration) {
+	m.publishLatency.Record(bg, d.Seconds(), m.opt(route, 0, 0))
 }
 
 // DecodeError counts a stream ended by a framing error.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -125,7 +126,14 @@ func (ps *producers) PublishAsync(ctx context.Context, m *ingress.Message, done 
 		done("", err)
 		return
 	}
-	pm := &pulsar.ProducerMessage{Payload: m.Payload, Key: m.Key, Properties: m.Properties}
+	payload := m.Payload
+	if len(payload) > largePayload {
+		// A payload above the broker's limit is chunked in the background from the slice
+		// given, and ingress reuses its read buffer: give the producer its own copy.
+		payload = bytes.Clone(payload)
+	}
+	pm := messagePool.Get().(*pulsar.ProducerMessage)
+	*pm = pulsar.ProducerMessage{Payload: payload, Key: m.Key, Properties: m.Properties}
 	e.p.SendAsync(ctx, pm, func(id pulsar.MessageID, err error) {
 		ps.release(e)
 		if err != nil {
@@ -134,7 +142,14 @@ func (ps *producers) PublishAsync(ctx context.Context, m *ingress.Message, done 
 		}
 		done(formatID(id), nil)
 	})
+	*pm = pulsar.ProducerMessage{}
+	messagePool.Put(pm) // SendAsync does not keep it
 }
+
+// largePayload is below any broker's message size limit (5 MiB by default).
+const largePayload = 1 << 20
+
+var messagePool = sync.Pool{New: func() any { return new(pulsar.ProducerMessage) }}
 
 // PublishStream implements ingress.Publisher.
 func (ps *producers) PublishStream(ctx context.Context, m *ingress.Message, size int64, r io.Reader) (string, error) {

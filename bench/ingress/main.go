@@ -1,0 +1,333 @@
+// Command ingress measures the bridge's main job against the direct path: the same
+// records POSTed as one RecordIO stream through the bridge binary into the broker, and
+// published by the official pulsar-client-go straight to the broker, alternating in one
+// run. It prints a Markdown table (records/s, the bridge process's CPU per record, the
+// client's CPU per record) and the bridge's memory with 1 000 idle streams open.
+//
+//	go run ./ingress -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 3
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	official "github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/recordio-bridge/bridge/bench/internal/harness"
+	"github.com/recordio-bridge/bridge/recordio"
+)
+
+func main() {
+	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
+	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
+	rounds := flag.Int("rounds", 3, "alternating rounds per size (the best of each is reported)")
+	n := flag.Int("n", 100_000, "records per run")
+	sizesFlag := flag.String("sizes", "100,1024", "record sizes in bytes")
+	idle := flag.Int("idle", 1000, "idle streams for the memory figure (0 skips it)")
+	flag.Parse()
+	if *url == "" {
+		log.Fatal("no broker: set -url or PULSAR_URL (make bench-ingress starts one)")
+	}
+	br, err := startBridge(*bin, *url, *idle)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer br.stop()
+
+	fmt.Printf("| path | size | records | records/s | MB/s | bridge CPU µs/record | client CPU µs/record |\n|---|---|---|---|---|---|---|\n")
+	for _, f := range strings.Split(*sizesFlag, ",") {
+		size, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			log.Fatalf("-sizes: %v", err)
+		}
+		best := map[string]result{}
+		for r := range *rounds {
+			for _, path := range []string{"bridge", "official"} {
+				topic := fmt.Sprintf("bench-ingress-%s-%d-%d-%d", path, size, r, time.Now().UnixNano())
+				var res result
+				if path == "bridge" {
+					res, err = br.run(topic, size, *n)
+				} else {
+					res, err = runOfficial(*url, "persistent://public/default/"+topic, size, *n)
+				}
+				if err != nil {
+					log.Fatalf("%s %d B: %v", path, size, err)
+				}
+				if b, ok := best[path]; !ok || res.elapsed < b.elapsed {
+					best[path] = res
+				}
+			}
+		}
+		for _, path := range []string{"bridge", "official"} {
+			r := best[path]
+			rate := float64(r.count) / r.elapsed.Seconds()
+			bcpu := "-"
+			if path == "bridge" {
+				bcpu = fmt.Sprintf("%.2f", float64(r.serverCPU.Nanoseconds())/1e3/float64(r.count))
+			}
+			label := map[string]string{"bridge": "HTTP RecordIO -> bridge -> broker", "official": "official client -> broker"}[path]
+			fmt.Printf("| %s | %d B | %d | %.0f | %.1f | %s | %.2f |\n", label, size, r.count, rate, rate*float64(size)/1e6, bcpu,
+				float64(r.clientCPU.Nanoseconds())/1e3/float64(r.count))
+		}
+		b, o := best["bridge"], best["official"]
+		fmt.Printf("| ratio bridge/official | %d B | | %.2fx | | | |\n", size, o.elapsed.Seconds()/b.elapsed.Seconds())
+	}
+	if *idle > 0 {
+		before, after, err := br.idleStreams(*idle)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("\nbridge memory with %d idle streams open: RSS %.1f MiB before, %.1f MiB with them (%.1f KiB per stream)\n",
+			*idle, float64(before)/(1<<20), float64(after)/(1<<20), float64(after-before)/1024/float64(*idle))
+	}
+}
+
+type result struct {
+	count     int
+	elapsed   time.Duration
+	serverCPU time.Duration
+	clientCPU time.Duration
+	published int64
+}
+
+type bridge struct {
+	cmd     *exec.Cmd
+	dataURL string
+	client  *http.Client
+}
+
+func startBridge(bin, pulsarURL string, idle int) (*bridge, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "bench-ingress")
+	if err != nil {
+		return nil, err
+	}
+	cfg := fmt.Sprintf(`listen:
+  data: 127.0.0.1:%d
+  ops: 127.0.0.1:%d
+pulsar:
+  url: %s
+ingress:
+  maxStreams: %d
+  idleTimeout: 10m
+routes:
+  - name: bench
+    namespaces: [public/default]
+    default: {topic: "{header:X-Topic}"}
+`, ports[0], ports[1], pulsarURL, idle+100)
+	path := filepath.Join(dir, "bridge.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "run", "-config", path, "-log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w (run make build first)", bin, err)
+	}
+	b := &bridge{cmd: cmd, dataURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2000, DisableCompression: true}}}
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return b, nil
+			}
+		}
+	}
+	b.stop()
+	return nil, errors.New("the bridge was not ready within 30s")
+}
+
+func (b *bridge) stop() {
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	_ = b.cmd.Wait()
+}
+
+// run POSTs count records of size bytes as one stream (one-answer mode, as a scheduler
+// that only checks the final status would) and waits for the summary.
+func (b *bridge) run(topic string, size, count int) (result, error) {
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	// The body is framed ahead of time in 1 MiB pieces so the client does little work.
+	var chunk []byte
+	per := 0
+	for len(chunk) < 1<<20 {
+		chunk = recordio.AppendRecord(chunk, payload)
+		per++
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		left := count
+		for left > 0 {
+			k := min(left, per)
+			end := len(chunk) / per * k
+			if _, err := pw.Write(chunk[:end]); err != nil {
+				return
+			}
+			left -= k
+		}
+		pw.Close()
+	}()
+	req, _ := http.NewRequest(http.MethodPost, b.dataURL+"/v1/publish/bench", pr)
+	req.Header.Set("Content-Type", "application/recordio")
+	req.Header.Set("Message-Content-Type", "application/json")
+	req.Header.Set("X-Topic", topic)
+	scpu0, ccpu0, t0 := procCPU(b.cmd.Process.Pid), harness.CPUTime(), time.Now()
+	resp, err := b.client.Do(req)
+	if err != nil {
+		return result{}, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	elapsed := time.Since(t0)
+	res := result{count: count, elapsed: elapsed, serverCPU: procCPU(b.cmd.Process.Pid) - scpu0, clientCPU: harness.CPUTime() - ccpu0}
+	if err != nil {
+		return res, err
+	}
+	if resp.StatusCode != 200 || !strings.Contains(string(body), fmt.Sprintf(`"published":%d`, count)) {
+		return res, fmt.Errorf("bridge answered %d: %s", resp.StatusCode, body)
+	}
+	return res, nil
+}
+
+// idleStreams opens n streams, each with one receipted record, and reports the bridge's
+// RSS before and while they are open.
+func (b *bridge) idleStreams(n int) (before, after int64, err error) {
+	time.Sleep(time.Second)
+	before = procRSS(b.cmd.Process.Pid)
+	type open struct {
+		pw   *io.PipeWriter
+		resp *http.Response
+	}
+	streams := make([]open, 0, n)
+	defer func() {
+		for _, s := range streams {
+			s.pw.Close()
+			_, _ = io.Copy(io.Discard, s.resp.Body)
+			s.resp.Body.Close()
+		}
+	}()
+	topic := fmt.Sprintf("bench-idle-%d", time.Now().UnixNano())
+	for i := range n {
+		pr, pw := io.Pipe()
+		req, _ := http.NewRequest(http.MethodPost, b.dataURL+"/v1/publish/bench", pr)
+		req.Header.Set("Content-Type", "application/recordio")
+		req.Header.Set("Message-Content-Type", "application/json")
+		req.Header.Set("Accept", "application/recordio")
+		req.Header.Set("X-Topic", topic)
+		go func() { _, _ = pw.Write(recordio.AppendRecord(nil, []byte(`{"idle":true}`))) }()
+		resp, err := b.client.Do(req)
+		if err != nil {
+			return before, 0, fmt.Errorf("stream %d: %w", i, err)
+		}
+		streams = append(streams, open{pw, resp})
+		rd := recordio.NewReader(resp.Body)
+		if rec, err := rd.Next(); err != nil || !strings.Contains(string(rec), `"status":200`) {
+			return before, 0, fmt.Errorf("stream %d: receipt %q, %v", i, rec, err)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	return before, procRSS(b.cmd.Process.Pid), nil
+}
+
+func runOfficial(url, topic string, size, count int) (result, error) {
+	c, err := official.NewClient(official.ClientOptions{URL: url, Logger: harness.QuietLogger()})
+	if err != nil {
+		return result{}, err
+	}
+	defer c.Close()
+	p, err := c.CreateProducer(official.ProducerOptions{Topic: topic})
+	if err != nil {
+		return result{}, err
+	}
+	defer p.Close()
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	wg.Add(count)
+	ccpu0, t0 := harness.CPUTime(), time.Now()
+	for range count {
+		p.SendAsync(context.Background(), &official.ProducerMessage{Payload: payload}, func(_ official.MessageID, _ *official.ProducerMessage, err error) {
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return result{count: count, elapsed: time.Since(t0), clientCPU: harness.CPUTime() - ccpu0}, firstErr
+}
+
+// procCPU is a process's user+system time from /proc/<pid>/stat.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
+}
+
+func procRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func freePorts(n int) ([]int, error) {
+	var out []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
