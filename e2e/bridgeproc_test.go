@@ -299,6 +299,11 @@ func openStream(t testing.TB, c *http.Client, url string, header map[string]stri
 				s.errc <- fmt.Errorf("receipt %q: %v", rec, err)
 				return
 			}
+			if r.Summary {
+				// The bridge has said its last word: end the body, as a client should
+				// (a clean end: a body that fails makes the transport drop the connection).
+				s.pw.Close()
+			}
 			s.receipts <- r
 		}
 	}()

@@ -102,15 +102,19 @@ func newStream(s *Server, c echo.Context, route string, req *mapping.Request, l 
 	return st
 }
 
-// stopReading makes the body reader fail with err at once and from then on.
+// stopReading makes the body reader fail with err from its next read on. A read in
+// progress is given stopGrace to finish: a client that is sending completes it (and the
+// body stays readable, so lingerForTheClient can drain it cleanly), a silent one times out.
 func (st *stream) stopReading(err error) {
 	st.bodyMu.Lock()
 	defer st.bodyMu.Unlock()
 	if st.stopErr == nil {
 		st.stopErr = err
-		_ = st.rc.SetReadDeadline(time.Now())
+		_ = st.rc.SetReadDeadline(time.Now().Add(stopGrace))
 	}
 }
+
+const stopGrace = 100 * time.Millisecond
 
 // abandon stops waiting for outstanding receipts (the drain timeout passed).
 func (st *stream) abandon() {
@@ -165,6 +169,9 @@ func (st *stream) run() int {
 			if _, err := res.Write(b); err == nil {
 				_ = st.rc.Flush()
 			}
+			if stoppedEarly(endErr) {
+				st.lingerForTheClient()
+			}
 		}
 	} else {
 		ans := answer{summary: sum, Failures: st.failures, FailuresOmitted: st.omitted, FirstMessageID: st.firstID, LastMessageID: st.lastID}
@@ -180,6 +187,26 @@ func (st *stream) run() int {
 	level("ingress stream ended", "route", st.route, "records", records, "published", st.published, "failed", st.failed, "status", status, "error", msg)
 	return status
 }
+
+// stoppedEarly reports whether reading stopped while the client may still be sending.
+func stoppedEarly(endErr error) bool {
+	return errors.Is(endErr, errDraining) || errors.Is(endErr, errUnavailable) || isFramingError(endErr)
+}
+
+// lingerForTheClient reads and drops what the client still sends, for up to a second or
+// until it ends its body, so it can read the summary before the connection closes.
+// Closing a socket with unread input makes the kernel reset it, and a reset can destroy
+// the summary in flight; a client that sees its body rejected may also drop the
+// connection. A client that reads the summary and ends its body lets this return at once.
+func (st *stream) lingerForTheClient() {
+	_ = st.rc.SetReadDeadline(time.Now().Add(lingerTime))
+	_, _ = io.CopyN(io.Discard, st.c.Request().Body, lingerBytes)
+}
+
+const (
+	lingerTime  = time.Second
+	lingerBytes = 64 << 20
+)
 
 type summary struct {
 	Summary    bool   `json:"summary"`
