@@ -363,3 +363,23 @@ func TestAppendJSONStringEscapes(t *testing.T) {
 		}
 	}
 }
+
+func TestASingleRecordRequestGetsOneAnswer(t *testing.T) {
+	pub := newFake()
+	_, url := serve(t, pub, table(t, oneRoute), limits)
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/publish/r", strings.NewReader(`{"n":7}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ans map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || ans["records"] != float64(1) || ans["published"] != float64(1) || ans["firstMessageId"] != "1:0:-1:-1" ||
+		ans["lastMessageId"] != "1:0:-1:-1" || pub.topics[0] != "persistent://public/default/t-7" {
+		t.Fatalf("%d %v (topics %v)", resp.StatusCode, ans, pub.topics)
+	}
+}
