@@ -19,7 +19,10 @@ type Config struct {
 	Listen  Listen  `yaml:"listen"`
 	Pulsar  Pulsar  `yaml:"pulsar"`
 	Ingress Ingress `yaml:"ingress"`
+	Egress  Egress  `yaml:"egress"`
 	Routes  []Route `yaml:"routes"` // none: every POST gets 404
+	// Streams are the egress endpoints; none: every GET gets 404.
+	Streams []Stream `yaml:"streams"`
 }
 
 // Listen holds the listener addresses.
@@ -74,6 +77,7 @@ func Default() Config {
 			MaxRecordBytes: 4 << 20, BufferRecordBytes: 4 << 20, MaxStreams: 1000, IdleTimeout: Duration(5 * time.Minute), PublishTimeout: Duration(30 * time.Second),
 			PendingRecords: 1000, PendingBytes: 16 << 20, DrainTimeout: Duration(30 * time.Second),
 		},
+		Egress: Egress{MaxStreams: 1000, WriteTimeout: Duration(30 * time.Second)},
 	}
 }
 
@@ -172,7 +176,10 @@ func (c Config) Validate() error {
 	default:
 		add("pulsar.compression: %q is not one of none, lz4, zlib, zstd, snappy", c.Pulsar.Compression)
 	}
+	positive("egress.maxStreams", int64(c.Egress.MaxStreams))
+	positive("egress.writeTimeout", int64(c.Egress.WriteTimeout))
 	p = append(p, validateRoutes(c.Routes)...)
+	p = append(p, validateStreams(c.Streams, c.Routes)...)
 	if len(p) == 0 {
 		return nil
 	}

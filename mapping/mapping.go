@@ -38,8 +38,9 @@ func (e *RouteError) Unwrap() error { return ErrUnroutable }
 
 // Table is a compiled, immutable set of routes. It is safe for concurrent use.
 type Table struct {
-	routes []*Route
-	byName map[string]*Route
+	routes  []*Route
+	byName  map[string]*Route
+	streams []*Stream
 }
 
 // Route is one compiled ingress route.
@@ -98,6 +99,9 @@ func Compile(cfg config.Config) (*Table, error) {
 			t.byName[r.name] = r
 		}
 	}
+	streams, probs := compileStreams(cfg)
+	p = append(p, probs...)
+	t.streams = streams
 	if len(p) > 0 {
 		return nil, p
 	}

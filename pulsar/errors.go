@@ -2,6 +2,7 @@ package pulsar
 
 import (
 	"errors"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 
 	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
 	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
@@ -52,3 +53,11 @@ func IsRetryable(err error) bool {
 	}
 	return errors.Is(err, ErrConnectionClosed) || errors.Is(err, ErrKeepAliveTimeout) || errors.Is(err, ErrSendTimeout)
 }
+
+// Broker error codes callers commonly test for, with errors.As and ServerError.Code.
+const (
+	CodeConsumerBusy    = ServerErrorCode(pb.ServerError_ConsumerBusy) // another consumer holds an Exclusive subscription
+	CodeAuthorization   = ServerErrorCode(pb.ServerError_AuthorizationError)
+	CodeTopicNotFound   = ServerErrorCode(pb.ServerError_TopicNotFound)
+	CodeTopicTerminated = ServerErrorCode(pb.ServerError_TopicTerminatedError)
+)

@@ -21,6 +21,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/egress"
 	"github.com/recordio-bridge/bridge/ingress"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/pulsar"
@@ -66,6 +67,10 @@ func limitsOf(c config.Config) ingress.Limits {
 	}
 }
 
+func egressLimitsOf(c config.Config) egress.Limits {
+	return egress.Limits{MaxStreams: c.Egress.MaxStreams, WriteTimeout: c.Egress.WriteTimeout.D()}
+}
+
 var compressions = map[string]pulsar.Compression{
 	"none": pulsar.NoCompression, "lz4": pulsar.LZ4, "zlib": pulsar.ZLib, "zstd": pulsar.ZStd, "snappy": pulsar.Snappy,
 }
@@ -82,6 +87,7 @@ type bridge struct {
 	client   *pulsar.Client
 	prods    *producers
 	ingress  *ingress.Server
+	egress   *egress.Server
 	metrics  *telemetry.Metrics
 	draining atomic.Bool
 }
@@ -152,6 +158,8 @@ func serve(ctx context.Context, path string, snap *snapshot, log *slog.Logger) e
 	}, cfg.Pulsar.OperationTimeout.D(), cfg.Pulsar.ProducerIdleTimeout.D(), log.With("component", "producers"))
 	b.ingress = ingress.New(b.prods, log.With("component", "ingress"), b.metrics)
 	b.ingress.Update(snap.table, limitsOf(cfg))
+	b.egress = egress.New(subscriber{b.client}, log.With("component", "egress"))
+	b.egress.Update(snap.table, egressLimitsOf(cfg))
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -165,7 +173,14 @@ func serve(ctx context.Context, path string, snap *snapshot, log *slog.Logger) e
 			_ = c.JSON(status, map[string]any{"status": status, "error": err.Error()})
 		}
 	}
-	b.ingress.Register(e)
+	// POST: a stream's /ack endpoint, else ingress; GET: egress streams.
+	e.POST("/*", func(c echo.Context) error {
+		if b.egress.IsAck(c.Request().URL.Path) {
+			return b.egress.HandleAck(c)
+		}
+		return b.ingress.Handle(c)
+	})
+	e.GET("/*", b.egress.Handle)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -192,7 +207,7 @@ func serve(ctx context.Context, path string, snap *snapshot, log *slog.Logger) e
 	go serveOn(data, dataLn, "data")
 	go serveOn(ops, opsLn, "ops")
 	log.Info("bridge started", "version", version, "data", dataLn.Addr().String(), "ops", opsLn.Addr().String(),
-		"pulsar", cfg.Pulsar.URL, "routes", len(snap.table.Routes()), "config", path)
+		"pulsar", cfg.Pulsar.URL, "routes", len(snap.table.Routes()), "streams", len(snap.table.Streams()), "config", path)
 
 	// Reloads: file changes (including ConfigMap symlink swaps) and SIGHUP.
 	watchCtx, stopWatch := context.WithCancel(context.Background())
@@ -230,9 +245,15 @@ func serve(ctx context.Context, path string, snap *snapshot, log *slog.Logger) e
 		defer close(shut)
 		_ = data.Shutdown(drainCtx) // no new connections; waits for handlers
 	}()
+	egressDone := make(chan struct{})
+	go func() {
+		defer close(egressDone)
+		_ = b.egress.Drain(drainCtx)
+	}()
 	if err := b.ingress.Drain(drainCtx); err != nil {
 		log.Warn("drain timeout reached; unsettled records were answered as unknown", "drainTimeout", drainFor.String())
 	}
+	<-egressDone
 	<-shut
 	_ = data.Close()
 	stopWatch()
@@ -283,6 +304,7 @@ func (b *bridge) doReload(why string) {
 	}
 	b.snap.Store(next)
 	b.ingress.Update(next.table, limitsOf(next.cfg))
+	b.egress.Update(next.table, egressLimitsOf(next.cfg))
 	b.lastErr.Store(nil)
 	b.metrics.Reload("applied")
 	b.log.Info("configuration reloaded", "trigger", why, "routes", len(next.table.Routes()))
@@ -298,7 +320,7 @@ func (b *bridge) opsHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		snap := b.snap.Load()
 		detail := map[string]any{"config": b.path, "configLoaded": snap.loaded.UTC().Format(time.RFC3339), "routes": len(snap.table.Routes()),
-			"streams": b.ingress.Active()}
+			"streams": b.ingress.Active(), "egressStreams": b.egress.Active()}
 		if p := b.lastErr.Load(); p != nil {
 			detail["lastReloadError"] = *p
 		}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/recordio-bridge/bridge/egress"
+	"github.com/recordio-bridge/bridge/pulsar"
+)
+
+// subscriber is the egress Subscriber: one consumer of the bridge's client per stream
+// (they share the client's broker connections).
+type subscriber struct {
+	client *pulsar.Client
+}
+
+var subTypes = map[string]pulsar.SubscriptionType{
+	"exclusive": pulsar.Exclusive, "shared": pulsar.Shared, "failover": pulsar.Failover, "key_shared": pulsar.KeyShared,
+}
+
+func (s subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (egress.Subscription, error) {
+	pos := pulsar.Latest
+	if o.Position == "earliest" {
+		pos = pulsar.Earliest
+	}
+	c, err := s.client.Subscribe(ctx, pulsar.ConsumerOptions{Topics: o.Topics, Subscription: o.Subscription, Type: subTypes[o.Type],
+		InitialPosition: pos, ReceiverQueueSize: o.ReceiverQueue,
+		// A message nacked after its acknowledgement timeout comes back soon, not in a minute.
+		NackRedeliveryDelay: time.Second})
+	if err != nil {
+		var se *pulsar.ServerError
+		switch {
+		case errors.As(err, &se) && se.Code == pulsar.CodeConsumerBusy:
+			return nil, fmt.Errorf("%w: subscription %s (%s) already has its consumer: %v", egress.ErrBusy, o.Subscription, o.Type, err)
+		case pulsar.IsRetryable(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, pulsar.ErrConnectionClosed):
+			return nil, fmt.Errorf("%w: %w", egress.ErrUnavailable, err)
+		}
+		return nil, err
+	}
+	return &subscription{c: c}, nil
+}
+
+type subscription struct{ c *pulsar.Consumer }
+
+func delivery(m *pulsar.Message) *egress.Delivery {
+	return &egress.Delivery{ID: formatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
+		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, Payload: m.Payload(), Handle: m}
+}
+
+func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {
+	m, err := s.c.Receive(ctx)
+	if err != nil {
+		if errors.Is(err, pulsar.ErrEndOfTopic) {
+			return nil, fmt.Errorf("%w: %w", egress.ErrEndOfTopic, err)
+		}
+		return nil, err
+	}
+	return delivery(m), nil
+}
+
+func (s *subscription) TryReceive() (*egress.Delivery, bool) {
+	m, ok := s.c.TryReceive()
+	if !ok {
+		return nil, false
+	}
+	return delivery(m), true
+}
+
+func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(d.Handle.(*pulsar.Message)) }
+func (s *subscription) Nack(d *egress.Delivery)      { s.c.Nack(d.Handle.(*pulsar.Message)) }
+func (s *subscription) Close() error                 { return s.c.Close() }

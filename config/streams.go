@@ -1,0 +1,132 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// Egress holds the limits of subscription streams.
+type Egress struct {
+	MaxStreams int `yaml:"maxStreams"` // 1000 concurrent streams; more get 429
+	// WriteTimeout disconnects a client that has not taken a write for this long; its
+	// unacknowledged messages are redelivered.
+	WriteTimeout Duration `yaml:"writeTimeout"` // 30s
+}
+
+// Stream is one egress endpoint: a subscription streamed to HTTP clients.
+type Stream struct {
+	Name string `yaml:"name"` // required; unique
+	// Path of the endpoint [/v1/streams/<name>]; acknowledgements go to <path>/ack.
+	Path   string   `yaml:"path"`
+	Topics []string `yaml:"topics"` // required
+	// Subscription name [bridge-<name>].
+	Subscription string `yaml:"subscription"`
+	// Type of the subscription: exclusive, shared, failover or key_shared [exclusive].
+	Type string `yaml:"type"`
+	// Position where a new subscription starts: earliest or latest [latest].
+	Position string `yaml:"position"`
+	// ContentType of the records (Message-Content-Type with envelope none) [application/json].
+	ContentType string `yaml:"contentType"`
+	// Ack is auto (after the record is written and flushed) or client (POST <path>/ack) [auto].
+	Ack string `yaml:"ack"`
+	// Envelope is none (the payload as published) or json (id, key, properties, times and payload) [none].
+	Envelope string `yaml:"envelope"`
+	// Overrides lists the query parameters a client may use: subscription, position, ack, envelope [none].
+	Overrides []string `yaml:"overrides"`
+	// Heartbeat is written when the stream has been idle for HeartbeatInterval [off].
+	HeartbeatInterval Duration `yaml:"heartbeatInterval"`
+	Heartbeat         string   `yaml:"heartbeat"` // the record, e.g. {"type":"HEARTBEAT"}
+	// ReceiverQueue is the flow-permit window per partition: what a client that stops
+	// reading can hold in memory [1000].
+	ReceiverQueue int `yaml:"receiverQueue"`
+	// AckTimeout redelivers a message a client (ack=client) has not acknowledged in time [30s].
+	AckTimeout Duration `yaml:"ackTimeout"`
+	// MaxUnacked stops delivery to an ack=client stream with this many messages unacknowledged [1000].
+	MaxUnacked int `yaml:"maxUnacked"`
+}
+
+// WithDefaults returns the stream with every empty key set to its default.
+func (s Stream) WithDefaults() Stream {
+	if s.Path == "" && s.Name != "" {
+		s.Path = "/v1/streams/" + s.Name
+	}
+	if s.Subscription == "" && s.Name != "" {
+		s.Subscription = "bridge-" + s.Name
+	}
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
+	}
+	def(&s.Type, "exclusive")
+	def(&s.Position, "latest")
+	def(&s.ContentType, "application/json")
+	def(&s.Ack, "auto")
+	def(&s.Envelope, "none")
+	if s.ReceiverQueue == 0 {
+		s.ReceiverQueue = 1000
+	}
+	if s.AckTimeout == 0 {
+		s.AckTimeout = Duration(30 * time.Second)
+	}
+	if s.MaxUnacked == 0 {
+		s.MaxUnacked = 1000
+	}
+	return s
+}
+
+func validateStreams(streams []Stream, routes []Route) Problems {
+	var p Problems
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	names := map[string]int{}
+	paths := map[string]string{}
+	for i, r := range routes {
+		paths[r.EffectivePath()] = fmt.Sprintf("routes[%d]", i)
+	}
+	oneOf := func(at, key, v string, allowed ...string) {
+		for _, a := range allowed {
+			if v == a {
+				return
+			}
+		}
+		add("%s.%s: %q is not one of %v", at, key, v, allowed)
+	}
+	for i, raw := range streams {
+		at := fmt.Sprintf("streams[%d]", i)
+		s := raw.WithDefaults()
+		if s.Name == "" {
+			add("%s.name: missing; every stream needs a name", at)
+		} else if j, dup := names[s.Name]; dup {
+			add("%s.name: %q is also the name of streams[%d]", at, s.Name, j)
+		} else {
+			names[s.Name] = i
+		}
+		if s.Path != "" {
+			if s.Path[0] != '/' {
+				add("%s.path: %q must start with /", at, s.Path)
+			} else if other, dup := paths[s.Path]; dup {
+				add("%s.path: %q is also the path of %s", at, s.Path, other)
+			} else {
+				paths[s.Path] = at
+				paths[s.Path+"/ack"] = at
+			}
+		}
+		if len(s.Topics) == 0 {
+			add("%s.topics: missing; list the topics the stream reads", at)
+		}
+		oneOf(at, "type", s.Type, "exclusive", "shared", "failover", "key_shared")
+		oneOf(at, "position", s.Position, "earliest", "latest")
+		oneOf(at, "ack", s.Ack, "auto", "client")
+		oneOf(at, "envelope", s.Envelope, "none", "json")
+		for _, o := range s.Overrides {
+			oneOf(at, "overrides", o, "subscription", "position", "ack", "envelope")
+		}
+		if s.HeartbeatInterval > 0 && s.Heartbeat == "" {
+			add("%s.heartbeat: missing; heartbeatInterval needs the record to send, e.g. '{\"type\":\"HEARTBEAT\"}'", at)
+		}
+		if s.ReceiverQueue < 0 || s.MaxUnacked < 0 {
+			add("%s: receiverQueue and maxUnacked must be positive", at)
+		}
+	}
+	return p
+}

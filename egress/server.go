@@ -1,0 +1,219 @@
+package egress
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/recordio-bridge/bridge/mapping"
+	"github.com/recordio-bridge/bridge/recordio"
+)
+
+// Errors a Subscriber wraps (with %w) so the handler can answer with the right status.
+var (
+	// ErrBusy: the subscription already has the one consumer its type allows (409).
+	ErrBusy = errors.New("the subscription is busy")
+	// ErrUnavailable: the broker cannot be reached (503, Retry-After).
+	ErrUnavailable = errors.New("broker unavailable")
+	// ErrEndOfTopic: the topic was terminated and everything in it delivered: the stream
+	// ends cleanly.
+	ErrEndOfTopic = errors.New("end of topic")
+)
+
+// SubscribeOptions say what to subscribe to.
+type SubscribeOptions struct {
+	Topics        []string
+	Subscription  string
+	Type          string // exclusive, shared, failover, key_shared
+	Position      string // earliest, latest
+	ReceiverQueue int
+}
+
+// Delivery is one message handed to a stream.
+type Delivery struct {
+	ID           string // ledger:entry:partition:batchIndex
+	Topic        string
+	Key          string
+	Properties   map[string]string
+	PublishTime  time.Time
+	EventTime    time.Time
+	Redeliveries uint32
+	Payload      []byte
+	Handle       any // the Subscription's own message, for Ack and Nack
+}
+
+// Subscription is one consumer on a subscription.
+type Subscription interface {
+	// Receive blocks for the next message, until ctx ends.
+	Receive(ctx context.Context) (*Delivery, error)
+	// TryReceive returns a message that is already buffered, if any.
+	TryReceive() (*Delivery, bool)
+	Ack(d *Delivery) error
+	// Nack asks for the message to be delivered again.
+	Nack(d *Delivery)
+	// Close ends the consumer; what it delivered without an ack is redelivered.
+	Close() error
+}
+
+// Subscriber is what egress needs from a Pulsar client.
+type Subscriber interface {
+	Subscribe(ctx context.Context, o SubscribeOptions) (Subscription, error)
+}
+
+// Limits bound egress streams.
+type Limits struct {
+	MaxStreams   int
+	WriteTimeout time.Duration
+}
+
+// Server serves egress streams and their acknowledgement endpoints.
+type Server struct {
+	sub   Subscriber
+	log   *slog.Logger
+	state atomic.Pointer[state]
+
+	active atomic.Int64
+	mu     sync.Mutex
+	open   map[string]*stream // by Stream-Id
+	drain  bool
+	stop   chan struct{} // closed by Drain: streams end
+	wg     sync.WaitGroup
+}
+
+type state struct {
+	table  *mapping.Table
+	limits Limits
+}
+
+// New returns a Server subscribing through sub.
+func New(sub Subscriber, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{sub: sub, log: log, open: map[string]*stream{}, stop: make(chan struct{})}
+}
+
+// Update installs stream definitions and limits for the streams opened from now on.
+func (s *Server) Update(t *mapping.Table, l Limits) { s.state.Store(&state{table: t, limits: l}) }
+
+// Active reports how many streams are open.
+func (s *Server) Active() int { return int(s.active.Load()) }
+
+// IsAck reports whether path is the acknowledgement endpoint of a configured stream.
+func (s *Server) IsAck(path string) bool {
+	st := s.state.Load()
+	if st == nil {
+		return false
+	}
+	_, ack, ok := st.table.LookupStream(path)
+	return ok && ack
+}
+
+// Drain ends every stream (each flushes, acknowledges what it wrote and closes its
+// consumer) and refuses new ones; it waits until they are gone or ctx ends.
+func (s *Server) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.drain {
+		s.drain = true
+		close(s.stop)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Handle serves GET <stream path>.
+func (s *Server) Handle(c echo.Context) error {
+	req := c.Request()
+	st := s.state.Load()
+	if st == nil {
+		return answerError(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
+	}
+	def, isAck, ok := st.table.LookupStream(req.URL.Path)
+	if !ok || isAck {
+		if isAck {
+			return answerError(c, http.StatusMethodNotAllowed, "acknowledge with POST "+req.URL.Path, 0)
+		}
+		return answerError(c, http.StatusNotFound, "no stream at "+strconv.Quote(req.URL.Path), 0)
+	}
+	opts, err := resolveQuery(def, req)
+	if err != nil {
+		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+	}
+	recordType := def.ContentType
+	if opts.envelope == "json" {
+		recordType = recordio.MediaJSON
+	}
+	resp, err := recordio.NegotiateResponse(req.Header.Get("Accept"), req.Header.Get("Message-Accept"), []string{recordType}, nil)
+	if err != nil || !resp.Streaming {
+		msg := "send Accept: application/recordio"
+		if err != nil {
+			msg = err.Error()
+		}
+		return answerError(c, http.StatusNotAcceptable, msg, 0)
+	}
+	if n := s.active.Add(1); n > int64(st.limits.MaxStreams) {
+		s.active.Add(-1)
+		return answerError(c, http.StatusTooManyRequests, "too many concurrent streams (egress.maxStreams is "+strconv.Itoa(st.limits.MaxStreams)+")", 1)
+	}
+	defer s.active.Add(-1)
+	s.mu.Lock()
+	if s.drain {
+		s.mu.Unlock()
+		return answerError(c, http.StatusServiceUnavailable, "the bridge is shutting down", 5)
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
+
+	sub, err := s.sub.Subscribe(req.Context(), SubscribeOptions{Topics: def.Topics, Subscription: opts.subscription, Type: def.Type,
+		Position: opts.position, ReceiverQueue: def.ReceiverQueue})
+	if err != nil {
+		switch {
+		case errors.Is(err, ErrBusy):
+			return answerError(c, http.StatusConflict, err.Error(), 0)
+		case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+			return answerError(c, http.StatusServiceUnavailable, err.Error(), 5)
+		}
+		return answerError(c, http.StatusBadGateway, err.Error(), 0)
+	}
+	sm := newStream(s, c, def, opts, sub, recordType, st.limits)
+	s.mu.Lock()
+	s.open[sm.id] = sm
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.open, sm.id)
+		s.mu.Unlock()
+	}()
+	sm.run()
+	return nil
+}
+
+func answerError(c echo.Context, status int, msg string, retryAfter int) error {
+	if retryAfter > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	}
+	return c.JSON(status, map[string]any{"status": status, "error": msg})
+}
+
+func newStreamID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,392 @@
+package egress
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/recordio-bridge/bridge/mapping"
+	"github.com/recordio-bridge/bridge/recordio"
+)
+
+// options are a stream's settings after the client's query overrides.
+type options struct {
+	subscription, position, ack, envelope string
+}
+
+var queryValues = map[string][]string{
+	"position": {"earliest", "latest"},
+	"ack":      {"auto", "client"},
+	"envelope": {"none", "json"},
+}
+
+// resolveQuery applies the query parameters the stream allows, refusing any other.
+func resolveQuery(def *mapping.Stream, req *http.Request) (options, error) {
+	o := options{subscription: def.Subscription, position: def.Position, ack: def.Ack, envelope: def.Envelope}
+	q := req.URL.Query()
+	names := make([]string, 0, len(q))
+	for k := range q {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v := q.Get(k)
+		dst := map[string]*string{"subscription": &o.subscription, "position": &o.position, "ack": &o.ack, "envelope": &o.envelope}[k]
+		if dst == nil {
+			return o, fmt.Errorf("unknown query parameter %q (known: subscription, position, ack, envelope)", k)
+		}
+		if !def.Allows(k) {
+			return o, fmt.Errorf("stream %s does not let clients choose %s (streams[].overrides)", def.Name, k)
+		}
+		if allowed, ok := queryValues[k]; ok {
+			found := false
+			for _, a := range allowed {
+				found = found || a == v
+			}
+			if !found {
+				return o, fmt.Errorf("%s=%q is not one of %s", k, v, strings.Join(allowed, ", "))
+			}
+		}
+		if k == "subscription" && (v == "" || strings.ContainsAny(v, "/ ")) {
+			return o, fmt.Errorf("subscription=%q is not a subscription name", v)
+		}
+		*dst = v
+	}
+	return o, nil
+}
+
+// stream is one open GET: its goroutine receives messages, writes them as records,
+// flushes when nothing more is at hand, and acknowledges (ack=auto) what it flushed.
+type stream struct {
+	srv        *Server
+	c          echo.Context
+	rc         *http.ResponseController
+	def        *mapping.Stream
+	opts       options
+	sub        Subscription
+	id         string
+	recordType string
+	limits     Limits
+
+	mu       sync.Mutex
+	unacked  map[string]*unackedEntry // ack=client: delivered, not acknowledged
+	ackWake  chan struct{}
+	redelive int64
+}
+
+type unackedEntry struct {
+	d  *Delivery
+	at time.Time
+}
+
+func newStream(s *Server, c echo.Context, def *mapping.Stream, o options, sub Subscription, recordType string, l Limits) *stream {
+	return &stream{srv: s, c: c, rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
+		recordType: recordType, limits: l, unacked: map[string]*unackedEntry{}, ackWake: make(chan struct{}, 1)}
+}
+
+var errWriteTimeout = errors.New("the client did not take the stream's data in time")
+
+func (st *stream) run() {
+	defer st.sub.Close()
+	ctx, cancel := context.WithCancel(st.c.Request().Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-st.srv.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	res := st.c.Response()
+	h := res.Header()
+	h.Set("Content-Type", recordio.MediaRecordIO)
+	h.Set("Message-Content-Type", st.recordType)
+	h.Set("Stream-Id", st.id)
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	res.WriteHeader(http.StatusOK)
+	if err := st.flush(); err != nil {
+		return
+	}
+	if st.opts.ack == "client" {
+		done := make(chan struct{})
+		defer close(done)
+		go st.expireAcks(done)
+	}
+	written, end := st.loop(ctx)
+	st.srv.log.Debug("egress stream ended", "stream", st.def.Name, "streamId", st.id, "records", written, "reason", end)
+}
+
+// loop delivers until the client goes, the server drains, or the topic ends.
+func (st *stream) loop(ctx context.Context) (int64, string) {
+	var buf []byte
+	var flushed []*Delivery // ack=auto: written, acknowledged once flushed
+	var written int64
+	// hbDue is when a heartbeat is due if nothing else is written first.
+	heartbeats := st.def.HeartbeatInterval > 0
+	var hbDue time.Time
+	if heartbeats {
+		hbDue = time.Now().Add(st.def.HeartbeatInterval)
+	}
+	sendBuf := func(flush bool) error {
+		if len(buf) > 0 {
+			_ = st.rc.SetWriteDeadline(time.Now().Add(st.limits.WriteTimeout))
+			if _, err := st.c.Response().Write(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+		}
+		if flush {
+			if err := st.flush(); err != nil {
+				return err
+			}
+			if st.opts.ack == "auto" {
+				for _, d := range flushed {
+					_ = st.sub.Ack(d)
+				}
+				flushed = flushed[:0]
+			}
+			if heartbeats {
+				hbDue = time.Now().Add(st.def.HeartbeatInterval)
+			}
+		}
+		return nil
+	}
+	for {
+		d, ok := st.sub.TryReceive()
+		if !ok {
+			// Nothing at hand: what is written goes out now.
+			if err := sendBuf(true); err != nil {
+				return written, "write: " + err.Error()
+			}
+			if err := st.waitForAckRoom(ctx); err != nil {
+				return written, err.Error()
+			}
+			var rerr error
+			for {
+				if !heartbeats {
+					d, rerr = st.sub.Receive(ctx)
+					break
+				}
+				// Wait for a message at most until the next heartbeat is due.
+				rctx, rcancel := context.WithTimeout(ctx, time.Until(hbDue))
+				d, rerr = st.sub.Receive(rctx)
+				rcancel()
+				if rerr == nil || ctx.Err() != nil || !errors.Is(rerr, context.DeadlineExceeded) {
+					break
+				}
+				buf = recordio.AppendRecord(buf, st.def.Heartbeat)
+				if err := sendBuf(true); err != nil {
+					return written, "write: " + err.Error()
+				}
+			}
+			if rerr != nil {
+				if errors.Is(rerr, ErrEndOfTopic) {
+					_ = sendBuf(true)
+					return written, "end of topic"
+				}
+				return written, rerr.Error()
+			}
+		}
+		if st.opts.ack == "client" {
+			st.mu.Lock()
+			st.unacked[d.ID] = &unackedEntry{d: d, at: time.Now()}
+			st.mu.Unlock()
+		} else {
+			flushed = append(flushed, d)
+		}
+		buf = st.appendRecord(buf, d)
+		written++
+		if len(buf) >= 64<<10 {
+			if err := sendBuf(false); err != nil {
+				return written, "write: " + err.Error()
+			}
+		}
+	}
+}
+
+func (st *stream) flush() error {
+	_ = st.rc.SetWriteDeadline(time.Now().Add(st.limits.WriteTimeout))
+	if err := st.rc.Flush(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// waitForAckRoom blocks an ack=client stream while MaxUnacked messages await acks.
+func (st *stream) waitForAckRoom(ctx context.Context) error {
+	if st.opts.ack != "client" {
+		return nil
+	}
+	for {
+		st.mu.Lock()
+		n := len(st.unacked)
+		st.mu.Unlock()
+		if n < st.def.MaxUnacked {
+			return nil
+		}
+		select {
+		case <-st.ackWake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// expireAcks redelivers what an ack=client stream has not acknowledged in time.
+func (st *stream) expireAcks(done <-chan struct{}) {
+	every := min(max(st.def.AckTimeout/4, 10*time.Millisecond), time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-t.C:
+			var expired []*Delivery
+			st.mu.Lock()
+			for id, e := range st.unacked {
+				if now.Sub(e.at) > st.def.AckTimeout {
+					expired = append(expired, e.d)
+					delete(st.unacked, id)
+				}
+			}
+			st.redelive += int64(len(expired))
+			st.mu.Unlock()
+			for _, d := range expired {
+				st.sub.Nack(d)
+			}
+			if len(expired) > 0 {
+				st.srv.log.Info("acknowledgement timeout: messages redelivered", "stream", st.def.Name, "streamId", st.id, "messages", len(expired))
+				select {
+				case st.ackWake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// envelope is the JSON form of a record (envelope=json).
+type envelope struct {
+	MessageID       string            `json:"messageId"`
+	Topic           string            `json:"topic"`
+	Key             string            `json:"key,omitempty"`
+	Properties      map[string]string `json:"properties,omitempty"`
+	PublishTime     string            `json:"publishTime"`
+	EventTime       string            `json:"eventTime,omitempty"`
+	RedeliveryCount uint32            `json:"redeliveryCount"`
+	Payload         json.RawMessage   `json:"payload,omitempty"`       // when the payload is JSON
+	PayloadBase64   string            `json:"payloadBase64,omitempty"` // otherwise
+}
+
+func (st *stream) appendRecord(buf []byte, d *Delivery) []byte {
+	if st.opts.envelope != "json" {
+		return recordio.AppendRecord(buf, d.Payload)
+	}
+	e := envelope{MessageID: d.ID, Topic: d.Topic, Key: d.Key, Properties: d.Properties,
+		PublishTime: d.PublishTime.UTC().Format(time.RFC3339Nano), RedeliveryCount: d.Redeliveries}
+	if !d.EventTime.IsZero() {
+		e.EventTime = d.EventTime.UTC().Format(time.RFC3339Nano)
+	}
+	if json.Valid(d.Payload) {
+		e.Payload = d.Payload
+	} else {
+		e.PayloadBase64 = base64.StdEncoding.EncodeToString(d.Payload)
+	}
+	b, _ := json.Marshal(e)
+	return recordio.AppendRecord(buf, b)
+}
+
+// HandleAck serves POST <stream path>/ack: the message ids to acknowledge, as RecordIO
+// records or a JSON array, for the stream named by the Stream-Id header.
+func (s *Server) HandleAck(c echo.Context) error {
+	req := c.Request()
+	st := s.state.Load()
+	def, isAck, ok := st.table.LookupStream(req.URL.Path)
+	if !ok || !isAck {
+		return answerError(c, http.StatusNotFound, "no acknowledgement endpoint at "+strconv.Quote(req.URL.Path), 0)
+	}
+	sid := req.Header.Get("Stream-Id")
+	if sid == "" {
+		return answerError(c, http.StatusBadRequest, "send the Stream-Id header of the stream whose messages these are", 0)
+	}
+	s.mu.Lock()
+	sm := s.open[sid]
+	s.mu.Unlock()
+	if sm == nil || sm.def.Name != def.Name {
+		return answerError(c, http.StatusNotFound, fmt.Sprintf("no open stream %s with Stream-Id %s", def.Name, sid), 0)
+	}
+	if sm.opts.ack != "client" {
+		return answerError(c, http.StatusConflict, fmt.Sprintf("stream %s acknowledges by itself (ack=auto)", def.Name), 0)
+	}
+	ids, err := readIDs(req)
+	if err != nil {
+		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+	}
+	var unknown []string
+	acked := 0
+	for _, id := range ids {
+		sm.mu.Lock()
+		e := sm.unacked[id]
+		delete(sm.unacked, id)
+		sm.mu.Unlock()
+		if e == nil {
+			unknown = append(unknown, id)
+			continue
+		}
+		if err := sm.sub.Ack(e.d); err != nil {
+			return answerError(c, http.StatusServiceUnavailable, err.Error(), 1)
+		}
+		acked++
+	}
+	select {
+	case sm.ackWake <- struct{}{}:
+	default:
+	}
+	if len(unknown) > 0 {
+		return c.JSON(http.StatusBadRequest, map[string]any{"status": 400, "acked": acked, "unknown": unknown,
+			"error": fmt.Sprintf("%d ids were not delivered on this stream, were acknowledged already, or timed out and were redelivered", len(unknown))})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"status": 200, "acked": acked})
+}
+
+// readIDs reads message ids from a RecordIO body (one id per record) or a JSON array.
+func readIDs(req *http.Request) ([]string, error) {
+	mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
+	body := io.LimitReader(req.Body, 16<<20)
+	switch mt {
+	case recordio.MediaRecordIO:
+		var ids []string
+		rd := recordio.NewReader(body, recordio.MaxRecordSize(256))
+		for {
+			b, err := rd.Next()
+			if errors.Is(err, io.EOF) {
+				return ids, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			ids = append(ids, string(b))
+		}
+	case recordio.MediaJSON:
+		var ids []string
+		if err := json.NewDecoder(body).Decode(&ids); err != nil {
+			return nil, fmt.Errorf("the body is not a JSON array of message ids: %v", err)
+		}
+		return ids, nil
+	}
+	return nil, fmt.Errorf("Content-Type %q: send application/recordio (one id per record) or application/json (an array)", req.Header.Get("Content-Type"))
+}

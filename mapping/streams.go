@@ -1,0 +1,78 @@
+package mapping
+
+import (
+	"fmt"
+	"mime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/recordio-bridge/bridge/config"
+)
+
+// Stream is a compiled egress stream definition. It is immutable.
+type Stream struct {
+	Name              string
+	Path              string
+	Topics            []string // normalised
+	Subscription      string
+	Type              string // exclusive, shared, failover, key_shared
+	Position          string // earliest, latest
+	ContentType       string
+	Ack               string // auto, client
+	Envelope          string // none, json
+	Overrides         []string
+	HeartbeatInterval time.Duration
+	Heartbeat         []byte
+	ReceiverQueue     int
+	AckTimeout        time.Duration
+	MaxUnacked        int
+}
+
+// Allows reports whether a client may override the query parameter name.
+func (s *Stream) Allows(name string) bool { return slices.Contains(s.Overrides, name) }
+
+func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
+	var out []*Stream
+	var p config.Problems
+	for i, raw := range cfg.Streams {
+		at := fmt.Sprintf("streams[%d]", i)
+		s := raw.WithDefaults()
+		cs := &Stream{Name: s.Name, Path: "/" + strings.Trim(s.Path, "/"), Subscription: s.Subscription, Type: s.Type,
+			Position: s.Position, Ack: s.Ack, Envelope: s.Envelope, Overrides: s.Overrides,
+			HeartbeatInterval: s.HeartbeatInterval.D(), Heartbeat: []byte(s.Heartbeat), ReceiverQueue: s.ReceiverQueue,
+			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked}
+		mt, _, err := mime.ParseMediaType(s.ContentType)
+		if err != nil {
+			p = append(p, fmt.Sprintf("%s.contentType: %q is not a media type", at, s.ContentType))
+		}
+		cs.ContentType = mt
+		for j, t := range s.Topics {
+			topic, err := NormalizeTopic(t)
+			if err != nil {
+				p = append(p, fmt.Sprintf("%s.topics[%d]: %v", at, j, err))
+				continue
+			}
+			cs.Topics = append(cs.Topics, topic)
+		}
+		out = append(out, cs)
+	}
+	return out, p
+}
+
+// Streams lists the egress streams in configuration order.
+func (t *Table) Streams() []*Stream { return t.streams }
+
+// LookupStream returns the stream served at path, and whether path is its /ack endpoint.
+func (t *Table) LookupStream(path string) (s *Stream, ack bool, ok bool) {
+	path = "/" + strings.Trim(path, "/")
+	for _, s := range t.streams {
+		switch path {
+		case s.Path:
+			return s, false, true
+		case s.Path + "/ack":
+			return s, true, true
+		}
+	}
+	return nil, false, false
+}
