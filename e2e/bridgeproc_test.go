@@ -100,7 +100,11 @@ func startBridge(t testing.TB, cfg string) *bridgeProc {
 	if err := os.Symlink(filepath.Join("..data", "config.yaml"), p.Config); err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(bin, "run", "-config", p.Config)
+	level := os.Getenv("BRIDGE_LOG_LEVEL")
+	if level == "" {
+		level = "info"
+	}
+	p.cmd = exec.Command(bin, "run", "-config", p.Config, "-log-level", level)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

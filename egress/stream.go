@@ -165,14 +165,20 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		return nil
 	}
 	for {
-		d, ok := st.sub.TryReceive()
-		if !ok {
-			// Nothing at hand: what is written goes out now.
+		if st.opts.ack == "client" && st.unackedCount() >= st.def.MaxUnacked {
+			// maxUnacked reached: send what is written, then wait for acks (or their timeout).
 			if err := sendBuf(true); err != nil {
 				return written, "write: " + err.Error()
 			}
 			if err := st.waitForAckRoom(ctx); err != nil {
 				return written, err.Error()
+			}
+		}
+		d, ok := st.sub.TryReceive()
+		if !ok {
+			// Nothing at hand: what is written goes out now.
+			if err := sendBuf(true); err != nil {
+				return written, "write: " + err.Error()
 			}
 			var rerr error
 			for {
@@ -210,7 +216,9 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		buf = st.appendRecord(buf, d)
 		written++
 		if len(buf) >= 64<<10 {
-			if err := sendBuf(false); err != nil {
+			// A busy stream flushes (and acknowledges) every 64 KiB, so acks never wait
+			// for the consumer's queue to run dry.
+			if err := sendBuf(true); err != nil {
 				return written, "write: " + err.Error()
 			}
 		}
@@ -223,6 +231,12 @@ func (st *stream) flush() error {
 		return err
 	}
 	return nil
+}
+
+func (st *stream) unackedCount() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.unacked)
 }
 
 // waitForAckRoom blocks an ack=client stream while MaxUnacked messages await acks.
