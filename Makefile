@@ -9,7 +9,7 @@ MODULES := . e2e bench
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress fuzz clean
+.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress fuzz clean
 
 all: build
 
@@ -40,7 +40,7 @@ demo: build
 	@e2e/demo.sh
 
 ## bench: the benchmarks whose figures are in README.md.
-bench: bench-codec bench-producer bench-consumer bench-ingress
+bench: bench-codec bench-producer bench-consumer bench-ingress bench-egress
 
 bench-codec:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./recordio/
@@ -53,6 +53,9 @@ bench-consumer:
 
 bench-ingress: build
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./ingress -bin $(CURDIR)/$(BIN) -rounds 3'
+
+bench-egress: build
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./egress -bin $(CURDIR)/$(BIN) -rounds 3'
 
 FUZZTIME ?= 1m
 fuzz:

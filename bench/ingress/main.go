@@ -9,20 +9,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	official "github.com/apache/pulsar-client-go/pulsar"
@@ -46,7 +41,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer br.stop()
+	defer br.Stop()
 
 	fmt.Printf("| path | size | records | records/s | MB/s | bridge CPU µs/record | client CPU µs/record |\n|---|---|---|---|---|---|---|\n")
 	for _, f := range strings.Split(*sizesFlag, ",") {
@@ -105,24 +100,12 @@ type result struct {
 }
 
 type bridge struct {
-	cmd     *exec.Cmd
-	dataURL string
-	client  *http.Client
+	*harness.Bridge
+	client *http.Client
 }
 
 func startBridge(bin, pulsarURL string, idle int) (*bridge, error) {
-	ports, err := freePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "bench-ingress")
-	if err != nil {
-		return nil, err
-	}
-	cfg := fmt.Sprintf(`listen:
-  data: 127.0.0.1:%d
-  ops: 127.0.0.1:%d
-pulsar:
+	hb, err := harness.StartBridge(bin, fmt.Sprintf(`pulsar:
   url: %s
 ingress:
   maxStreams: %d
@@ -131,34 +114,11 @@ routes:
   - name: bench
     namespaces: [public/default]
     default: {topic: "{header:X-Topic}"}
-`, ports[0], ports[1], pulsarURL, idle+100)
-	path := filepath.Join(dir, "bridge.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+`, pulsarURL, idle+100))
+	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "run", "-config", path, "-log-level", "warn")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w (run make build first)", bin, err)
-	}
-	b := &bridge{cmd: cmd, dataURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
-		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2000, DisableCompression: true}}}
-	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(50 * time.Millisecond) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return b, nil
-			}
-		}
-	}
-	b.stop()
-	return nil, errors.New("the bridge was not ready within 30s")
-}
-
-func (b *bridge) stop() {
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	_ = b.cmd.Wait()
+	return &bridge{Bridge: hb, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2000, DisableCompression: true}}}, nil
 }
 
 // run POSTs count records of size bytes as one stream (one-answer mode, as a scheduler
@@ -188,11 +148,11 @@ func (b *bridge) run(topic string, size, count int) (result, error) {
 		}
 		pw.Close()
 	}()
-	req, _ := http.NewRequest(http.MethodPost, b.dataURL+"/v1/publish/bench", pr)
+	req, _ := http.NewRequest(http.MethodPost, b.DataURL+"/v1/publish/bench", pr)
 	req.Header.Set("Content-Type", "application/recordio")
 	req.Header.Set("Message-Content-Type", "application/json")
 	req.Header.Set("X-Topic", topic)
-	scpu0, ccpu0, t0 := procCPU(b.cmd.Process.Pid), harness.CPUTime(), time.Now()
+	scpu0, ccpu0, t0 := b.CPU(), harness.CPUTime(), time.Now()
 	resp, err := b.client.Do(req)
 	if err != nil {
 		return result{}, err
@@ -200,7 +160,7 @@ func (b *bridge) run(topic string, size, count int) (result, error) {
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	elapsed := time.Since(t0)
-	res := result{count: count, elapsed: elapsed, serverCPU: procCPU(b.cmd.Process.Pid) - scpu0, clientCPU: harness.CPUTime() - ccpu0}
+	res := result{count: count, elapsed: elapsed, serverCPU: b.CPU() - scpu0, clientCPU: harness.CPUTime() - ccpu0}
 	if err != nil {
 		return res, err
 	}
@@ -214,7 +174,7 @@ func (b *bridge) run(topic string, size, count int) (result, error) {
 // RSS before and while they are open.
 func (b *bridge) idleStreams(n int) (before, after int64, err error) {
 	time.Sleep(time.Second)
-	before = procRSS(b.cmd.Process.Pid)
+	before = b.RSS()
 	type open struct {
 		pw   *io.PipeWriter
 		resp *http.Response
@@ -230,7 +190,7 @@ func (b *bridge) idleStreams(n int) (before, after int64, err error) {
 	topic := fmt.Sprintf("bench-idle-%d", time.Now().UnixNano())
 	for i := range n {
 		pr, pw := io.Pipe()
-		req, _ := http.NewRequest(http.MethodPost, b.dataURL+"/v1/publish/bench", pr)
+		req, _ := http.NewRequest(http.MethodPost, b.DataURL+"/v1/publish/bench", pr)
 		req.Header.Set("Content-Type", "application/recordio")
 		req.Header.Set("Message-Content-Type", "application/json")
 		req.Header.Set("Accept", "application/recordio")
@@ -247,7 +207,7 @@ func (b *bridge) idleStreams(n int) (before, after int64, err error) {
 		}
 	}
 	time.Sleep(2 * time.Second)
-	return before, procRSS(b.cmd.Process.Pid), nil
+	return before, b.RSS(), nil
 }
 
 func runOfficial(url, topic string, size, count int) (result, error) {
@@ -284,50 +244,4 @@ func runOfficial(url, topic string, size, count int) (result, error) {
 	}
 	wg.Wait()
 	return result{count: count, elapsed: time.Since(t0), clientCPU: harness.CPUTime() - ccpu0}, firstErr
-}
-
-// procCPU is a process's user+system time from /proc/<pid>/stat.
-func procCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
-}
-
-func procRSS(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-func freePorts(n int) ([]int, error) {
-	var out []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	return out, nil
 }

@@ -1,0 +1,244 @@
+// Command egress measures the bridge's egress against the direct path: a backlog of
+// records read through the bridge binary as an HTTP RecordIO stream (a fresh
+// subscription each round), and the same backlog drained by the official
+// pulsar-client-go consumer, alternating in one run. Then, at a low rate, the latency
+// from publishing a message to its arrival at the HTTP client, and at the official
+// consumer for comparison.
+//
+//	go run ./egress -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 3
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	official "github.com/apache/pulsar-client-go/pulsar"
+
+	"github.com/recordio-bridge/bridge/bench/internal/harness"
+	"github.com/recordio-bridge/bridge/recordio"
+)
+
+func main() {
+	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
+	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
+	rounds := flag.Int("rounds", 3, "alternating rounds (the best of each is reported)")
+	n := flag.Int("n", 100_000, "messages in the backlog")
+	size := flag.Int("size", 1024, "message size in bytes")
+	latN := flag.Int("lat", 1000, "messages for the latency figure (0 skips it)")
+	rate := flag.Int("rate", 200, "messages per second for the latency figure")
+	flag.Parse()
+	if *url == "" {
+		log.Fatal("no broker: set -url or PULSAR_URL (make bench-egress starts one)")
+	}
+	stamp := time.Now().UnixNano()
+	topic := fmt.Sprintf("persistent://public/default/bench-egress-%d", stamp)
+	latTopic := fmt.Sprintf("persistent://public/default/bench-egress-lat-%d", stamp)
+	br, err := harness.StartBridge(*bin, fmt.Sprintf(`pulsar:
+  url: %s
+streams:
+  - name: backlog
+    topics: [%s]
+    position: earliest
+    overrides: [subscription]
+  - name: latency
+    topics: [%s]
+    position: latest
+`, *url, topic, latTopic))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer br.Stop()
+	c, err := official.NewClient(official.ClientOptions{URL: *url, Logger: harness.QuietLogger()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if err := backlog(c, topic, *size, *n); err != nil {
+		log.Fatal(err)
+	}
+
+	type res struct{ elapsed, serverCPU, clientCPU time.Duration }
+	best := map[string]res{}
+	for r := range *rounds {
+		for _, path := range []string{"bridge", "official"} {
+			sub := fmt.Sprintf("%s-%d", path, r)
+			var x res
+			ccpu0, scpu0, t0 := harness.CPUTime(), br.CPU(), time.Now()
+			if path == "bridge" {
+				err = drainHTTP(br.DataURL+"/v1/streams/backlog?subscription="+sub, *n)
+			} else {
+				err = drainOfficial(c, topic, sub, *n)
+			}
+			if err != nil {
+				log.Fatalf("%s: %v", path, err)
+			}
+			x = res{time.Since(t0), br.CPU() - scpu0, harness.CPUTime() - ccpu0}
+			if b, ok := best[path]; !ok || x.elapsed < b.elapsed {
+				best[path] = x
+			}
+		}
+	}
+	fmt.Printf("| path | size | messages | records/s | MB/s | bridge CPU µs/msg | client CPU µs/msg |\n|---|---|---|---|---|---|---|\n")
+	for _, path := range []string{"bridge", "official"} {
+		x := best[path]
+		rps := float64(*n) / x.elapsed.Seconds()
+		label := map[string]string{"bridge": "broker -> bridge -> HTTP RecordIO client", "official": "broker -> official consumer"}[path]
+		bcpu := "-"
+		if path == "bridge" {
+			bcpu = fmt.Sprintf("%.2f", float64(x.serverCPU.Nanoseconds())/1e3/float64(*n))
+		}
+		fmt.Printf("| %s | %d B | %d | %.0f | %.1f | %s | %.2f |\n", label, *size, *n, rps, rps*float64(*size)/1e6, bcpu,
+			float64(x.clientCPU.Nanoseconds())/1e3/float64(*n))
+	}
+	fmt.Printf("| ratio bridge/official | %d B | | %.2fx | | | |\n", *size, best["official"].elapsed.Seconds()/best["bridge"].elapsed.Seconds())
+
+	if *latN > 0 {
+		hb, ho, err := latency(c, br.DataURL+"/v1/streams/latency", latTopic, *latN, *rate)
+		if err != nil {
+			log.Fatal(err)
+		}
+		slices.Sort(hb)
+		slices.Sort(ho)
+		fmt.Printf("\npublish-to-delivery latency, %d messages at %d/s: HTTP client through the bridge p50 %s p99 %s; official consumer p50 %s p99 %s\n",
+			*latN, *rate, pct(hb, 0.5), pct(hb, 0.99), pct(ho, 0.5), pct(ho, 0.99))
+	}
+}
+
+func pct(l []time.Duration, q float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	return l[int(float64(len(l)-1)*q)].Round(10 * time.Microsecond)
+}
+
+func backlog(c official.Client, topic string, size, n int) error {
+	p, err := c.CreateProducer(official.ProducerOptions{Topic: topic})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = 'a' + byte(i%26)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for range n {
+		wg.Add(1)
+		p.SendAsync(context.Background(), &official.ProducerMessage{Payload: payload}, func(_ official.MessageID, _ *official.ProducerMessage, err error) {
+			if err != nil {
+				mu.Lock()
+				first = err
+				mu.Unlock()
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// drainHTTP reads n records from a bridge stream (ack=auto).
+func drainHTTP(url string, n int) error {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "application/recordio")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	rd := recordio.NewReader(resp.Body)
+	for i := range n {
+		if _, err := rd.Next(); err != nil {
+			return fmt.Errorf("after %d records: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func drainOfficial(c official.Client, topic, sub string, n int) error {
+	cons, err := c.Subscribe(official.ConsumerOptions{Topic: topic, SubscriptionName: sub, SubscriptionInitialPosition: official.SubscriptionPositionEarliest})
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	for i := range n {
+		m, err := cons.Receive(context.Background())
+		if err != nil {
+			return fmt.Errorf("after %d: %w", i, err)
+		}
+		_ = cons.Ack(m)
+	}
+	return nil
+}
+
+// latency publishes n stamped messages at rate per second and measures when each reaches
+// an HTTP client of the bridge and an official consumer, both subscribed beforehand.
+func latency(c official.Client, url, topic string, n, rate int) (viaBridge, direct []time.Duration, err error) {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "application/recordio")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	cons, err := c.Subscribe(official.ConsumerOptions{Topic: topic, SubscriptionName: "lat-official"})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cons.Close()
+	time.Sleep(500 * time.Millisecond)
+	p, err := c.CreateProducer(official.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer p.Close()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		rd := recordio.NewReader(resp.Body)
+		for range n {
+			rec, e := rd.Next()
+			if e != nil {
+				err = e
+				return
+			}
+			viaBridge = append(viaBridge, time.Since(time.Unix(0, int64(binary.BigEndian.Uint64(rec)))))
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range n {
+			m, e := cons.Receive(context.Background())
+			if e != nil {
+				err = e
+				return
+			}
+			direct = append(direct, time.Since(time.Unix(0, int64(binary.BigEndian.Uint64(m.Payload())))))
+			_ = cons.Ack(m)
+		}
+	}()
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	payload := make([]byte, 1024)
+	for range n {
+		<-tick.C
+		binary.BigEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
+		p.SendAsync(context.Background(), &official.ProducerMessage{Payload: append([]byte(nil), payload...)}, nil)
+	}
+	wg.Wait()
+	return viaBridge, direct, err
+}

@@ -1,0 +1,117 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Bridge is a bridge binary running for a benchmark.
+type Bridge struct {
+	Cmd     *exec.Cmd
+	DataURL string
+	OpsURL  string
+}
+
+// StartBridge runs bin with cfg (YAML without the listen section, which gets free
+// loopback ports) and waits until /readyz answers 200.
+func StartBridge(bin, cfg string) (*Bridge, error) {
+	ports, err := FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "bench-bridge")
+	if err != nil {
+		return nil, err
+	}
+	full := fmt.Sprintf("listen:\n  data: 127.0.0.1:%d\n  ops: 127.0.0.1:%d\n%s", ports[0], ports[1], cfg)
+	path := filepath.Join(dir, "bridge.yaml")
+	if err := os.WriteFile(path, []byte(full), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "run", "-config", path, "-log-level", "warn")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w (run make build first)", bin, err)
+	}
+	b := &Bridge{Cmd: cmd, DataURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	for start := time.Now(); time.Since(start) < 30*time.Second; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get(b.OpsURL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return b, nil
+			}
+		}
+	}
+	b.Stop()
+	return nil, errors.New("the bridge was not ready within 30s")
+}
+
+// Stop sends SIGTERM and waits for the exit.
+func (b *Bridge) Stop() {
+	_ = b.Cmd.Process.Signal(syscall.SIGTERM)
+	_ = b.Cmd.Wait()
+}
+
+// CPU is the bridge process's user+system time so far.
+func (b *Bridge) CPU() time.Duration { return ProcCPU(b.Cmd.Process.Pid) }
+
+// RSS is the bridge process's resident set size.
+func (b *Bridge) RSS() int64 { return ProcRSS(b.Cmd.Process.Pid) }
+
+// ProcCPU is a process's user+system time from /proc/<pid>/stat.
+func ProcCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
+}
+
+// ProcRSS is a process's resident set size from /proc/<pid>/status.
+func ProcRSS(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// FreePorts returns n loopback TCP ports free at the time of the call.
+func FreePorts(n int) ([]int, error) {
+	var out []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
