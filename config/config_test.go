@@ -126,10 +126,15 @@ func TestExampleFileIsValidAndSaysTheDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Routes) == 0 {
-		t.Fatal("example.yaml shows no route")
+	if len(cfg.Routes) == 0 || len(cfg.Streams) == 0 {
+		t.Fatal("example.yaml shows no route or no stream")
 	}
-	cfg.Routes = nil
+	// The example stream spells out every default.
+	if s := cfg.Streams[0]; !reflect.DeepEqual(Stream{Name: s.Name, Topics: s.Topics, Overrides: s.Overrides, HeartbeatInterval: s.HeartbeatInterval,
+		Heartbeat: s.Heartbeat}.WithDefaults(), s.WithDefaults()) {
+		t.Fatalf("the example stream differs from the defaults: %+v", s)
+	}
+	cfg.Routes, cfg.Streams = nil, nil
 	if !reflect.DeepEqual(cfg, Default()) {
 		t.Fatalf("example.yaml says %+v, but the defaults are %+v", cfg, Default())
 	}

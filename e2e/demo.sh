@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # demo.sh: the bridge's main job end to end on a local Apache Pulsar standalone broker:
 # Mesos-style scheduler events POSTed as a RecordIO stream, routed by type into three
-# topics, receipted per record, and read back with the official client.
+# topics, receipted per record, read back with the official client, and streamed back
+# out of the bridge as RecordIO (egress).
 # The broker is left running for exploration; `make broker-stop` stops it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -36,6 +37,13 @@ routes:
         topic: $run-heartbeats
     default:
       topic: $run-events
+streams:
+  - name: tasks
+    topics: [$run-tasks]
+    position: earliest
+    overrides: [envelope, subscription]
+    heartbeatInterval: 2s
+    heartbeat: '{"type":"HEARTBEAT"}'
 YAML
 echo
 echo "== bridge configuration ($dir/bridge.yaml)"
@@ -56,6 +64,14 @@ done
 echo "readyz: $(curl -s "http://127.0.0.1:$ops_port/readyz")"
 echo
 (cd e2e && go run ./cmd/demo -bridge "http://127.0.0.1:$data_port" -pulsar "$PULSAR_URL" -topics "persistent://public/default/$run")
+echo
+echo "== GET http://127.0.0.1:$data_port/v1/streams/tasks: the tasks topic streamed back out as RecordIO (3 s)"
+curl -s -N --max-time 3 -H 'Accept: application/recordio' "http://127.0.0.1:$data_port/v1/streams/tasks" || true
+echo
+echo
+echo "== the same on another subscription with the JSON envelope (?subscription=demo-json&envelope=json)"
+curl -s -N --max-time 3 -H 'Accept: application/recordio' "http://127.0.0.1:$data_port/v1/streams/tasks?subscription=demo-json&envelope=json" || true
+echo
 echo
 echo "== bridge metrics (http://127.0.0.1:$ops_port/metrics)"
 curl -s "http://127.0.0.1:$ops_port/metrics" | grep -E '^bridge_ingress_(records|streams)_total|^bridge_publish_duration_seconds_count'
