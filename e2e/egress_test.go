@@ -204,8 +204,10 @@ streams:
 	}
 	t.Logf("killed after %d records (%d not acknowledged); the reconnected client read %d more: all %d present, %d duplicates",
 		first, unacked, second, n, dups)
-	if dups > 2000+unacked {
-		t.Fatalf("%d duplicates: more than was unacknowledged plus maxUnacked in flight", dups)
+	// With batch-index acknowledgements (the test broker enables them), exactly what was
+	// not acknowledged comes back; a broker without them would return whole batches.
+	if dups > unacked {
+		t.Fatalf("%d duplicates, but only %d records were not acknowledged", dups, unacked)
 	}
 }
 

@@ -28,11 +28,12 @@ func (s subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (e
 	c, err := s.client.Subscribe(ctx, pulsar.ConsumerOptions{Topics: o.Topics, Subscription: o.Subscription, Type: subTypes[o.Type],
 		InitialPosition: pos, ReceiverQueueSize: o.ReceiverQueue,
 		// A message nacked after its acknowledgement timeout comes back soon, not in a minute.
-		NackRedeliveryDelay: time.Second})
-	// BatchIndexAck (PIP-54) stays off: with it, a consumer that reconnected mid-batch
-	// was seen to skip messages in the egress resume test. Without it a batch is
-	// acknowledged once all its messages are, and a redelivered batch comes back whole
-	// (duplicates, never loss).
+		NackRedeliveryDelay: time.Second,
+		// Acknowledge single messages of a batch (PIP-54), so a redelivered batch brings
+		// back only what was not acknowledged. A broker without
+		// acknowledgmentAtBatchIndexLevelEnabled ignores the ack_set and redelivers whole
+		// batches (duplicates, never loss).
+		BatchIndexAck: true})
 	if err != nil {
 		var se *pulsar.ServerError
 		switch {
