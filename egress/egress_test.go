@@ -88,7 +88,7 @@ func serveStreams(t *testing.T, sub Subscriber, doc string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(sub, nil)
+	s := New(sub, nil, nil, nil)
 	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
 	e := echo.New()
 	e.GET("/*", s.Handle)

@@ -13,9 +13,13 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
+	"github.com/recordio-bridge/bridge/telemetry"
 )
 
 // Errors a Subscriber wraps (with %w) so the handler can answer with the right status.
@@ -79,6 +83,8 @@ type Limits struct {
 type Server struct {
 	sub   Subscriber
 	log   *slog.Logger
+	tr    *telemetry.Tracing
+	obs   Observer
 	state atomic.Pointer[state]
 
 	active atomic.Int64
@@ -94,12 +100,37 @@ type state struct {
 	limits Limits
 }
 
-// New returns a Server subscribing through sub.
-func New(sub Subscriber, log *slog.Logger) *Server {
+// Observer receives the facts egress metrics are made of; nil is allowed.
+type Observer interface {
+	EgressStreamStarted(stream string)
+	EgressStreamEnded(stream string)
+	// RecordsWritten counts records flushed to a client, with the lag of the newest:
+	// the time from its publication to its delivery.
+	RecordsWritten(stream string, n, bytes int64, lag time.Duration)
+	// Acked counts acknowledgements, with the time from delivery to acknowledgement for
+	// ack=client (0 for ack=auto).
+	Acked(stream string, n int64, latency time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) EgressStreamStarted(string)                         {}
+func (nopObserver) EgressStreamEnded(string)                           {}
+func (nopObserver) RecordsWritten(string, int64, int64, time.Duration) {}
+func (nopObserver) Acked(string, int64, time.Duration)                 {}
+
+// New returns a Server subscribing through sub; obs and tr may be nil.
+func New(sub Subscriber, log *slog.Logger, obs Observer, tr *telemetry.Tracing) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{sub: sub, log: log, open: map[string]*stream{}, stop: make(chan struct{})}
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	if tr == nil {
+		tr = telemetry.Disabled()
+	}
+	return &Server{sub: sub, log: log, obs: obs, tr: tr, open: map[string]*stream{}, stop: make(chan struct{})}
 }
 
 // Update installs stream definitions and limits for the streams opened from now on.
@@ -181,7 +212,13 @@ func (s *Server) Handle(c echo.Context) error {
 	s.mu.Unlock()
 	defer s.wg.Done()
 
-	sub, err := s.sub.Subscribe(req.Context(), SubscribeOptions{Topics: def.Topics, Subscription: opts.subscription, Type: def.Type,
+	// The response span continues the client's trace; each message's process span links to it.
+	ctx := s.tr.Propagator.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
+	ctx, span := s.tr.Tracer.Start(ctx, "GET "+def.Name, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(telemetry.AttrHTTPMethod.String(http.MethodGet), telemetry.AttrHTTPRoute(def.Path),
+			telemetry.AttrSystemPulsar, telemetry.AttrConsumerGroup(opts.subscription)))
+	defer span.End()
+	sub, err := s.sub.Subscribe(ctx, SubscribeOptions{Topics: def.Topics, Subscription: opts.subscription, Type: def.Type,
 		Position: opts.position, ReceiverQueue: def.ReceiverQueue})
 	if err != nil {
 		switch {
@@ -192,7 +229,7 @@ func (s *Server) Handle(c echo.Context) error {
 		}
 		return answerError(c, http.StatusBadGateway, err.Error(), 0)
 	}
-	sm := newStream(s, c, def, opts, sub, recordType, st.limits)
+	sm := newStream(s, c, ctx, def, opts, sub, recordType, st.limits)
 	s.mu.Lock()
 	s.open[sm.id] = sm
 	s.mu.Unlock()
@@ -201,7 +238,10 @@ func (s *Server) Handle(c echo.Context) error {
 		delete(s.open, sm.id)
 		s.mu.Unlock()
 	}()
-	sm.run()
+	s.obs.EgressStreamStarted(def.Name)
+	written := sm.run()
+	s.obs.EgressStreamEnded(def.Name)
+	span.SetAttributes(telemetry.AttrHTTPStatusCode(http.StatusOK), attribute.Int64("bridge.records", written))
 	return nil
 }
 

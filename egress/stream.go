@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
+	"github.com/recordio-bridge/bridge/telemetry"
 )
 
 // options are a stream's settings after the client's query overrides.
@@ -72,6 +74,7 @@ func resolveQuery(def *mapping.Stream, req *http.Request) (options, error) {
 type stream struct {
 	srv        *Server
 	c          echo.Context
+	ctx        context.Context // carries the response span
 	rc         *http.ResponseController
 	def        *mapping.Stream
 	opts       options
@@ -91,16 +94,16 @@ type unackedEntry struct {
 	at time.Time
 }
 
-func newStream(s *Server, c echo.Context, def *mapping.Stream, o options, sub Subscription, recordType string, l Limits) *stream {
-	return &stream{srv: s, c: c, rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
+func newStream(s *Server, c echo.Context, ctx context.Context, def *mapping.Stream, o options, sub Subscription, recordType string, l Limits) *stream {
+	return &stream{srv: s, c: c, ctx: ctx, rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
 		recordType: recordType, limits: l, unacked: map[string]*unackedEntry{}, ackWake: make(chan struct{}, 1)}
 }
 
 var errWriteTimeout = errors.New("the client did not take the stream's data in time")
 
-func (st *stream) run() {
+func (st *stream) run() int64 {
 	defer st.sub.Close()
-	ctx, cancel := context.WithCancel(st.c.Request().Context())
+	ctx, cancel := context.WithCancel(st.ctx)
 	defer cancel()
 	go func() {
 		select {
@@ -118,7 +121,7 @@ func (st *stream) run() {
 	h.Set("X-Accel-Buffering", "no")
 	res.WriteHeader(http.StatusOK)
 	if err := st.flush(); err != nil {
-		return
+		return 0
 	}
 	if st.opts.ack == "client" {
 		done := make(chan struct{})
@@ -126,13 +129,16 @@ func (st *stream) run() {
 		go st.expireAcks(done)
 	}
 	written, end := st.loop(ctx)
-	st.srv.log.Debug("egress stream ended", "stream", st.def.Name, "streamId", st.id, "records", written, "reason", end)
+	st.srv.log.DebugContext(st.ctx, "egress stream ended", "stream", st.def.Name, "streamId", st.id, "records", written, "reason", end)
+	return written
 }
 
 // loop delivers until the client goes, the server drains, or the topic ends.
 func (st *stream) loop(ctx context.Context) (int64, string) {
 	var buf []byte
 	var flushed []*Delivery // ack=auto: written, acknowledged once flushed
+	var pendingN, pendingBytes int64
+	var newest time.Time // publish time of the newest record since the last flush
 	var written int64
 	// hbDue is when a heartbeat is due if nothing else is written first.
 	heartbeats := st.def.HeartbeatInterval > 0
@@ -152,9 +158,16 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 			if err := st.flush(); err != nil {
 				return err
 			}
+			if pendingN > 0 {
+				st.srv.obs.RecordsWritten(st.def.Name, pendingN, pendingBytes, time.Since(newest))
+				pendingN, pendingBytes = 0, 0
+			}
 			if st.opts.ack == "auto" {
 				for _, d := range flushed {
 					_ = st.sub.Ack(d)
+				}
+				if len(flushed) > 0 {
+					st.srv.obs.Acked(st.def.Name, int64(len(flushed)), 0)
 				}
 				flushed = flushed[:0]
 			}
@@ -213,8 +226,24 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		} else {
 			flushed = append(flushed, d)
 		}
-		buf = st.appendRecord(buf, d)
+		if tr := st.srv.tr; tr.Enabled {
+			// The process span continues the producer's trace (from the message's
+			// properties) and links to this stream's response span.
+			pctx := tr.Propagator.Extract(context.Background(), telemetry.PropertiesCarrier(d.Properties))
+			_, span := tr.Tracer.Start(pctx, "process "+d.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
+				trace.WithLinks(trace.LinkFromContext(st.ctx)),
+				trace.WithAttributes(telemetry.AttrSystemPulsar, telemetry.AttrOpProcess, telemetry.AttrOperationName("process"),
+					telemetry.AttrDestination(d.Topic), telemetry.AttrMessageID(d.ID), telemetry.AttrBodySize(len(d.Payload)),
+					telemetry.AttrConsumerGroup(st.opts.subscription)))
+			buf = st.appendRecord(buf, d)
+			span.End()
+		} else {
+			buf = st.appendRecord(buf, d)
+		}
 		written++
+		pendingN++
+		pendingBytes += int64(len(d.Payload))
+		newest = d.PublishTime
 		if len(buf) >= 64<<10 {
 			// A busy stream flushes (and acknowledges) every 64 KiB, so acks never wait
 			// for the consumer's queue to run dry.
@@ -364,6 +393,7 @@ func (s *Server) HandleAck(c echo.Context) error {
 		if err := sm.sub.Ack(e.d); err != nil {
 			return answerError(c, http.StatusServiceUnavailable, err.Error(), 1)
 		}
+		s.obs.Acked(def.Name, 1, time.Since(e.at))
 		acked++
 	}
 	select {

@@ -104,7 +104,7 @@ var limits = Limits{MaxRecordBytes: 1 << 20, BufferRecordBytes: 1 << 20, MaxStre
 
 func serve(t *testing.T, pub Publisher, tab *mapping.Table, l Limits) (*Server, string) {
 	t.Helper()
-	s := New(pub, nil, nil)
+	s := New(pub, nil, nil, nil)
 	s.Update(tab, l)
 	e := echo.New()
 	s.Register(e)

@@ -12,9 +12,14 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
+	"github.com/recordio-bridge/bridge/telemetry"
 )
 
 // Errors a Publisher wraps (with %w) so the handler can answer with the right status.
@@ -76,6 +81,7 @@ type Server struct {
 	pub   Publisher
 	log   *slog.Logger
 	obs   Observer
+	tr    *telemetry.Tracing
 	state atomic.Pointer[state]
 
 	active atomic.Int64
@@ -90,15 +96,19 @@ type state struct {
 	limits Limits
 }
 
-// New returns a Server publishing through pub; obs may be nil.
-func New(pub Publisher, log *slog.Logger, obs Observer) *Server {
+// New returns a Server publishing through pub; obs and tr may be nil (no metrics, no
+// tracing).
+func New(pub Publisher, log *slog.Logger, obs Observer, tr *telemetry.Tracing) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Server{pub: pub, log: log, obs: obs, open: map[*stream]struct{}{}}
+	if tr == nil {
+		tr = telemetry.Disabled()
+	}
+	return &Server{pub: pub, log: log, obs: obs, tr: tr, open: map[*stream]struct{}{}}
 }
 
 // Update installs a routing table and limits for the records that arrive from now on.
@@ -170,7 +180,12 @@ func (s *Server) Handle(c echo.Context) error {
 		[]string{recordio.MediaJSON}, []string{recordio.MediaJSON})
 	streaming := nerr == nil && resp.Streaming
 
-	sm := newStream(s, c, route.Name(), route.NewRequest(format.RecordType, req.Header, params), st.limits, streaming, format.Streaming)
+	// The stream's server span continues the client's trace (W3C traceparent/tracestate).
+	ctx := s.tr.Propagator.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
+	ctx, span := s.tr.Tracer.Start(ctx, "POST "+route.Name(), trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(telemetry.AttrHTTPMethod.String(http.MethodPost), telemetry.AttrHTTPRoute(req.URL.Path)))
+	defer span.End()
+	sm := newStream(s, c, ctx, route.Name(), route.NewRequest(format.RecordType, req.Header, params), st.limits, streaming, format.Streaming)
 	s.mu.Lock()
 	if s.drain {
 		s.mu.Unlock()
@@ -188,6 +203,11 @@ func (s *Server) Handle(c echo.Context) error {
 	s.obs.StreamStarted(route.Name())
 	status := sm.run()
 	s.obs.StreamEnded(route.Name(), status)
+	span.SetAttributes(telemetry.AttrHTTPStatusCode(status), attribute.Int64("bridge.records", sm.accepted),
+		attribute.Int64("bridge.published", sm.published))
+	if status != http.StatusOK {
+		span.SetStatus(codes.Error, http.StatusText(status))
+	}
 	return nil
 }
 

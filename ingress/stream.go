@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync"
@@ -14,9 +15,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
+	"github.com/recordio-bridge/bridge/telemetry"
 )
 
 // maxListedFailures bounds the failures a one-answer response lists.
@@ -76,6 +80,7 @@ type entry struct {
 	topic    string
 	err      error
 	complete func(id string, err error) // e.settle, made once per pooled entry
+	span     trace.Span                 // the record's publish span, when tracing
 }
 
 var entryPool = sync.Pool{New: func() any {
@@ -93,8 +98,8 @@ type tally struct {
 	n, bytes int64
 }
 
-func newStream(s *Server, c echo.Context, route string, req *mapping.Request, l Limits, streaming, rio bool) *stream {
-	ctx, cancel := context.WithCancel(c.Request().Context())
+func newStream(s *Server, c echo.Context, parent context.Context, route string, req *mapping.Request, l Limits, streaming, rio bool) *stream {
+	ctx, cancel := context.WithCancel(parent)
 	st := &stream{srv: s, c: c, rc: http.NewResponseController(c.Response()), route: route, req: req, limits: l,
 		streaming: streaming, recordio: rio, ctx: ctx, cancel: cancel,
 		pending: make(chan *entry, l.PendingRecords), abandonC: make(chan struct{})}
@@ -180,11 +185,11 @@ func (st *stream) run() int {
 		}
 		_ = st.c.JSON(status, ans)
 	}
-	level := st.srv.log.Debug
+	level := slog.LevelDebug
 	if status != http.StatusOK {
-		level = st.srv.log.Info
+		level = slog.LevelInfo
 	}
-	level("ingress stream ended", "route", st.route, "records", records, "published", st.published, "failed", st.failed, "status", status, "error", msg)
+	st.srv.log.Log(st.ctx, level, "ingress stream ended", "route", st.route, "records", records, "published", st.published, "failed", st.failed, "status", status, "error", msg)
 	return status
 }
 
@@ -344,6 +349,19 @@ func (st *stream) publish(rec recordio.Record) error {
 	}
 	m := &st.msg // PublishAsync does not keep it
 	*m = Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
+	if tr := st.srv.tr; tr.Enabled {
+		sctx, span := tr.Tracer.Start(st.ctx, "publish "+tg.Topic, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(telemetry.AttrSystemPulsar, telemetry.AttrOpPublish, telemetry.AttrOperationName("publish"),
+				telemetry.AttrDestination(tg.Topic), telemetry.AttrBodySize(int(rec.Size))))
+		if span.SpanContext().IsSampled() {
+			// The message carries the publish span's context, so consumers continue the trace.
+			if m.Properties == nil {
+				m.Properties = make(map[string]string, 2)
+			}
+			tr.Propagator.Inject(sctx, telemetry.PropertiesCarrier(m.Properties))
+		}
+		e.span = span
+	}
 	if rec.Body != nil {
 		e.complete(st.srv.pub.PublishStream(st.ctx, m, rec.Size, rec.Body))
 	} else {
@@ -440,7 +458,7 @@ func (st *stream) collect() {
 				// The drain timeout passed: the outcome is unknown. The publisher's
 				// callback will still come; the entry is not reused.
 				st.budget.release(e.size)
-				st.settle(&entry{seq: e.seq, err: &statusError{status: http.StatusServiceUnavailable,
+				st.settle(&entry{seq: e.seq, span: e.span, err: &statusError{status: http.StatusServiceUnavailable,
 					err: errors.New("not confirmed by the broker before the drain timeout; outcome unknown")}}, &buf)
 				continue
 			}
@@ -490,6 +508,16 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 		if st.streaming {
 			*buf = appendReceipt(*buf, e)
 		}
+	}
+	if e.span != nil {
+		if e.err != nil {
+			e.span.RecordError(e.err)
+			e.span.SetStatus(codes.Error, e.err.Error())
+		} else {
+			e.span.SetAttributes(telemetry.AttrMessageID(e.id))
+		}
+		e.span.End()
+		e.span = nil
 	}
 	st.count(status, e.size)
 	if status == http.StatusOK && (st.idle || e.seq%8 == 0) {

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -28,6 +29,13 @@ type Metrics struct {
 	decodeErrors   metric.Int64Counter
 	publishLatency metric.Float64Histogram
 	reloads        metric.Int64Counter
+	egressActive   metric.Int64UpDownCounter
+	egressStreams  metric.Int64Counter
+	egressRecords  metric.Int64Counter
+	egressBytes    metric.Int64Counter
+	egressLag      metric.Float64Histogram
+	egressAcks     metric.Int64Counter
+	ackLatency     metric.Float64Histogram
 
 	attrs sync.Map // attrKey -> metric.MeasurementOption
 }
@@ -47,9 +55,12 @@ func NewMetrics(version string) (*Metrics, error) {
 		return nil, err
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp),
-		sdkmetric.WithView(sdkmetric.NewView(sdkmetric.Instrument{Name: "bridge.publish.duration"},
+		sdkmetric.WithView(sdkmetric.NewView(sdkmetric.Instrument{Name: "bridge.*.duration"},
 			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
-				Boundaries: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}})))
+				Boundaries: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}}),
+			sdkmetric.NewView(sdkmetric.Instrument{Name: "bridge.egress.lag"},
+				sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
+					Boundaries: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 3600}}})))
 	m := &Metrics{provider: mp, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
 	mt := mp.Meter("github.com/recordio-bridge/bridge")
 	var errs []error
@@ -67,6 +78,20 @@ func NewMetrics(version string) (*Metrics, error) {
 	m.publishLatency, err = mt.Float64Histogram("bridge.publish.duration", metric.WithUnit("s"), metric.WithDescription("Time from reading a record to the broker's receipt, sampled: every 8th record and every record that finds its stream idle."))
 	must(err)
 	m.reloads, err = mt.Int64Counter("bridge.config.reloads", metric.WithDescription("Configuration reloads, by result (applied, invalid, unchanged)."))
+	must(err)
+	m.egressActive, err = mt.Int64UpDownCounter("bridge.egress.streams.active", metric.WithDescription("Egress streams open now."))
+	must(err)
+	m.egressStreams, err = mt.Int64Counter("bridge.egress.streams", metric.WithDescription("Egress streams opened."))
+	must(err)
+	m.egressRecords, err = mt.Int64Counter("bridge.egress.records", metric.WithDescription("Records written and flushed to egress clients."))
+	must(err)
+	m.egressBytes, err = mt.Int64Counter("bridge.egress.bytes", metric.WithUnit("By"), metric.WithDescription("Payload bytes written to egress clients."))
+	must(err)
+	m.egressLag, err = mt.Float64Histogram("bridge.egress.lag", metric.WithUnit("s"), metric.WithDescription("Time from a message's publication to its delivery to a client (the newest record of each flush)."))
+	must(err)
+	m.egressAcks, err = mt.Int64Counter("bridge.egress.acks", metric.WithDescription("Messages acknowledged to the broker by egress streams."))
+	must(err)
+	m.ackLatency, err = mt.Float64Histogram("bridge.egress.ack.duration", metric.WithUnit("s"), metric.WithDescription("Time from delivery to the client's acknowledgement (ack=client)."))
 	must(err)
 	info, err := mt.Int64Gauge("bridge.build.info", metric.WithDescription("Always 1; the labels say which build runs."))
 	must(err)
@@ -91,7 +116,9 @@ func (m *Metrics) opt(route string, status int, kind uint8) metric.MeasurementOp
 		return o.(metric.MeasurementOption)
 	}
 	var o metric.MeasurementOption
-	if status == 0 {
+	if kind == 2 {
+		o = metric.WithAttributeSet(attribute.NewSet(attribute.String("stream", route)))
+	} else if status == 0 {
 		o = metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route)))
 	} else {
 		o = metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route), attribute.String("status", strconv.Itoa(status))))
@@ -129,4 +156,66 @@ func (m *Metrics) DecodeError(route string) { m.decodeErrors.Add(bg, 1, m.opt(ro
 // Reload counts a configuration reload by result.
 func (m *Metrics) Reload(result string) {
 	m.reloads.Add(bg, 1, metric.WithAttributes(attribute.String("result", result)))
+}
+
+// PulsarStats are the client's figures at one instant, summed over producers and
+// consumers; counters only grow (what closed objects counted is kept).
+type PulsarStats struct {
+	PendingMessages, PendingBytes int64 // producers: awaiting receipts
+	ProducerReconnects            int64
+	ConsumerReconnects            int64
+	PermitsGranted                int64 // FLOW permits sent by egress consumers
+	Buffered                      int64 // messages in egress consumers' receiver queues
+}
+
+// ObservePulsar registers instruments read from stats at each scrape.
+func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
+	mt := m.provider.Meter("github.com/recordio-bridge/bridge")
+	pendingMsgs, err1 := mt.Int64ObservableGauge("bridge.producer.pending.messages", metric.WithDescription("Messages sent and awaiting the broker's receipt."))
+	pendingBytes, err2 := mt.Int64ObservableGauge("bridge.producer.pending.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes sent and awaiting the broker's receipt."))
+	reconnects, err3 := mt.Int64ObservableCounter("bridge.pulsar.reconnects", metric.WithDescription("Reconnections of producers and consumers to the broker, by kind."))
+	permits, err4 := mt.Int64ObservableCounter("bridge.egress.permits", metric.WithDescription("FLOW permits granted to the broker by egress consumers."))
+	buffered, err5 := mt.Int64ObservableGauge("bridge.egress.buffered.messages", metric.WithDescription("Messages received from the broker and not yet written to a client."))
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		return err
+	}
+	prod := metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "producer")))
+	cons := metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "consumer")))
+	_, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := stats()
+		o.ObserveInt64(pendingMsgs, s.PendingMessages)
+		o.ObserveInt64(pendingBytes, s.PendingBytes)
+		o.ObserveInt64(reconnects, s.ProducerReconnects, prod)
+		o.ObserveInt64(reconnects, s.ConsumerReconnects, cons)
+		o.ObserveInt64(permits, s.PermitsGranted)
+		o.ObserveInt64(buffered, s.Buffered)
+		return nil
+	}, pendingMsgs, pendingBytes, reconnects, permits, buffered)
+	return err
+}
+
+// EgressStreamStarted counts an egress stream in.
+func (m *Metrics) EgressStreamStarted(stream string) {
+	m.egressActive.Add(bg, 1, m.opt(stream, 0, 2))
+	m.egressStreams.Add(bg, 1, m.opt(stream, 0, 2))
+}
+
+// EgressStreamEnded counts an egress stream out.
+func (m *Metrics) EgressStreamEnded(stream string) { m.egressActive.Add(bg, -1, m.opt(stream, 0, 2)) }
+
+// RecordsWritten counts records flushed to a client and the lag of the newest.
+func (m *Metrics) RecordsWritten(stream string, n, bytes int64, lag time.Duration) {
+	o := m.opt(stream, 0, 2)
+	m.egressRecords.Add(bg, n, o)
+	m.egressBytes.Add(bg, bytes, o)
+	m.egressLag.Record(bg, lag.Seconds(), o)
+}
+
+// Acked counts acknowledgements and, for client acks, their latency.
+func (m *Metrics) Acked(stream string, n int64, latency time.Duration) {
+	o := m.opt(stream, 0, 2)
+	m.egressAcks.Add(bg, n, o)
+	if latency > 0 {
+		m.ackLatency.Record(bg, latency.Seconds(), o)
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/recordio-bridge/bridge/ingress"
 	"github.com/recordio-bridge/bridge/pulsar"
+	"github.com/recordio-bridge/bridge/telemetry"
 )
 
 // producers is the ingress Publisher: one Pulsar producer per topic, created on first
@@ -29,8 +30,10 @@ type producers struct {
 	mu     sync.Mutex
 	m      map[string]*producerEntry
 	closed bool
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	// Reconnects counted by producers closed since, so the metric never goes back.
+	retiredReconnects int64
+	stop              chan struct{}
+	wg                sync.WaitGroup
 }
 
 type producerEntry struct {
@@ -223,9 +226,34 @@ func (ps *producers) reap() {
 			for _, e := range idle {
 				ps.log.Info("closing idle producer", "topic", e.topic, "idle", ps.idle)
 				_ = e.p.Close()
+				ps.mu.Lock()
+				ps.retiredReconnects += int64(e.p.Stats().Reconnects)
+				ps.mu.Unlock()
 			}
 		}
 	}
+}
+
+// stats sums the producers' figures for the metrics.
+func (ps *producers) stats() telemetry.PulsarStats {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	s := telemetry.PulsarStats{ProducerReconnects: ps.retiredReconnects}
+	for _, e := range ps.m {
+		select {
+		case <-e.ready: // e.p is set before ready closes
+		default:
+			continue
+		}
+		if e.p == nil {
+			continue
+		}
+		st := e.p.Stats()
+		s.PendingMessages += int64(st.PendingMessages)
+		s.PendingBytes += int64(st.PendingBytes)
+		s.ProducerReconnects += int64(st.Reconnects)
+	}
+	return s
 }
 
 // Topics lists the topics with a producer.

@@ -112,7 +112,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge run: -log-level %q is not debug, info, warn or error\n", *level)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	log := slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv})))
 	snap, err := load(*path)
 	if err != nil {
 		log.Error("configuration refused", "error", err.Error())
@@ -156,9 +156,29 @@ func serve(ctx context.Context, path string, snap *snapshot, log *slog.Logger) e
 		SendTimeout: cfg.Ingress.PublishTimeout.D(), Compression: compressions[cfg.Pulsar.Compression],
 		MaxPendingMessages: 10000, MaxPendingBytes: 64 << 20,
 	}, cfg.Pulsar.OperationTimeout.D(), cfg.Pulsar.ProducerIdleTimeout.D(), log.With("component", "producers"))
-	b.ingress = ingress.New(b.prods, log.With("component", "ingress"), b.metrics)
+	tracing, err := telemetry.SetupTracing(ctx, version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tracing.Shutdown(sctx)
+	}()
+	if tracing.Enabled {
+		log.Info("tracing on (OTLP)", "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")+os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+	}
+	b.ingress = ingress.New(b.prods, log.With("component", "ingress"), b.metrics, tracing)
 	b.ingress.Update(snap.table, limitsOf(cfg))
-	b.egress = egress.New(subscriber{b.client}, log.With("component", "egress"))
+	subs := newSubscriber(b.client)
+	b.egress = egress.New(subs, log.With("component", "egress"), b.metrics, tracing)
+	if err := b.metrics.ObservePulsar(func() telemetry.PulsarStats {
+		s := b.prods.stats()
+		subs.addStats(&s)
+		return s
+	}); err != nil {
+		return err
+	}
 	b.egress.Update(snap.table, egressLimitsOf(cfg))
 
 	e := echo.New()

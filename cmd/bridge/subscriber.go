@@ -4,23 +4,47 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/recordio-bridge/bridge/egress"
 	"github.com/recordio-bridge/bridge/pulsar"
+	"github.com/recordio-bridge/bridge/telemetry"
 )
 
 // subscriber is the egress Subscriber: one consumer of the bridge's client per stream
 // (they share the client's broker connections).
 type subscriber struct {
 	client *pulsar.Client
+	mu     sync.Mutex
+	open   map[*subscription]struct{}
+	// What closed consumers counted, so the metrics' counters never go back.
+	retiredReconnects, retiredPermits int64
+}
+
+func newSubscriber(c *pulsar.Client) *subscriber {
+	return &subscriber{client: c, open: map[*subscription]struct{}{}}
+}
+
+// addStats adds the egress consumers' figures to s.
+func (s *subscriber) addStats(st *telemetry.PulsarStats) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.ConsumerReconnects += s.retiredReconnects
+	st.PermitsGranted += s.retiredPermits
+	for sub := range s.open {
+		cs := sub.c.Stats()
+		st.ConsumerReconnects += int64(cs.Reconnects)
+		st.PermitsGranted += int64(cs.PermitsGranted)
+		st.Buffered += int64(sub.c.Buffered())
+	}
 }
 
 var subTypes = map[string]pulsar.SubscriptionType{
 	"exclusive": pulsar.Exclusive, "shared": pulsar.Shared, "failover": pulsar.Failover, "key_shared": pulsar.KeyShared,
 }
 
-func (s subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (egress.Subscription, error) {
+func (s *subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (egress.Subscription, error) {
 	pos := pulsar.Latest
 	if o.Position == "earliest" {
 		pos = pulsar.Earliest
@@ -44,10 +68,17 @@ func (s subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (e
 		}
 		return nil, err
 	}
-	return &subscription{c: c}, nil
+	sub := &subscription{c: c, owner: s}
+	s.mu.Lock()
+	s.open[sub] = struct{}{}
+	s.mu.Unlock()
+	return sub, nil
 }
 
-type subscription struct{ c *pulsar.Consumer }
+type subscription struct {
+	c     *pulsar.Consumer
+	owner *subscriber
+}
 
 func delivery(m *pulsar.Message) *egress.Delivery {
 	return &egress.Delivery{ID: formatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
@@ -75,4 +106,16 @@ func (s *subscription) TryReceive() (*egress.Delivery, bool) {
 
 func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(d.Handle.(*pulsar.Message)) }
 func (s *subscription) Nack(d *egress.Delivery)      { s.c.Nack(d.Handle.(*pulsar.Message)) }
-func (s *subscription) Close() error                 { return s.c.Close() }
+func (s *subscription) Close() error {
+	err := s.c.Close()
+	cs := s.c.Stats()
+	o := s.owner
+	o.mu.Lock()
+	if _, ok := o.open[s]; ok {
+		delete(o.open, s)
+		o.retiredReconnects += int64(cs.Reconnects)
+		o.retiredPermits += int64(cs.PermitsGranted)
+	}
+	o.mu.Unlock()
+	return err
+}
