@@ -9,7 +9,7 @@ MODULES := . e2e bench
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress fuzz clean
+.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing fuzz clean
 
 all: build
 
@@ -33,6 +33,7 @@ unit:
 
 ## e2e: black-box tests against one real Apache Pulsar standalone broker for the whole run.
 e2e: build
+	e2e/jaeger/jaeger.sh build
 	BRIDGE_BIN=$(CURDIR)/$(BIN) $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 20m ./...'
 
 ## demo: the bridge's main job end to end on a local broker.
@@ -40,7 +41,7 @@ demo: build
 	@e2e/demo.sh
 
 ## bench: the benchmarks whose figures are in README.md.
-bench: bench-codec bench-producer bench-consumer bench-ingress bench-egress
+bench: bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing
 
 bench-codec:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./recordio/
@@ -56,6 +57,9 @@ bench-ingress: build
 
 bench-egress: build
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./egress -bin $(CURDIR)/$(BIN) -rounds 3'
+
+bench-tracing: build
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./tracing -bin $(CURDIR)/$(BIN) -rounds 3'
 
 FUZZTIME ?= 1m
 fuzz:

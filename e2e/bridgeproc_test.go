@@ -91,6 +91,12 @@ func (s *syncBuffer) String() string {
 // added with free ports) and waits until /readyz answers 200.
 func startBridge(t testing.TB, cfg string) *bridgeProc {
 	t.Helper()
+	return startBridgeEnv(t, cfg, nil)
+}
+
+// startBridgeEnv is startBridge with extra environment variables (KEY=VALUE).
+func startBridgeEnv(t testing.TB, cfg string, env []string) *bridgeProc {
+	t.Helper()
 	bin := bridgeBin(t)
 	ports := freeTCPPorts(t, 2)
 	p := &bridgeProc{t: t, dir: t.TempDir(), logs: &syncBuffer{}, exited: make(chan struct{}),
@@ -106,6 +112,7 @@ func startBridge(t testing.TB, cfg string) *bridgeProc {
 	}
 	p.cmd = exec.Command(bin, "run", "-config", p.Config, "-log-level", level)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	p.cmd.Env = append(os.Environ(), env...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

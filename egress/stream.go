@@ -75,6 +75,7 @@ type stream struct {
 	srv        *Server
 	c          echo.Context
 	ctx        context.Context // carries the response span
+	sampled    bool            // the response span is sampled
 	rc         *http.ResponseController
 	def        *mapping.Stream
 	opts       options
@@ -95,7 +96,7 @@ type unackedEntry struct {
 }
 
 func newStream(s *Server, c echo.Context, ctx context.Context, def *mapping.Stream, o options, sub Subscription, recordType string, l Limits) *stream {
-	return &stream{srv: s, c: c, ctx: ctx, rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
+	return &stream{srv: s, c: c, ctx: ctx, sampled: trace.SpanContextFromContext(ctx).IsSampled(), rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
 		recordType: recordType, limits: l, unacked: map[string]*unackedEntry{}, ackWake: make(chan struct{}, 1)}
 }
 
@@ -226,9 +227,10 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		} else {
 			flushed = append(flushed, d)
 		}
-		if tr := st.srv.tr; tr.Enabled {
+		if tr := st.srv.tr; tr.Enabled && (st.sampled || strings.HasSuffix(d.Properties["traceparent"], "-01")) {
 			// The process span continues the producer's trace (from the message's
-			// properties) and links to this stream's response span.
+			// properties) and links to this stream's response span. Messages of unsampled
+			// traces in an unsampled stream get none: it would not be recorded anyway.
 			pctx := tr.Propagator.Extract(context.Background(), telemetry.PropertiesCarrier(d.Properties))
 			_, span := tr.Tracer.Start(pctx, "process "+d.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
 				trace.WithLinks(trace.LinkFromContext(st.ctx)),

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -62,6 +63,10 @@ type stream struct {
 	msg               Message // reused for every record (the publisher does not keep it)
 	tallies           []tally // by status, flushed to the Observer
 	idle              bool    // the collector waited before the record it settles
+	traced            bool    // tracing is on and this stream's span is sampled
+	spanTopic         string  // the topic spanName and spanAttrs were made for
+	spanName          string
+	spanAttrs         []attribute.KeyValue
 }
 
 type failure struct {
@@ -104,6 +109,7 @@ func newStream(s *Server, c echo.Context, parent context.Context, route string, 
 		streaming: streaming, recordio: rio, ctx: ctx, cancel: cancel,
 		pending: make(chan *entry, l.PendingRecords), abandonC: make(chan struct{})}
 	st.budget.init(l.PendingBytes)
+	st.traced = s.tr.Enabled && trace.SpanContextFromContext(ctx).IsSampled()
 	return st
 }
 
@@ -349,10 +355,18 @@ func (st *stream) publish(rec recordio.Record) error {
 	}
 	m := &st.msg // PublishAsync does not keep it
 	*m = Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
-	if tr := st.srv.tr; tr.Enabled {
-		sctx, span := tr.Tracer.Start(st.ctx, "publish "+tg.Topic, trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(telemetry.AttrSystemPulsar, telemetry.AttrOpPublish, telemetry.AttrOperationName("publish"),
-				telemetry.AttrDestination(tg.Topic), telemetry.AttrBodySize(int(rec.Size))))
+	if st.traced {
+		// Only in a sampled stream: the standard samplers (parent-based, trace-id ratio,
+		// always) decide a child like its parent, so an unsampled stream costs nothing
+		// per record.
+		if tg.Topic != st.spanTopic {
+			st.spanTopic, st.spanName = tg.Topic, "publish "+tg.Topic
+			st.spanAttrs = []attribute.KeyValue{telemetry.AttrSystemPulsar, telemetry.AttrOpPublish, telemetry.AttrOperationName("publish"),
+				telemetry.AttrDestination(tg.Topic)}
+		}
+		tr := st.srv.tr
+		sctx, span := tr.Tracer.Start(st.ctx, st.spanName, trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(st.spanAttrs...), trace.WithAttributes(telemetry.AttrBodySize(int(rec.Size))))
 		if span.SpanContext().IsSampled() {
 			// The message carries the publish span's context, so consumers continue the trace.
 			if m.Properties == nil {

@@ -22,8 +22,9 @@ type Bridge struct {
 }
 
 // StartBridge runs bin with cfg (YAML without the listen section, which gets free
-// loopback ports) and waits until /readyz answers 200.
-func StartBridge(bin, cfg string) (*Bridge, error) {
+// loopback ports) and waits until /readyz answers 200. env (KEY=VALUE) is added to the
+// process's environment.
+func StartBridge(bin, cfg string, env ...string) (*Bridge, error) {
 	ports, err := FreePorts(2)
 	if err != nil {
 		return nil, err
@@ -39,6 +40,7 @@ func StartBridge(bin, cfg string) (*Bridge, error) {
 	}
 	cmd := exec.Command(bin, "run", "-config", path, "-log-level", "warn")
 	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w (run make build first)", bin, err)
 	}
