@@ -361,12 +361,11 @@ func (st *stream) publish(rec recordio.Record) error {
 		// per record.
 		if tg.Topic != st.spanTopic {
 			st.spanTopic, st.spanName = tg.Topic, "publish "+tg.Topic
-			st.spanAttrs = []attribute.KeyValue{telemetry.AttrSystemPulsar, telemetry.AttrOpPublish, telemetry.AttrOperationName("publish"),
-				telemetry.AttrDestination(tg.Topic)}
+			st.spanAttrs = []attribute.KeyValue{telemetry.AttrSystemPulsar, telemetry.AttrOpPublish, telemetry.AttrDestination(tg.Topic), {}}
 		}
 		tr := st.srv.tr
-		sctx, span := tr.Tracer.Start(st.ctx, st.spanName, trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(st.spanAttrs...), trace.WithAttributes(telemetry.AttrBodySize(int(rec.Size))))
+		st.spanAttrs[3] = telemetry.AttrBodySize(int(rec.Size)) // the span copies its attributes
+		sctx, span := tr.Tracer.Start(st.ctx, st.spanName, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(st.spanAttrs...))
 		if span.SpanContext().IsSampled() {
 			// The message carries the publish span's context, so consumers continue the trace.
 			if m.Properties == nil {

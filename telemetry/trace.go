@@ -74,7 +74,13 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 	if err != nil {
 		return nil, err
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	// A span per record makes many spans: unless OTEL_BSP_* says otherwise, export them in
+	// larger batches from a larger queue (spans beyond it are dropped, never waited for).
+	var bsp []sdktrace.BatchSpanProcessorOption
+	if os.Getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") == "" && os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE") == "" {
+		bsp = append(bsp, sdktrace.WithMaxQueueSize(16384), sdktrace.WithMaxExportBatchSize(4096))
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, bsp...), sdktrace.WithResource(res))
 	return &Tracing{Tracer: tp.Tracer("github.com/recordio-bridge/bridge"), Propagator: propagation.TraceContext{}, Enabled: true,
 		shutdown: tp.Shutdown}, nil
 }
