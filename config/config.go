@@ -20,6 +20,7 @@ type Config struct {
 	Pulsar  Pulsar  `yaml:"pulsar"`
 	Ingress Ingress `yaml:"ingress"`
 	Egress  Egress  `yaml:"egress"`
+	Auth    Auth    `yaml:"auth"`
 	Routes  []Route `yaml:"routes"` // none: every POST gets 404
 	// Streams are the egress endpoints; none: every GET gets 404.
 	Streams []Stream `yaml:"streams"`
@@ -29,6 +30,14 @@ type Config struct {
 type Listen struct {
 	Data string `yaml:"data"` // 127.0.0.1:8080: ingress and egress
 	Ops  string `yaml:"ops"`  // 127.0.0.1:9090: /healthz, /readyz, /metrics
+	// TLS on the data listener (HTTP/1.1 and HTTP/2); the files are re-read when they change.
+	TLS ListenTLS `yaml:"tls"` // off
+}
+
+// ListenTLS names the data listener's certificate and key (PEM).
+type ListenTLS struct {
+	CertFile string `yaml:"certFile"`
+	KeyFile  string `yaml:"keyFile"`
 }
 
 // Pulsar holds the broker connection.
@@ -178,6 +187,17 @@ func (c Config) Validate() error {
 	}
 	positive("egress.maxStreams", int64(c.Egress.MaxStreams))
 	positive("egress.writeTimeout", int64(c.Egress.WriteTimeout))
+	if (c.Listen.TLS.CertFile == "") != (c.Listen.TLS.KeyFile == "") {
+		add("listen.tls: certFile and keyFile go together")
+	}
+	for _, kv := range [][2]string{{"listen.tls.certFile", c.Listen.TLS.CertFile}, {"listen.tls.keyFile", c.Listen.TLS.KeyFile}} {
+		if kv[1] != "" {
+			if _, err := os.Stat(kv[1]); err != nil {
+				add("%s: %v", kv[0], err)
+			}
+		}
+	}
+	p = append(p, validateAuth(c.Auth, c.Routes, c.Streams)...)
 	p = append(p, validateRoutes(c.Routes)...)
 	p = append(p, validateStreams(c.Streams, c.Routes)...)
 	if len(p) == 0 {

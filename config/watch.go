@@ -76,6 +76,7 @@ func RestartNeeded(old, cur Config) []string {
 	}
 	diff("listen.data", old.Listen.Data, cur.Listen.Data)
 	diff("listen.ops", old.Listen.Ops, cur.Listen.Ops)
+	diff("listen.tls", old.Listen.TLS, cur.Listen.TLS)
 	diff("pulsar.url", old.Pulsar.URL, cur.Pulsar.URL)
 	diff("pulsar.token", old.Pulsar.Token, cur.Pulsar.Token)
 	diff("pulsar.tls", old.Pulsar.TLS, cur.Pulsar.TLS)

@@ -360,9 +360,15 @@ func (st *stream) appendRecord(buf []byte, d *Delivery) []byte {
 func (s *Server) HandleAck(c echo.Context) error {
 	req := c.Request()
 	st := s.state.Load()
+	if st.table.AuthRequired() && !authenticated(st.table, req) {
+		return unauthenticated(c, st.table, req)
+	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || !isAck {
 		return answerError(c, http.StatusNotFound, "no acknowledgement endpoint at "+strconv.Quote(req.URL.Path), 0)
+	}
+	if !authorize(c, st.table, mapping.Read, def.Name) {
+		return nil
 	}
 	sid := req.Header.Get("Stream-Id")
 	if sid == "" {

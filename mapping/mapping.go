@@ -41,6 +41,7 @@ type Table struct {
 	routes  []*Route
 	byName  map[string]*Route
 	streams []*Stream
+	tokens  []token
 }
 
 // Route is one compiled ingress route.
@@ -102,6 +103,9 @@ func Compile(cfg config.Config) (*Table, error) {
 	streams, probs := compileStreams(cfg)
 	p = append(p, probs...)
 	t.streams = streams
+	tokens, probs := compileTokens(cfg.Auth)
+	p = append(p, probs...)
+	t.tokens = tokens
 	if len(p) > 0 {
 		return nil, p
 	}

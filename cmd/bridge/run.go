@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -203,9 +204,18 @@ func serve(ctx context.Context, path string, snap *snapshot, log *slog.Logger) e
 	e.GET("/*", b.egress.Handle)
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
 	data := &http.Server{Handler: e, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	if cfg.Listen.TLS.CertFile != "" {
+		certs, err := newCertReloader(cfg.Listen.TLS.CertFile, cfg.Listen.TLS.KeyFile, log.With("component", "tls"))
+		if err != nil {
+			return err
+		}
+		protocols.SetHTTP2(true) // negotiated by ALPN
+		data.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
+	} else {
+		protocols.SetUnencryptedHTTP2(true) // h2c
+	}
 	ops := &http.Server{Handler: b.opsHandler(), ReadHeaderTimeout: 10 * time.Second}
 	dataLn, err := net.Listen("tcp", cfg.Listen.Data)
 	if err != nil {
@@ -219,7 +229,13 @@ func serve(ctx context.Context, path string, snap *snapshot, log *slog.Logger) e
 	var wg sync.WaitGroup
 	serveOn := func(s *http.Server, ln net.Listener, name string) {
 		defer wg.Done()
-		if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if s.TLSConfig != nil {
+			err = s.ServeTLS(ln, "", "")
+		} else {
+			err = s.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("listener failed", "listener", name, "error", err.Error())
 		}
 	}

@@ -1,0 +1,75 @@
+package config
+
+import (
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Auth holds the bearer tokens of the data listener. Without tokens every request is
+// allowed (the pod-local default); with any, every request needs one that grants it.
+type Auth struct {
+	Tokens []Token `yaml:"tokens"`
+}
+
+// Token is one bearer token, given by its SHA-256 (hex) or read from a file, and what it
+// may do: write to the listed routes, read the listed streams ("*": all of them).
+type Token struct {
+	Name    string   `yaml:"name"`    // required; used in logs instead of the token
+	SHA256  string   `yaml:"sha256"`  // hex SHA-256 of the token
+	File    string   `yaml:"file"`    // or a file holding the token (re-read on reload)
+	Routes  []string `yaml:"routes"`  // ingress routes it may publish to
+	Streams []string `yaml:"streams"` // egress streams it may read and acknowledge
+}
+
+func validateAuth(a Auth, routes []Route, streams []Stream) Problems {
+	var p Problems
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	routeNames := map[string]bool{"*": true}
+	for _, r := range routes {
+		routeNames[r.Name] = true
+	}
+	streamNames := map[string]bool{"*": true}
+	for _, s := range streams {
+		streamNames[s.Name] = true
+	}
+	names := map[string]bool{}
+	for i, t := range a.Tokens {
+		at := fmt.Sprintf("auth.tokens[%d]", i)
+		if t.Name == "" {
+			add("%s.name: missing; name every token (logs use the name, never the token)", at)
+		} else if names[t.Name] {
+			add("%s.name: %q is used twice", at, t.Name)
+		}
+		names[t.Name] = true
+		switch {
+		case (t.SHA256 == "") == (t.File == ""):
+			add("%s: give either sha256 (hex of the token's SHA-256) or file (a file holding the token)", at)
+		case t.SHA256 != "":
+			if b, err := hex.DecodeString(t.SHA256); err != nil || len(b) != 32 {
+				add("%s.sha256: not 64 hex digits (value not shown)", at)
+			}
+		default:
+			if b, err := os.ReadFile(t.File); err != nil {
+				add("%s.file: %v", at, err)
+			} else if strings.TrimSpace(string(b)) == "" {
+				add("%s.file: %s is empty", at, t.File)
+			}
+		}
+		if len(t.Routes) == 0 && len(t.Streams) == 0 {
+			add("%s: grants nothing; list routes and/or streams", at)
+		}
+		for _, r := range t.Routes {
+			if !routeNames[r] {
+				add("%s.routes: %q is not a configured route", at, r)
+			}
+		}
+		for _, s := range t.Streams {
+			if !streamNames[s] {
+				add("%s.streams: %q is not a configured stream", at, s)
+			}
+		}
+	}
+	return p
+}
