@@ -5,19 +5,19 @@ BIN := bin/bridge
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
-MODULES := . e2e bench
+MODULES := . e2e bench k8s
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build test check fmt-check vet unit e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing fuzz clean
+.PHONY: all build test check fmt-check vet unit k8s-test image e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing fuzz clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bridge
 
-## test: the whole suite (gofmt, go vet, unit tests with -race, e2e on a real broker).
-test: check unit e2e
+## test: the whole suite (gofmt, go vet, unit tests with -race, manifest checks, e2e on a real broker).
+test: check unit k8s-test e2e
 
 check: fmt-check vet
 
@@ -30,6 +30,14 @@ vet:
 
 unit:
 	$(GO) test -race -count=1 ./...
+
+## k8s-test: every manifest decoded strictly into the Kubernetes API types and checked against the binary.
+k8s-test:
+	cd k8s && $(GO) test -count=1 ./...
+
+## image: the container image (needs a Docker daemon).
+image:
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t recordio-bridge:$(VERSION) .
 
 ## e2e: black-box tests against one real Apache Pulsar standalone broker for the whole run.
 e2e: build

@@ -318,6 +318,14 @@ routes:
 	}
 	b.StartAgain(t)
 	restarted = true
+	// Ready again once the broker is back: /readyz checks the handshake on each call.
+	deadline := time.Now().Add(30 * time.Second)
+	for p.readyz(t)["ready"] != true {
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz after the restart: %v", p.readyz(t))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	c := newOfficialClient(t, b)
 	got := readTopic(t, c, topic, 20)
 	for i, g := range got {
