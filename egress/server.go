@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,8 +175,8 @@ func (s *Server) Handle(c echo.Context) error {
 	if st == nil {
 		return answerError(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
-	if st.table.AuthRequired() && !authenticated(st.table, req) {
-		return unauthenticated(c, st.table, req)
+	if err := st.table.Authenticate(mapping.BearerToken(req.Header)); err != nil {
+		return deny(c, err)
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || isAck {
@@ -186,8 +185,8 @@ func (s *Server) Handle(c echo.Context) error {
 		}
 		return answerError(c, http.StatusNotFound, "no stream at "+strconv.Quote(req.URL.Path), 0)
 	}
-	if !authorize(c, st.table, mapping.Read, def.Name) {
-		return nil
+	if _, err := st.table.Authorize(mapping.BearerToken(req.Header), mapping.Read, def.Name); err != nil {
+		return deny(c, err)
 	}
 	opts, err := resolveQuery(def, req)
 	if err != nil {
@@ -265,40 +264,12 @@ func newStreamID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// bearer returns the token of an Authorization: Bearer header.
-func bearer(r *http.Request) string {
-	h := r.Header.Get("Authorization")
-	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
-		return strings.TrimSpace(h[7:])
+// deny answers an authorization error: 403 when the token does not grant the access,
+// 401 (with the challenge) when there is no valid token.
+func deny(c echo.Context, err error) error {
+	if errors.Is(err, mapping.ErrForbidden) {
+		return answerError(c, http.StatusForbidden, err.Error(), 0)
 	}
-	return ""
-}
-
-// authorize answers 401 or 403 (and returns false) when the request may not have access.
-func authorize(c echo.Context, t *mapping.Table, access mapping.Access, name string) bool {
-	if !t.AuthRequired() {
-		return true
-	}
-	_, err := t.Authorize(bearer(c.Request()), access, name)
-	switch {
-	case err == nil:
-		return true
-	case errors.Is(err, mapping.ErrForbidden):
-		_ = answerError(c, http.StatusForbidden, err.Error(), 0)
-	default:
-		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="recordio-bridge"`)
-		_ = answerError(c, http.StatusUnauthorized, err.Error(), 0)
-	}
-	return false
-}
-
-func authenticated(t *mapping.Table, r *http.Request) bool {
-	_, err := t.Authorize(bearer(r), mapping.Read, "")
-	return !errors.Is(err, mapping.ErrUnauthenticated)
-}
-
-func unauthenticated(c echo.Context, t *mapping.Table, r *http.Request) error {
-	_, err := t.Authorize(bearer(r), mapping.Read, "")
 	c.Response().Header().Set("WWW-Authenticate", `Bearer realm="recordio-bridge"`)
 	return answerError(c, http.StatusUnauthorized, err.Error(), 0)
 }

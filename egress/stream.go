@@ -360,15 +360,15 @@ func (st *stream) appendRecord(buf []byte, d *Delivery) []byte {
 func (s *Server) HandleAck(c echo.Context) error {
 	req := c.Request()
 	st := s.state.Load()
-	if st.table.AuthRequired() && !authenticated(st.table, req) {
-		return unauthenticated(c, st.table, req)
+	if err := st.table.Authenticate(mapping.BearerToken(req.Header)); err != nil {
+		return deny(c, err)
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || !isAck {
 		return answerError(c, http.StatusNotFound, "no acknowledgement endpoint at "+strconv.Quote(req.URL.Path), 0)
 	}
-	if !authorize(c, st.table, mapping.Read, def.Name) {
-		return nil
+	if _, err := st.table.Authorize(mapping.BearerToken(req.Header), mapping.Read, def.Name); err != nil {
+		return deny(c, err)
 	}
 	sid := req.Header.Get("Stream-Id")
 	if sid == "" {

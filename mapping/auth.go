@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -57,6 +58,25 @@ func compileTokens(a config.Auth) ([]token, config.Problems) {
 		out = append(out, ct)
 	}
 	return out, p
+}
+
+// BearerToken returns the token of an "Authorization: Bearer <token>" header, or "".
+func BearerToken(h http.Header) string {
+	v := h.Get("Authorization")
+	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		return strings.TrimSpace(v[7:])
+	}
+	return ""
+}
+
+// Authenticate checks that bearer is a configured token (any token is fine when none are
+// configured); its error wraps ErrUnauthenticated.
+func (t *Table) Authenticate(bearer string) error {
+	_, err := t.Authorize(bearer, Read, "")
+	if errors.Is(err, ErrUnauthenticated) {
+		return err
+	}
+	return nil
 }
 
 // AuthRequired reports whether requests must carry a bearer token.
