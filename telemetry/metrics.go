@@ -3,14 +3,19 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -48,19 +53,42 @@ type attrKey struct {
 
 // NewMetrics creates the instruments and a Prometheus handler serving them, from a
 // registry of their own (so nothing global is touched and tests can make several).
+// With OTEL_METRICS_EXPORTER=otlp the same instruments are also pushed over OTLP
+// (OTEL_EXPORTER_OTLP_METRICS_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL: grpc or
+// http/protobuf; endpoint and interval from the standard variables).
 func NewMetrics(version string) (*Metrics, error) {
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, err
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp),
+	opts := []sdkmetric.Option{sdkmetric.WithReader(exp)}
+	if strings.EqualFold(os.Getenv("OTEL_METRICS_EXPORTER"), "otlp") && !strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") {
+		var push sdkmetric.Exporter
+		switch proto := firstEnv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"); proto {
+		case "", "grpc":
+			push, err = otlpmetricgrpc.New(context.Background())
+		case "http/protobuf":
+			push, err = otlpmetrichttp.New(context.Background())
+		default:
+			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: the bridge exports metrics over grpc or http/protobuf", proto)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("OTLP metric exporter: %w", err)
+		}
+		res, err := Resource(context.Background(), version)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(push)), sdkmetric.WithResource(res))
+	}
+	mp := sdkmetric.NewMeterProvider(append(opts,
 		sdkmetric.WithView(sdkmetric.NewView(sdkmetric.Instrument{Name: "bridge.*.duration"},
 			sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
 				Boundaries: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}}),
 			sdkmetric.NewView(sdkmetric.Instrument{Name: "bridge.egress.lag"},
 				sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
-					Boundaries: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 3600}}})))
+					Boundaries: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 3600}}})))...)
 	m := &Metrics{provider: mp, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
 	mt := mp.Meter("github.com/recordio-bridge/bridge")
 	var errs []error

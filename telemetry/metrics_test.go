@@ -3,8 +3,10 @@ package telemetry
 import (
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,5 +48,31 @@ func TestMetricsReachThePrometheusHandler(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("exposition:\n%s", body)
+	}
+}
+
+func TestMetricsArePushedOverOTLPWhenAsked(t *testing.T) {
+	var posts atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/metrics" {
+			posts.Add(1)
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(200)
+	}))
+	defer srv.Close()
+	t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+	m, err := NewMetrics("v-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.RecordsSettled("r", 200, 1, 10)
+	if err := m.Shutdown(context.Background()); err != nil { // flushes the periodic reader
+		t.Fatal(err)
+	}
+	if posts.Load() == 0 {
+		t.Fatal("no OTLP metrics export reached the collector")
 	}
 }
