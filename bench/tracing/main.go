@@ -29,6 +29,7 @@ func main() {
 	streams := flag.Int("streams", 100, "streams per run (sampling is decided per stream)")
 	per := flag.Int("records", 1000, "records per stream")
 	size := flag.Int("size", 1024, "record size")
+	rate := flag.Int("rate", 0, "offered records per second per run (0: as fast as the bridge takes them)")
 	flag.Parse()
 	if *url == "" {
 		log.Fatal("no broker: set -url or PULSAR_URL (make bench-tracing starts one)")
@@ -81,7 +82,11 @@ func main() {
 			e0 := exports.Load()
 			cpu0, t0 := br.CPU(), time.Now()
 			for s := range *streams {
-				req, _ := http.NewRequest(http.MethodPost, br.DataURL+"/v1/publish/bench", strings.NewReader(string(body)))
+				var rd io.Reader = strings.NewReader(string(body))
+				if *rate > 0 {
+					rd = paced(body, *per, *rate)
+				}
+				req, _ := http.NewRequest(http.MethodPost, br.DataURL+"/v1/publish/bench", rd)
 				req.Header.Set("Content-Type", "application/recordio")
 				req.Header.Set("Message-Content-Type", "application/json")
 				req.Header.Set("X-Topic", topic)
@@ -105,10 +110,32 @@ func main() {
 	}
 	n := float64(*streams * *per)
 	off := best["off"]
+	if *rate > 0 {
+		fmt.Printf("offered load: %d records/s\n\n", *rate)
+	}
 	fmt.Printf("| tracing | records | records/s | bridge CPU µs/record | throughput cost | OTLP exports |\n|---|---|---|---|---|---|\n")
 	for _, m := range modes {
 		x := best[m.name]
 		fmt.Printf("| %s | %.0f | %.0f | %.2f | %+.1f %% | %d |\n", m.name, n, n/x.elapsed.Seconds(), float64(x.cpu.Nanoseconds())/1e3/n,
 			(x.elapsed.Seconds()/off.elapsed.Seconds()-1)*100, x.exports)
 	}
+}
+
+// paced feeds body (n records) at rate records per second, in 10 ms steps.
+func paced(body []byte, n, rate int) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		per := len(body) / n
+		step := max(rate/100, 1) * per
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for off := 0; off < len(body); off += step {
+			<-tick.C
+			if _, err := pw.Write(body[off:min(off+step, len(body))]); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	return pr
 }
