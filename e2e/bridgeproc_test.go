@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordio-bridge/bridge/e2e/broker"
 	"github.com/recordio-bridge/bridge/recordio"
 )
 
@@ -98,7 +98,10 @@ func startBridge(t testing.TB, cfg string) *bridgeProc {
 func startBridgeEnv(t testing.TB, cfg string, env []string) *bridgeProc {
 	t.Helper()
 	bin := bridgeBin(t)
-	ports := freeTCPPorts(t, 2)
+	ports, err := broker.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := &bridgeProc{t: t, dir: t.TempDir(), logs: &syncBuffer{}, exited: make(chan struct{}),
 		DataURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
 	p.Config = filepath.Join(p.dir, "config.yaml")
@@ -214,24 +217,6 @@ func tail(s string, lines int) string {
 		parts = parts[len(parts)-lines:]
 	}
 	return strings.Join(parts, "\n")
-}
-
-func freeTCPPorts(t testing.TB, n int) []int {
-	t.Helper()
-	var out []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
 }
 
 // receipt is one record of a streamed ingress response (a receipt, a failure or the summary).

@@ -185,7 +185,7 @@ streams:
 	start := time.Now()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if !strings.Contains(scrapeOrEmpty(p), "egressStreams\":1") && time.Since(start) > 500*time.Millisecond {
+		if !strings.Contains(readyzBody(p), "egressStreams\":1") && time.Since(start) > 500*time.Millisecond {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -224,7 +224,7 @@ streams:
 	t.Logf("stuck client cut off %s after it stopped reading (writeTimeout 2s); a new client then read all %d messages", cut.Round(100*time.Millisecond), n)
 }
 
-func scrapeOrEmpty(p *bridgeProc) string {
+func readyzBody(p *bridgeProc) string {
 	resp, err := http.Get(p.OpsURL + "/readyz")
 	if err != nil {
 		return ""

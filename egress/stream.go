@@ -227,11 +227,15 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		} else {
 			flushed = append(flushed, d)
 		}
-		if tr := st.srv.tr; tr.Enabled && (st.sampled || strings.HasSuffix(d.Properties["traceparent"], "-01")) {
+		tr := st.srv.tr
+		pctx := context.Background()
+		if tr.Enabled && d.Properties["traceparent"] != "" {
+			pctx = tr.Propagator.Extract(pctx, telemetry.PropertiesCarrier(d.Properties))
+		}
+		if tr.Enabled && (st.sampled || trace.SpanContextFromContext(pctx).IsSampled()) {
 			// The process span continues the producer's trace (from the message's
 			// properties) and links to this stream's response span. Messages of unsampled
 			// traces in an unsampled stream get none: it would not be recorded anyway.
-			pctx := tr.Propagator.Extract(context.Background(), telemetry.PropertiesCarrier(d.Properties))
 			_, span := tr.Tracer.Start(pctx, "process "+d.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
 				trace.WithLinks(trace.LinkFromContext(st.ctx)),
 				trace.WithAttributes(telemetry.AttrSystemPulsar, telemetry.AttrOpProcess, telemetry.AttrOperationName("process"),

@@ -109,7 +109,7 @@ func Start() (b *Broker, stop func() error, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ports, err := freePorts(5)
+	ports, err := FreePorts(5)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -292,7 +292,8 @@ func restPath(topic string) string {
 	return strings.Replace(topic, "://", "/", 1)
 }
 
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n loopback TCP ports that were free when it was called.
+func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
