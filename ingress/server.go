@@ -116,7 +116,8 @@ func (s *Server) Update(t *mapping.Table, l Limits) {
 	s.state.Store(&state{table: t, limits: l})
 }
 
-// Register adds the ingress handler to e: every POST not claimed by a more specific route.
+// Register adds the ingress handler to e for every POST. (bridge run dispatches POSTs
+// itself, since egress acknowledgements are POSTs too.)
 func (s *Server) Register(e *echo.Echo) {
 	e.POST("/*", s.Handle)
 }

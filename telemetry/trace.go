@@ -150,7 +150,6 @@ var (
 	AttrBodySize       = semconv.MessagingMessageBodySize
 	AttrOperationName  = semconv.MessagingOperationName
 	AttrConsumerGroup  = semconv.MessagingConsumerGroupName
-	AttrBatchCount     = semconv.MessagingBatchMessageCount
 	AttrHTTPMethod     = semconv.HTTPRequestMethodKey
 	AttrHTTPRoute      = semconv.HTTPRoute
 	AttrHTTPStatusCode = semconv.HTTPResponseStatusCode

@@ -256,17 +256,6 @@ func (ps *producers) stats() telemetry.PulsarStats {
 	return s
 }
 
-// Topics lists the topics with a producer.
-func (ps *producers) Topics() []string {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	out := make([]string, 0, len(ps.m))
-	for t := range ps.m {
-		out = append(out, t)
-	}
-	return out
-}
-
 // Close stops the reaper and closes every producer (each flushes what it holds, bounded
 // by its send timeout).
 func (ps *producers) Close() {
