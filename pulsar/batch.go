@@ -39,7 +39,8 @@ func appendProperties(dst []byte, num protowire.Number, props map[string]string)
 	if len(props) == 0 {
 		return dst
 	}
-	keys := make([]string, 0, len(props))
+	var few [8]string // most messages have a few properties: no allocation for the keys
+	keys := few[:0]
 	for k := range props {
 		keys = append(keys, k)
 	}
