@@ -44,7 +44,7 @@ type Message struct {
 type Publisher interface {
 	// PublishAsync queues m and returns; done runs once the broker persisted it (with
 	// the message id) or it failed. It blocks while the topic's queue is full, until ctx
-	// ends. The payload may be reused once it returns.
+	// ends. m, its payload and its properties map may be reused once it returns.
 	PublishAsync(ctx context.Context, m *Message, done func(id string, err error))
 	// PublishStream publishes size bytes read from r as one (chunked) message and
 	// returns once it is persisted.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -129,14 +130,15 @@ func (ps *producers) PublishAsync(ctx context.Context, m *ingress.Message, done 
 		done("", err)
 		return
 	}
-	payload := m.Payload
+	payload, props := m.Payload, m.Properties
 	if len(payload) > largePayload {
-		// A payload above the broker's limit is chunked in the background from the slice
-		// given, and ingress reuses its read buffer: give the producer its own copy.
-		payload = bytes.Clone(payload)
+		// A payload above the broker's limit is chunked in the background from the message
+		// given, and ingress reuses its read buffer and may reuse the properties map: give
+		// the producer its own copies.
+		payload, props = bytes.Clone(payload), maps.Clone(props)
 	}
 	pm := messagePool.Get().(*pulsar.ProducerMessage)
-	*pm = pulsar.ProducerMessage{Payload: payload, Key: m.Key, Properties: m.Properties}
+	*pm = pulsar.ProducerMessage{Payload: payload, Key: m.Key, Properties: props}
 	e.p.SendAsync(ctx, pm, func(id pulsar.MessageID, err error) {
 		ps.release(e)
 		if err != nil {
