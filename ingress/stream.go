@@ -15,8 +15,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/recordio-bridge/bridge/mapping"
@@ -60,13 +58,11 @@ type stream struct {
 	unavailable       atomic.Bool
 	accepted          int64 // records with an entry: published + failed, once settled
 	abandoned         atomic.Bool
-	msg               Message // reused for every record (the publisher does not keep it)
-	tallies           []tally // by status, flushed to the Observer
-	idle              bool    // the collector waited before the record it settles
-	traced            bool    // tracing is on and this stream's span is sampled
-	spanTopic         string  // the topic spanName and spanAttrs were made for
-	spanName          string
-	spanAttrs         []attribute.KeyValue
+	msg               Message           // reused for every record (the publisher does not keep it)
+	tallies           []tally           // by status, flushed to the Observer
+	idle              bool              // the collector waited before the record it settles
+	traced            bool              // tracing is on and this stream's span is sampled
+	traceProps        map[string]string // reused for records whose route sets no properties
 }
 
 type failure struct {
@@ -85,7 +81,8 @@ type entry struct {
 	topic    string
 	err      error
 	complete func(id string, err error) // e.settle, made once per pooled entry
-	span     trace.Span                 // the record's publish span, when tracing
+	traced   bool                       // span is the record's publish span
+	span     telemetry.RecordSpan
 }
 
 var entryPool = sync.Pool{New: func() any {
@@ -109,7 +106,7 @@ func newStream(s *Server, c echo.Context, parent context.Context, route string, 
 		streaming: streaming, recordio: rio, ctx: ctx, cancel: cancel,
 		pending: make(chan *entry, l.PendingRecords), abandonC: make(chan struct{})}
 	st.budget.init(l.PendingBytes)
-	st.traced = s.tr.Enabled && trace.SpanContextFromContext(ctx).IsSampled()
+	st.traced = s.tr.Records != nil && trace.SpanContextFromContext(ctx).IsSampled()
 	return st
 }
 
@@ -346,34 +343,29 @@ func (st *stream) publish(rec recordio.Record) error {
 	}
 	e := entryPool.Get().(*entry)
 	e.seq, e.size, e.start, e.topic, e.id, e.err = rec.Index, rec.Size, time.Now(), tg.Topic, "", nil
+	m := &st.msg // PublishAsync does not keep it
+	*m = Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
+	if st.traced {
+		// Only in a sampled stream: the standard samplers (parent-based, trace-id ratio,
+		// always) decide a child like its parent, so an unsampled stream costs nothing
+		// per record. The message carries the span's context, so consumers continue the
+		// trace.
+		if m.Properties == nil {
+			if st.traceProps == nil {
+				st.traceProps = make(map[string]string, 2)
+			}
+			clear(st.traceProps)
+			m.Properties = st.traceProps // the publisher does not keep it
+		}
+		e.span = st.srv.tr.Records.Start(trace.SpanContextFromContext(st.ctx), tg.Topic, rec.Size, e.start, m.Properties)
+		e.traced = true
+	}
 	select {
 	case st.pending <- e:
 		st.accepted++
 	case <-st.ctx.Done():
 		st.budget.release(rec.Size)
 		return st.ctx.Err()
-	}
-	m := &st.msg // PublishAsync does not keep it
-	*m = Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
-	if st.traced {
-		// Only in a sampled stream: the standard samplers (parent-based, trace-id ratio,
-		// always) decide a child like its parent, so an unsampled stream costs nothing
-		// per record.
-		if tg.Topic != st.spanTopic {
-			st.spanTopic, st.spanName = tg.Topic, "publish "+tg.Topic
-			st.spanAttrs = []attribute.KeyValue{telemetry.AttrSystemPulsar, telemetry.AttrOpPublish, telemetry.AttrDestination(tg.Topic), {}}
-		}
-		tr := st.srv.tr
-		st.spanAttrs[3] = telemetry.AttrBodySize(int(rec.Size)) // the span copies its attributes
-		sctx, span := tr.Tracer.Start(st.ctx, st.spanName, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(st.spanAttrs...))
-		if span.SpanContext().IsSampled() {
-			// The message carries the publish span's context, so consumers continue the trace.
-			if m.Properties == nil {
-				m.Properties = make(map[string]string, 2)
-			}
-			tr.Propagator.Inject(sctx, telemetry.PropertiesCarrier(m.Properties))
-		}
-		e.span = span
 	}
 	if rec.Body != nil {
 		e.complete(st.srv.pub.PublishStream(st.ctx, m, rec.Size, rec.Body))
@@ -471,7 +463,7 @@ func (st *stream) collect() {
 				// The drain timeout passed: the outcome is unknown. The publisher's
 				// callback will still come; the entry is not reused.
 				st.budget.release(e.size)
-				st.settle(&entry{seq: e.seq, span: e.span, err: &statusError{status: http.StatusServiceUnavailable,
+				st.settle(&entry{seq: e.seq, traced: e.traced, span: e.span, err: &statusError{status: http.StatusServiceUnavailable,
 					err: errors.New("not confirmed by the broker before the drain timeout; outcome unknown")}}, &buf)
 				continue
 			}
@@ -522,15 +514,9 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 			*buf = appendReceipt(*buf, e)
 		}
 	}
-	if e.span != nil {
-		if e.err != nil {
-			e.span.RecordError(e.err)
-			e.span.SetStatus(codes.Error, e.err.Error())
-		} else {
-			e.span.SetAttributes(telemetry.AttrMessageID(e.id))
-		}
-		e.span.End()
-		e.span = nil
+	if e.traced {
+		st.srv.tr.Records.End(&e.span, e.id, e.err)
+		e.traced = false
 	}
 	st.count(status, e.size)
 	if status == http.StatusOK && (st.idle || e.seq%8 == 0) {

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -24,7 +27,9 @@ type Tracing struct {
 	Tracer     trace.Tracer
 	Propagator propagation.TextMapPropagator
 	Enabled    bool
-	shutdown   func(context.Context) error
+	// Records makes the per-record publish spans (nil with tracing off).
+	Records  *RecordSpans
+	shutdown func(context.Context) error
 }
 
 // Shutdown flushes and stops the exporter.
@@ -57,32 +62,68 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 		return Disabled(), nil
 	}
 	proto := firstEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
-	var exp sdktrace.SpanExporter
-	var err error
+	// One OTLP client (one connection) serves the SDK's spans and the per-record spans.
+	var client otlptrace.Client
 	switch proto {
 	case "", "grpc":
-		exp, err = otlptracegrpc.New(ctx)
+		client = otlptracegrpc.NewClient()
 	case "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
+		client = otlptracehttp.NewClient()
 	default:
 		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: the bridge exports traces over grpc or http/protobuf", proto)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
 	}
 	res, err := Resource(ctx, version)
 	if err != nil {
 		return nil, err
 	}
-	// A span per record makes many spans: unless OTEL_BSP_* says otherwise, export them in
-	// larger batches from a larger queue (spans beyond it are dropped, never waited for).
-	var bsp []sdktrace.BatchSpanProcessorOption
-	if os.Getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") == "" && os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE") == "" {
-		bsp = append(bsp, sdktrace.WithMaxQueueSize(16384), sdktrace.WithMaxExportBatchSize(4096))
+	bsp, err := batchOptions()
+	if err != nil {
+		return nil, err
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, bsp...), sdktrace.WithResource(res))
-	return &Tracing{Tracer: tp.Tracer("github.com/recordio-bridge/bridge"), Propagator: propagation.TraceContext{}, Enabled: true,
-		shutdown: tp.Shutdown}, nil
+	exp, err := otlptrace.New(ctx, client)
+	if err != nil {
+		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	// The SDK's spans are a few per stream; the per-record spans have a queue of their own.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	records := newRecordSpans(client, res, version, bsp)
+	return &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
+		Enabled: true, Records: records,
+		shutdown: func(ctx context.Context) error {
+			// The record spans first: the provider's shutdown stops the shared client.
+			return errors.Join(records.Shutdown(ctx), tp.Shutdown(ctx))
+		}}, nil
+}
+
+// batchOptions reads the OTEL_BSP_* variables for the per-record span queue. The
+// defaults are larger than the SDK's (2048 / 512): a span per record makes many spans.
+func batchOptions() (recordSpanOptions, error) {
+	o := recordSpanOptions{maxQueue: 16384, maxBatch: 4096, delay: 5 * time.Second, timeout: 30 * time.Second}
+	for _, v := range []struct {
+		env string
+		n   *int
+		d   *time.Duration
+	}{
+		{"OTEL_BSP_MAX_QUEUE_SIZE", &o.maxQueue, nil},
+		{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", &o.maxBatch, nil},
+		{"OTEL_BSP_SCHEDULE_DELAY", nil, &o.delay},
+		{"OTEL_BSP_EXPORT_TIMEOUT", nil, &o.timeout},
+	} {
+		s := os.Getenv(v.env)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			return o, fmt.Errorf("%s %q: want a positive integer", v.env, s)
+		}
+		if v.n != nil {
+			*v.n = n
+		} else {
+			*v.d = time.Duration(n) * time.Millisecond
+		}
+	}
+	return o, nil
 }
 
 func tracingWanted() bool {
