@@ -222,6 +222,25 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 	return err
 }
 
+// ObserveSpans registers bridge.trace.record.spans{result=exported|dropped}: the
+// per-record publish spans the OTLP client accepted, and those dropped because the
+// export queue was full (a collector too slow or away).
+func (m *Metrics) ObserveSpans(r *RecordSpans) error {
+	mt := m.provider.Meter("github.com/recordio-bridge/bridge")
+	spans, err := mt.Int64ObservableCounter("bridge.trace.record.spans", metric.WithDescription("Per-record publish spans by result: exported, or dropped because the export queue was full."))
+	if err != nil {
+		return err
+	}
+	exported := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "exported")))
+	dropped := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "dropped")))
+	_, err = mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(spans, r.Exported(), exported)
+		o.ObserveInt64(spans, r.Dropped(), dropped)
+		return nil
+	}, spans)
+	return err
+}
+
 // EgressStreamStarted counts an egress stream in.
 func (m *Metrics) EgressStreamStarted(stream string) {
 	m.egressActive.Add(bg, 1, m.opt(stream, 0, 2))

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel"
 
 	"github.com/recordio-bridge/bridge/config"
 	"github.com/recordio-bridge/bridge/egress"
@@ -114,6 +115,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv})))
+	// OpenTelemetry's own errors (exports that failed, spans dropped) go to the same log.
+	otelLog := log.With("component", "opentelemetry")
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { otelLog.Warn("telemetry export problem", "error", err.Error()) }))
 	snap, err := load(*path)
 	if err != nil {
 		log.Error("configuration refused", "error", err.Error())
@@ -168,6 +172,9 @@ func serve(ctx context.Context, path string, snap *snapshot, log *slog.Logger) e
 	}()
 	if tracing.Enabled {
 		log.Info("tracing on (OTLP)", "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")+os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+		if err := b.metrics.ObserveSpans(tracing.Records); err != nil {
+			return err
+		}
 	}
 	b.ingress = ingress.New(b.prods, log.With("component", "ingress"), b.metrics, tracing)
 	b.ingress.Update(snap.table, limitsOf(cfg))
