@@ -55,19 +55,19 @@ bench-codec:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./recordio/
 
 bench-producer:
-	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./producer -rounds 3'
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./producer -rounds 7'
 
 bench-consumer:
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./consumer -rounds 2'
 
 bench-ingress: build
-	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./ingress -bin $(CURDIR)/$(BIN) -rounds 3'
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./ingress -bin $(CURDIR)/$(BIN) -rounds 7'
 
 bench-egress: build
-	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./egress -bin $(CURDIR)/$(BIN) -rounds 3'
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./egress -bin $(CURDIR)/$(BIN) -rounds 7'
 
 bench-tracing: build
-	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./tracing -bin $(CURDIR)/$(BIN) -rounds 3'
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./tracing -bin $(CURDIR)/$(BIN) -rounds 15'
 
 FUZZTIME ?= 1m
 fuzz:

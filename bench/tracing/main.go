@@ -1,12 +1,14 @@
 // Command tracing measures what tracing costs ingress: the same records POSTed through
 // the bridge binary with tracing off, at 1 % sampling and at 100 % sampling (spans
 // exported over OTLP/HTTP to a sink in this process that accepts and drops them),
-// alternating in one run; best of the rounds for each.
+// alternating in one run, the order rotated every round; the median of the rounds for
+// each mode, with the range.
 //
-//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 3
+//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 7
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
@@ -14,7 +16,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
+	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,10 +28,11 @@ import (
 func main() {
 	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
 	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
-	rounds := flag.Int("rounds", 3, "alternating rounds (the best of each is reported)")
-	streams := flag.Int("streams", 100, "streams per run (sampling is decided per stream)")
+	rounds := flag.Int("rounds", 7, "alternating rounds (the median of each mode is reported)")
+	streams := flag.Int("streams", 200, "streams per run (sampling is decided per stream)")
 	per := flag.Int("records", 1000, "records per stream")
 	size := flag.Int("size", 1024, "record size")
+	parallel := flag.Int("parallel", 8, "streams open at once")
 	rate := flag.Int("rate", 0, "offered records per second per run (0: as fast as the bridge takes them)")
 	flag.Parse()
 	if *url == "" {
@@ -63,7 +67,7 @@ func main() {
 		elapsed, cpu time.Duration
 		exports      int64
 	}
-	best := map[string]res{}
+	all := map[string][]res{}
 	payload := make([]byte, *size)
 	for i := range payload {
 		payload[i] = 'a' + byte(i%26)
@@ -72,8 +76,10 @@ func main() {
 	for range *per {
 		body = recordio.AppendRecord(body, payload)
 	}
-	for r := range *rounds {
-		for _, m := range modes {
+	// Round -1 warms the broker up (topic creation, the JIT) and is not counted.
+	for r := -1; r < *rounds; r++ {
+		for i := range modes {
+			m := modes[(i+max(r, 0))%len(modes)] // no mode always runs first
 			br, err := harness.StartBridge(*bin, cfg, m.env...)
 			if err != nil {
 				log.Fatal(err)
@@ -81,43 +87,76 @@ func main() {
 			topic := fmt.Sprintf("bench-tracing-%d-%d", r, time.Now().UnixNano())
 			e0 := exports.Load()
 			cpu0, t0 := br.CPU(), time.Now()
+			next := make(chan int, *streams)
 			for s := range *streams {
-				var rd io.Reader = strings.NewReader(string(body))
-				if *rate > 0 {
-					rd = paced(body, *per, *rate)
-				}
-				req, _ := http.NewRequest(http.MethodPost, br.DataURL+"/v1/publish/bench", rd)
-				req.Header.Set("Content-Type", "application/recordio")
-				req.Header.Set("Message-Content-Type", "application/json")
-				req.Header.Set("X-Topic", topic)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					log.Fatal(err)
-				}
-				out, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					log.Fatalf("%s stream %d: %d %s", m.name, s, resp.StatusCode, out)
-				}
+				next <- s
 			}
+			close(next)
+			var wg sync.WaitGroup
+			for range *parallel {
+				wg.Go(func() {
+					for s := range next {
+						var rd io.Reader = bytes.NewReader(body)
+						if *rate > 0 {
+							rd = paced(body, *per, *rate / *parallel)
+						}
+						req, _ := http.NewRequest(http.MethodPost, br.DataURL+"/v1/publish/bench", rd)
+						req.Header.Set("Content-Type", "application/recordio")
+						req.Header.Set("Message-Content-Type", "application/json")
+						req.Header.Set("X-Topic", topic)
+						resp, err := http.DefaultClient.Do(req)
+						if err != nil {
+							log.Fatal(err)
+						}
+						out, _ := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != 200 {
+							log.Fatalf("%s stream %d: %d %s", m.name, s, resp.StatusCode, out)
+						}
+					}
+				})
+			}
+			wg.Wait()
 			x := res{time.Since(t0), br.CPU() - cpu0, 0}
 			br.Stop() // flushes the span exporter
 			x.exports = exports.Load() - e0
-			if b, ok := best[m.name]; !ok || x.elapsed < b.elapsed {
-				best[m.name] = x
+			if r >= 0 {
+				all[m.name] = append(all[m.name], x)
 			}
+			fmt.Fprintf(os.Stderr, "round %d %-5s %7.0f records/s, bridge %.2f µs/record\n", r, m.name,
+				float64(*streams**per)/x.elapsed.Seconds(), float64(x.cpu.Nanoseconds())/1e3/float64(*streams**per))
 		}
 	}
 	n := float64(*streams * *per)
-	off := best["off"]
+	median := func(name string, f func(res) float64) (med, lo, hi float64) {
+		var v []float64
+		for _, x := range all[name] {
+			v = append(v, f(x))
+		}
+		sort.Float64s(v)
+		return v[len(v)/2], v[0], v[len(v)-1]
+	}
+	perSec := func(x res) float64 { return n / x.elapsed.Seconds() }
+	cpu := func(x res) float64 { return float64(x.cpu.Nanoseconds()) / 1e3 / n }
 	if *rate > 0 {
 		fmt.Printf("offered load: %d records/s\n\n", *rate)
 	}
-	fmt.Printf("| tracing | records | records/s | bridge CPU µs/record | throughput cost | OTLP exports |\n|---|---|---|---|---|---|\n")
+	fmt.Printf("%d rounds of %d streams (%d at once) × %d × %d B; medians (range)\n\n", *rounds, *streams, *parallel, *per, *size)
+	fmt.Printf("| tracing | records/s | bridge CPU µs/record | throughput cost (paired) | OTLP exports |\n|---|---|---|---|---|\n")
 	for _, m := range modes {
-		x := best[m.name]
-		fmt.Printf("| %s | %.0f | %.0f | %.2f | %+.1f %% | %d |\n", m.name, n, n/x.elapsed.Seconds(), float64(x.cpu.Nanoseconds())/1e3/n,
-			(x.elapsed.Seconds()/off.elapsed.Seconds()-1)*100, x.exports)
+		r, rlo, rhi := median(m.name, perSec)
+		c, clo, chi := median(m.name, cpu)
+		var exports int64
+		// The cost in each round against the same round's run without tracing (the
+		// machine's speed drifts between rounds more than within one).
+		var costs []float64
+		for i, x := range all[m.name] {
+			exports += x.exports
+			costs = append(costs, (perSec(all["off"][i])/perSec(x)-1)*100)
+		}
+		sort.Float64s(costs)
+		fmt.Printf("| %s | %.0f (%.0f-%.0f) | %.2f (%.2f-%.2f) | %+.1f %% (%+.1f to %+.1f) | %d |\n", m.name, r, rlo, rhi, c, clo, chi,
+			costs[len(costs)/2], costs[0], costs[len(costs)-1], exports)
 	}
 }
 
