@@ -2,7 +2,8 @@ package pulsar
 
 import (
 	"encoding/binary"
-	"sort"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -34,26 +35,36 @@ func appendSingleMessage(dst []byte, seq uint64, m *ProducerMessage) []byte {
 }
 
 // appendProperties appends repeated KeyValue field num, in key order so that the
-// encoding is deterministic.
+// encoding is deterministic. It runs for every message that has properties: the pairs
+// are collected in one pass over the map (on the stack for up to 8, insertion-sorted).
 func appendProperties(dst []byte, num protowire.Number, props map[string]string) []byte {
 	if len(props) == 0 {
 		return dst
 	}
-	var few [8]string // most messages have a few properties: no allocation for the keys
-	keys := few[:0]
-	for k := range props {
-		keys = append(keys, k)
+	var few [8]property
+	kvs := few[:0]
+	for k, v := range props {
+		kvs = append(kvs, property{k, v})
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := props[k]
-		size := protowire.SizeTag(1) + protowire.SizeBytes(len(k)) + protowire.SizeTag(2) + protowire.SizeBytes(len(v))
+	if len(kvs) > len(few) {
+		slices.SortFunc(kvs, func(a, b property) int { return strings.Compare(a.key, b.key) })
+	} else {
+		for i := 1; i < len(kvs); i++ {
+			for j := i; j > 0 && kvs[j].key < kvs[j-1].key; j-- {
+				kvs[j], kvs[j-1] = kvs[j-1], kvs[j]
+			}
+		}
+	}
+	for _, kv := range kvs {
+		size := protowire.SizeTag(1) + protowire.SizeBytes(len(kv.key)) + protowire.SizeTag(2) + protowire.SizeBytes(len(kv.value))
 		dst = protowire.AppendTag(dst, num, protowire.BytesType)
 		dst = protowire.AppendVarint(dst, uint64(size))
 		dst = protowire.AppendTag(dst, 1, protowire.BytesType)
-		dst = protowire.AppendString(dst, k)
+		dst = protowire.AppendString(dst, kv.key)
 		dst = protowire.AppendTag(dst, 2, protowire.BytesType)
-		dst = protowire.AppendString(dst, v)
+		dst = protowire.AppendString(dst, kv.value)
 	}
 	return dst
 }
+
+type property struct{ key, value string }
