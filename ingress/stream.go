@@ -62,6 +62,7 @@ type stream struct {
 	tallies           []tally           // by status, flushed to the Observer
 	idle              bool              // the collector waited before the record it settles
 	traced            bool              // tracing is on and this stream's span is sampled
+	spanContext       trace.SpanContext // the stream's span: the parent of its records' spans
 	traceProps        map[string]string // reused for records whose route sets no properties
 }
 
@@ -106,7 +107,8 @@ func newStream(s *Server, c echo.Context, parent context.Context, route string, 
 		streaming: streaming, recordio: rio, ctx: ctx, cancel: cancel,
 		pending: make(chan *entry, l.PendingRecords), abandonC: make(chan struct{})}
 	st.budget.init(l.PendingBytes)
-	st.traced = s.tr.Records != nil && trace.SpanContextFromContext(ctx).IsSampled()
+	st.spanContext = trace.SpanContextFromContext(ctx)
+	st.traced = s.tr.Records != nil && st.spanContext.IsSampled()
 	return st
 }
 
@@ -357,7 +359,7 @@ func (st *stream) publish(rec recordio.Record) error {
 			clear(st.traceProps)
 			m.Properties = st.traceProps // the publisher does not keep it
 		}
-		e.span = st.srv.tr.Records.Start(trace.SpanContextFromContext(st.ctx), tg.Topic, rec.Size, e.start, m.Properties)
+		e.span = st.srv.tr.Records.Start(st.spanContext, tg.Topic, rec.Size, e.start, m.Properties)
 		e.traced = true
 	}
 	select {

@@ -1,0 +1,118 @@
+package ingress
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/mapping"
+	"github.com/recordio-bridge/bridge/recordio"
+	"github.com/recordio-bridge/bridge/telemetry"
+)
+
+// instantPublisher persists every message at once, so a benchmark measures ingress.
+type instantPublisher struct{ n int64 }
+
+func (p *instantPublisher) PublishAsync(_ context.Context, m *Message, done func(string, error)) {
+	p.n++ // one stream at a time
+	done("1:"+strconv.FormatInt(p.n, 10)+":-1:-1", nil)
+}
+
+func (p *instantPublisher) PublishStream(context.Context, *Message, int64, io.Reader) (string, error) {
+	return "", nil
+}
+
+// BenchmarkStream is ingress's own CPU per record (HTTP in, decoding, routing, receipts,
+// and the HTTP client and OTLP sink in this process) with tracing off and with every
+// record traced (spans exported over OTLP/HTTP), one 1 000 × 1 KiB stream per iteration.
+func BenchmarkStream(b *testing.B) {
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer sink.Close()
+	cfg, err := config.Parse([]byte("pulsar: {url: pulsar://127.0.0.1:6650}\nroutes:\n  - name: bench\n    default: {topic: t}\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tab, err := mapping.Compile(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte("a"), 1024)
+	var body []byte
+	const records = 1000
+	for range records {
+		body = recordio.AppendRecord(body, payload)
+	}
+	for _, mode := range []string{"off", "traced"} {
+		b.Run(mode, func(b *testing.B) {
+			tr := telemetry.Disabled()
+			if mode != "off" {
+				b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.URL)
+				b.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+				b.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+				b.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1048576") // this loop outruns any exporter: measure, don't drop
+				if tr, err = telemetry.SetupTracing(context.Background(), "bench"); err != nil {
+					b.Fatal(err)
+				}
+				defer tr.Shutdown(context.Background())
+			}
+			s := New(&instantPublisher{}, nil, nil, tr)
+			s.Update(tab, Limits{MaxRecordBytes: 1 << 20, BufferRecordBytes: 1 << 20, MaxStreams: 10, IdleTimeout: 1 << 40,
+				PendingRecords: 1000, PendingBytes: 16 << 20})
+			e := echo.New()
+			s.Register(e)
+			srv := httptest.NewServer(e)
+			defer srv.Close()
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/publish/bench", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/recordio")
+				req.Header.Set("Message-Content-Type", "application/json")
+				if mode != "off" {
+					// A sampled trace from the client, as a scheduler would send.
+					sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled})
+					propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), propagation.HeaderCarrier(req.Header))
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				out, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || !bytes.Contains(out, []byte(`"published":1000`)) {
+					b.Fatalf("%d %s", resp.StatusCode, out)
+				}
+			}
+			if tr.Records != nil {
+				_ = tr.Records.ForceFlush(context.Background()) // the export's CPU counts too
+				if tr.Records.Exported() < int64(b.N*records) {
+					b.Fatalf("%d spans exported for %d records", tr.Records.Exported(), b.N*records)
+				}
+			}
+			// CPU rather than time: the span export runs beside the stream, on the other core.
+			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*records), "cpu-ns/record")
+		})
+	}
+}
+
+// processCPU is the user and system time this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
