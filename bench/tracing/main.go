@@ -1,10 +1,11 @@
 // Command tracing measures what tracing costs ingress: the same records POSTed through
 // the bridge binary with tracing off, at 1 % sampling and at 100 % sampling (spans
-// exported over OTLP/HTTP to a sink in this process that accepts and drops them),
-// alternating in one run, the order rotated every round; the median of the rounds for
-// each mode, with the range.
+// exported over OTLP/HTTP, or gRPC with -protocol grpc, to a sink in this process that
+// accepts and drops them), alternating in one run, the order rotated every round; the
+// median of the rounds for each mode, with the range. Two shapes: one stream at a time
+// (a scheduler's sidecar) and eight at once (the machine saturated).
 //
-//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 7
+//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 15 -parallel 1,8
 package main
 
 import (
@@ -16,10 +17,16 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/recordio-bridge/bridge/bench/internal/harness"
 	"github.com/recordio-bridge/bridge/recordio"
@@ -32,13 +39,15 @@ func main() {
 	streams := flag.Int("streams", 200, "streams per run (sampling is decided per stream)")
 	per := flag.Int("records", 1000, "records per stream")
 	size := flag.Int("size", 1024, "record size")
-	parallel := flag.Int("parallel", 8, "streams open at once")
+	shapes := flag.String("parallel", "1,8", "streams open at once: one run of every round per value")
+	protocol := flag.String("protocol", "http/protobuf", "OTLP protocol: http/protobuf or grpc (the sink shares the machine; receiving gRPC costs it ~3x more CPU)")
 	rate := flag.Int("rate", 0, "offered records per second per run (0: as fast as the bridge takes them)")
 	flag.Parse()
 	if *url == "" {
 		log.Fatal("no broker: set -url or PULSAR_URL (make bench-tracing starts one)")
 	}
-	// The OTLP sink: counts export requests and their bytes.
+	// The OTLP sinks, over HTTP and gRPC: they count export requests and their bytes and
+	// decode nothing, as cheap as a collector can be.
 	var exports, exportBytes atomic.Int64
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,23 +60,61 @@ func main() {
 		w.Header().Set("Content-Type", "application/x-protobuf")
 		w.WriteHeader(200)
 	}))
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(func(_ any, st grpc.ServerStream) error {
+		var req []byte
+		if err := st.RecvMsg(&req); err != nil {
+			return err
+		}
+		exports.Add(1)
+		exportBytes.Add(int64(len(req)))
+		resp := []byte{} // an empty ExportTraceServiceResponse
+		return st.SendMsg(&resp)
+	}))
+	go gs.Serve(gln)
 	sink := "http://" + ln.Addr().String()
+	if *protocol == "grpc" {
+		sink = "http://" + gln.Addr().String()
+	} else if *protocol != "http/protobuf" {
+		log.Fatalf("-protocol %q: grpc or http/protobuf", *protocol)
+	}
 	modes := []struct {
 		name string
 		env  []string
 	}{
 		{"off", nil},
-		{"1 %", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		{"1 %", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=" + *protocol,
 			"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.01"}},
-		{"100 %", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf",
+		{"100 %", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=" + *protocol,
 			"OTEL_TRACES_SAMPLER=parentbased_always_on"}},
 	}
 	cfg := fmt.Sprintf("pulsar:\n  url: %s\nroutes:\n  - name: bench\n    namespaces: [public/default]\n    default: {topic: \"{header:X-Topic}\"}\n", *url)
-	type res struct {
-		elapsed, cpu time.Duration
-		exports      int64
+	// The broker's process, when with-broker.sh started it, so that the CPU of every
+	// process doing the work is counted (the bridge, the broker, this load generator and
+	// its OTLP sink): on a saturated machine throughput is the cores divided by that.
+	brokerPID := 0
+	if b, err := os.ReadFile(filepath.Join(os.Getenv("PULSAR_STATE_DIR"), "pid")); err == nil {
+		brokerPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
-	all := map[string][]res{}
+	selfCPU := func() time.Duration {
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // the load generator and the OTLP sink
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	brokerCPU := func() time.Duration {
+		if brokerPID > 0 {
+			return harness.ProcCPU(brokerPID)
+		}
+		return 0
+	}
+	procCPU := func(br *harness.Bridge) time.Duration { return br.CPU() + selfCPU() + brokerCPU() }
+	type res struct {
+		elapsed, cpu, all, broker time.Duration
+		exports                   int64
+	}
 	payload := make([]byte, *size)
 	for i := range payload {
 		payload[i] = 'a' + byte(i%26)
@@ -76,87 +123,118 @@ func main() {
 	for range *per {
 		body = recordio.AppendRecord(body, payload)
 	}
-	// Round -1 warms the broker up (topic creation, the JIT) and is not counted.
-	for r := -1; r < *rounds; r++ {
-		for i := range modes {
-			m := modes[(i+max(r, 0))%len(modes)] // no mode always runs first
-			br, err := harness.StartBridge(*bin, cfg, m.env...)
-			if err != nil {
-				log.Fatal(err)
-			}
-			topic := fmt.Sprintf("bench-tracing-%d-%d", r, time.Now().UnixNano())
-			e0 := exports.Load()
-			cpu0, t0 := br.CPU(), time.Now()
-			next := make(chan int, *streams)
-			for s := range *streams {
-				next <- s
-			}
-			close(next)
-			var wg sync.WaitGroup
-			for range *parallel {
-				wg.Go(func() {
-					for s := range next {
-						var rd io.Reader = bytes.NewReader(body)
-						if *rate > 0 {
-							rd = paced(body, *per, *rate / *parallel)
-						}
-						req, _ := http.NewRequest(http.MethodPost, br.DataURL+"/v1/publish/bench", rd)
-						req.Header.Set("Content-Type", "application/recordio")
-						req.Header.Set("Message-Content-Type", "application/json")
-						req.Header.Set("X-Topic", topic)
-						resp, err := http.DefaultClient.Do(req)
-						if err != nil {
-							log.Fatal(err)
-						}
-						out, _ := io.ReadAll(resp.Body)
-						resp.Body.Close()
-						if resp.StatusCode != 200 {
-							log.Fatalf("%s stream %d: %d %s", m.name, s, resp.StatusCode, out)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			x := res{time.Since(t0), br.CPU() - cpu0, 0}
-			br.Stop() // flushes the span exporter
-			x.exports = exports.Load() - e0
-			if r >= 0 {
-				all[m.name] = append(all[m.name], x)
-			}
-			fmt.Fprintf(os.Stderr, "round %d %-5s %7.0f records/s, bridge %.2f µs/record\n", r, m.name,
-				float64(*streams**per)/x.elapsed.Seconds(), float64(x.cpu.Nanoseconds())/1e3/float64(*streams**per))
+	for _, f := range strings.Split(*shapes, ",") {
+		parallel, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || parallel < 1 {
+			log.Fatalf("-parallel %q: want a list of positive integers", *shapes)
 		}
-	}
-	n := float64(*streams * *per)
-	median := func(name string, f func(res) float64) (med, lo, hi float64) {
-		var v []float64
-		for _, x := range all[name] {
-			v = append(v, f(x))
+		all := map[string][]res{}
+		// Round -1 warms the broker up (topic creation, the JIT) and is not counted.
+		for r := -1; r < *rounds; r++ {
+			for i := range modes {
+				m := modes[(i+max(r, 0))%len(modes)] // no mode always runs first
+				br, err := harness.StartBridge(*bin, cfg, m.env...)
+				if err != nil {
+					log.Fatal(err)
+				}
+				topic := fmt.Sprintf("bench-tracing-%d-%d", r, time.Now().UnixNano())
+				// One record first, untimed: the topic is created and the producer connected.
+				post(br.DataURL, topic, bytes.NewReader(recordio.AppendRecord(nil, payload)), m.name)
+				e0 := exports.Load()
+				cpu0, all0, b0, t0 := br.CPU(), procCPU(br), brokerCPU(), time.Now()
+				next := make(chan int, *streams)
+				for s := range *streams {
+					next <- s
+				}
+				close(next)
+				var wg sync.WaitGroup
+				for range parallel {
+					wg.Go(func() {
+						for s := range next {
+							var rd io.Reader = bytes.NewReader(body)
+							if *rate > 0 {
+								rd = paced(body, *per, *rate/parallel)
+							}
+							post(br.DataURL, topic, rd, fmt.Sprintf("%s stream %d", m.name, s))
+						}
+					})
+				}
+				wg.Wait()
+				x := res{elapsed: time.Since(t0), cpu: br.CPU() - cpu0, all: procCPU(br) - all0, broker: brokerCPU() - b0}
+				br.Stop() // flushes the span exporter
+				x.exports = exports.Load() - e0
+				if r >= 0 {
+					all[m.name] = append(all[m.name], x)
+				}
+				us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(*streams**per) }
+				fmt.Fprintf(os.Stderr, "round %d %-5s %7.0f records/s, µs/record: bridge %.2f, broker %.2f, load generator and sink %.2f\n", r, m.name,
+					float64(*streams**per)/x.elapsed.Seconds(), us(x.cpu), us(x.broker), us(x.all-x.cpu-x.broker))
+			}
 		}
-		sort.Float64s(v)
-		return v[len(v)/2], v[0], v[len(v)-1]
-	}
-	perSec := func(x res) float64 { return n / x.elapsed.Seconds() }
-	cpu := func(x res) float64 { return float64(x.cpu.Nanoseconds()) / 1e3 / n }
-	if *rate > 0 {
-		fmt.Printf("offered load: %d records/s\n\n", *rate)
-	}
-	fmt.Printf("%d rounds of %d streams (%d at once) × %d × %d B; medians (range)\n\n", *rounds, *streams, *parallel, *per, *size)
-	fmt.Printf("| tracing | records/s | bridge CPU µs/record | throughput cost (paired) | OTLP exports |\n|---|---|---|---|---|\n")
-	for _, m := range modes {
-		r, rlo, rhi := median(m.name, perSec)
-		c, clo, chi := median(m.name, cpu)
-		var exports int64
-		// The cost in each round against the same round's run without tracing (the
-		// machine's speed drifts between rounds more than within one).
-		var costs []float64
-		for i, x := range all[m.name] {
-			exports += x.exports
-			costs = append(costs, (perSec(all["off"][i])/perSec(x)-1)*100)
+		n := float64(*streams * *per)
+		median := func(name string, f func(res) float64) (med, lo, hi float64) {
+			var v []float64
+			for _, x := range all[name] {
+				v = append(v, f(x))
+			}
+			sort.Float64s(v)
+			return v[len(v)/2], v[0], v[len(v)-1]
 		}
-		sort.Float64s(costs)
-		fmt.Printf("| %s | %.0f (%.0f-%.0f) | %.2f (%.2f-%.2f) | %+.1f %% (%+.1f to %+.1f) | %d |\n", m.name, r, rlo, rhi, c, clo, chi,
-			costs[len(costs)/2], costs[0], costs[len(costs)-1], exports)
+		perSec := func(x res) float64 { return n / x.elapsed.Seconds() }
+		cpu := func(x res) float64 { return float64(x.cpu.Nanoseconds()) / 1e3 / n }
+		allCPU := func(x res) float64 { return float64(x.all.Nanoseconds()) / 1e3 / n }
+		if *rate > 0 {
+			fmt.Printf("offered load: %d records/s\n\n", *rate)
+		}
+		fmt.Printf("%d rounds of %d streams (%d at once) × %d × %d B; medians (range)\n\n", *rounds, *streams, parallel, *per, *size)
+		fmt.Printf("| tracing | records/s | bridge CPU µs/record | all CPU µs/record | throughput cost (paired) | CPU cost (paired) | OTLP exports |\n|---|---|---|---|---|---|---|\n")
+		for _, m := range modes {
+			r, rlo, rhi := median(m.name, perSec)
+			c, clo, chi := median(m.name, cpu)
+			var exports int64
+			// The cost in each round against the same round's run without tracing (the
+			// machine's speed drifts between rounds more than within one).
+			var costs, cpuCosts []float64
+			for i, x := range all[m.name] {
+				exports += x.exports
+				costs = append(costs, (perSec(all["off"][i])/perSec(x)-1)*100)
+				cpuCosts = append(cpuCosts, (allCPU(x)/allCPU(all["off"][i])-1)*100)
+			}
+			sort.Float64s(costs)
+			sort.Float64s(cpuCosts)
+			a, alo, ahi := median(m.name, allCPU)
+			fmt.Printf("| %s | %.0f (%.0f-%.0f) | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %+.1f %% (%+.1f to %+.1f) | %+.1f %% (%+.1f to %+.1f) | %d |\n",
+				m.name, r, rlo, rhi, c, clo, chi, a, alo, ahi,
+				costs[len(costs)/2], costs[0], costs[len(costs)-1], cpuCosts[len(cpuCosts)/2], cpuCosts[0], cpuCosts[len(cpuCosts)-1], exports)
+		}
+		fmt.Println()
+	}
+}
+
+// rawCodec passes gRPC messages through as bytes.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *v.(*[]byte), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*v.(*[]byte) = append((*v.(*[]byte))[:0], data...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// post sends one stream of records and fails the run unless all were persisted.
+func post(dataURL, topic string, body io.Reader, what string) {
+	req, _ := http.NewRequest(http.MethodPost, dataURL+"/v1/publish/bench", body)
+	req.Header.Set("Content-Type", "application/recordio")
+	req.Header.Set("Message-Content-Type", "application/json")
+	req.Header.Set("X-Topic", topic)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		log.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		log.Fatalf("%s: %d %s", what, resp.StatusCode, out)
 	}
 }
 
