@@ -58,12 +58,12 @@ type stream struct {
 	unavailable       atomic.Bool
 	accepted          int64 // records with an entry: published + failed, once settled
 	abandoned         atomic.Bool
-	msg               Message           // reused for every record (the publisher does not keep it)
-	tallies           []tally           // by status, flushed to the Observer
-	idle              bool              // the collector waited before the record it settles
-	traced            bool              // tracing is on and this stream's span is sampled
-	spanContext       trace.SpanContext // the stream's span: the parent of its records' spans
-	traceProps        map[string]string // reused for records whose route sets no properties
+	msg               Message               // reused for every record (the publisher does not keep it)
+	tallies           []tally               // by status, flushed to the Observer
+	idle              bool                  // the collector waited before the record it settles
+	traced            bool                  // tracing is on and this stream's span is sampled
+	spanParent        *telemetry.SpanParent // the stream's span, parent of its records' spans
+	traceProps        map[string]string     // reused for records whose route sets no properties
 }
 
 type failure struct {
@@ -107,8 +107,9 @@ func newStream(s *Server, c echo.Context, parent context.Context, route string, 
 		streaming: streaming, recordio: rio, ctx: ctx, cancel: cancel,
 		pending: make(chan *entry, l.PendingRecords), abandonC: make(chan struct{})}
 	st.budget.init(l.PendingBytes)
-	st.spanContext = trace.SpanContextFromContext(ctx)
-	st.traced = s.tr.Records != nil && st.spanContext.IsSampled()
+	if sc := trace.SpanContextFromContext(ctx); s.tr.Records != nil && sc.IsSampled() {
+		st.traced, st.spanParent = true, telemetry.NewParent(sc)
+	}
 	return st
 }
 
@@ -359,7 +360,7 @@ func (st *stream) publish(rec recordio.Record) error {
 			clear(st.traceProps)
 			m.Properties = st.traceProps // the publisher does not keep it
 		}
-		e.span = st.srv.tr.Records.Start(st.spanContext, tg.Topic, rec.Size, e.start, m.Properties)
+		e.span = st.srv.tr.Records.Start(st.spanParent, tg.Topic, rec.Size, e.start, m.Properties)
 		e.traced = true
 	}
 	select {

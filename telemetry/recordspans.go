@@ -72,26 +72,48 @@ type RecordSpans struct {
 	ss     tracepb.ScopeSpans
 }
 
-// RecordSpan is one record's publish span between Start and End. It is a value: keep it
-// in the record's bookkeeping, not behind a pointer of its own.
+// RecordSpan is one record's publish span between Start and End. It is a small value:
+// keep it in the record's bookkeeping, not behind a pointer of its own.
 type RecordSpan struct {
-	traceID    trace.TraceID
+	parent     *SpanParent
 	spanID     trace.SpanID
-	parentID   trace.SpanID
-	remote     bool // the parent came from another process
-	traceState string
 	start, end int64 // Unix nanoseconds
 	topic      string
 	size       int64
 	messageID  string
-	err        string
-	errType    string
+	failure    *spanFailure
 }
+
+type spanFailure struct{ message, typ string }
 
 // SpanContext is the span's own context, as the message carries it.
 func (s *RecordSpan) SpanContext() trace.SpanContext {
-	ts, _ := trace.ParseTraceState(s.traceState)
-	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: s.traceID, SpanID: s.spanID, TraceFlags: trace.FlagsSampled, TraceState: ts})
+	ts, _ := trace.ParseTraceState(s.parent.traceState)
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: s.parent.traceID, SpanID: s.spanID, TraceFlags: trace.FlagsSampled, TraceState: ts})
+}
+
+// SpanParent is what the spans of one stream's records share: their parent, the stream's
+// span. Make it once per stream with NewParent.
+type SpanParent struct {
+	traceID    trace.TraceID
+	spanID     trace.SpanID
+	remote     bool // the parent came from another process
+	traceState string
+	header     [55]byte // the traceparent value, the span id to be filled in
+}
+
+// NewParent describes sc (the stream's sampled span) as the parent of record spans.
+func NewParent(sc trace.SpanContext) *SpanParent {
+	p := &SpanParent{traceID: sc.TraceID(), spanID: sc.SpanID(), remote: sc.IsRemote()}
+	if ts := sc.TraceState(); ts.Len() > 0 {
+		p.traceState = ts.String()
+	}
+	b := &p.header
+	b[0], b[1], b[2] = '0', '0', '-'
+	hex.Encode(b[3:35], p.traceID[:])
+	b[35] = '-'
+	b[52], b[53], b[54] = '-', '0', '1'
+	return p
 }
 
 // recordSpanOptions are the OTEL_BSP_* settings the queue honours.
@@ -131,32 +153,21 @@ func newRecordSpans(client otlptrace.Client, res *resource.Resource, version str
 // stream's span, which must be sampled), starting at start. It writes the span's W3C
 // context into props as traceparent (and tracestate, when the parent has one), so the
 // consumers of the message continue the trace.
-func (r *RecordSpans) Start(parent trace.SpanContext, topic string, size int64, start time.Time, props map[string]string) RecordSpan {
-	s := RecordSpan{traceID: parent.TraceID(), parentID: parent.SpanID(), remote: parent.IsRemote(),
-		start: start.UnixNano(), topic: topic, size: size}
+func (r *RecordSpans) Start(parent *SpanParent, topic string, size int64, start time.Time, props map[string]string) RecordSpan {
+	s := RecordSpan{parent: parent, start: start.UnixNano(), topic: topic, size: size}
 	for !s.spanID.IsValid() {
 		v := rand.Uint64()
 		for i := range 8 {
 			s.spanID[i] = byte(v >> (8 * i))
 		}
 	}
-	props["traceparent"] = traceparent(s.traceID, s.spanID)
-	if ts := parent.TraceState(); ts.Len() > 0 {
-		s.traceState = ts.String()
-		props["tracestate"] = s.traceState
+	b := parent.header // 00-<trace id>-<span id>-01
+	hex.Encode(b[36:52], s.spanID[:])
+	props["traceparent"] = string(b[:])
+	if parent.traceState != "" {
+		props["tracestate"] = parent.traceState
 	}
 	return s
-}
-
-// traceparent is the W3C header value of a sampled span: 00-<trace id>-<span id>-01.
-func traceparent(t trace.TraceID, s trace.SpanID) string {
-	var b [55]byte
-	b[0], b[1], b[2] = '0', '0', '-'
-	hex.Encode(b[3:35], t[:])
-	b[35] = '-'
-	hex.Encode(b[36:52], s[:])
-	b[52], b[53], b[54] = '-', '0', '1'
-	return string(b[:])
 }
 
 // End ends s: the record was persisted as messageID, or failed with err. The span is
@@ -165,7 +176,7 @@ func (r *RecordSpans) End(s *RecordSpan, messageID string, err error) {
 	s.end = time.Now().UnixNano()
 	s.messageID = messageID
 	if err != nil {
-		s.err, s.errType = err.Error(), reflect.TypeOf(err).String()
+		s.failure = &spanFailure{message: err.Error(), typ: reflect.TypeOf(err).String()}
 	}
 	r.mu.Lock()
 	if len(r.queue) >= r.maxQueue {
@@ -352,15 +363,16 @@ const (
 // appendSpan encodes one span as an OTLP Span message (without its own tag and length).
 func appendSpan(b []byte, s *RecordSpan, t *topicWire) []byte {
 	b = protowire.AppendTag(b, fieldSpanTraceID, protowire.BytesType)
-	b = protowire.AppendBytes(b, s.traceID[:])
+	p := s.parent
+	b = protowire.AppendBytes(b, p.traceID[:])
 	b = protowire.AppendTag(b, fieldSpanSpanID, protowire.BytesType)
 	b = protowire.AppendBytes(b, s.spanID[:])
-	if s.traceState != "" {
+	if p.traceState != "" {
 		b = protowire.AppendTag(b, fieldSpanTraceState, protowire.BytesType)
-		b = protowire.AppendString(b, s.traceState)
+		b = protowire.AppendString(b, p.traceState)
 	}
 	b = protowire.AppendTag(b, fieldSpanParentSpanID, protowire.BytesType)
-	b = protowire.AppendBytes(b, s.parentID[:])
+	b = protowire.AppendBytes(b, p.spanID[:])
 	b = protowire.AppendTag(b, fieldSpanName, protowire.BytesType)
 	b = protowire.AppendString(b, t.name)
 	b = protowire.AppendTag(b, fieldSpanKind, protowire.VarintType)
@@ -371,18 +383,18 @@ func appendSpan(b []byte, s *RecordSpan, t *topicWire) []byte {
 	b = protowire.AppendFixed64(b, uint64(s.end))
 	b = append(b, t.attrs...)
 	b = appendIntAttr(b, string(semconv.MessagingMessageBodySizeKey), s.size)
-	if s.err == "" {
+	if s.failure == nil {
 		b = appendStringAttr(b, string(semconv.MessagingMessageIDKey), s.messageID)
 	} else {
 		// As the SDK's RecordError and SetStatus(Error) would: an exception event and an
 		// error status with the message.
-		msg := strings.ToValidUTF8(s.err, "\uFFFD")
+		msg := strings.ToValidUTF8(s.failure.message, "\uFFFD")
 		var ev []byte
 		ev = protowire.AppendTag(ev, fieldEventTime, protowire.Fixed64Type)
 		ev = protowire.AppendFixed64(ev, uint64(s.end))
 		ev = protowire.AppendTag(ev, fieldEventName, protowire.BytesType)
 		ev = protowire.AppendString(ev, semconv.ExceptionEventName)
-		ev = appendKeyValue(ev, fieldEventAttributes, string(semconv.ExceptionTypeKey), s.errType)
+		ev = appendKeyValue(ev, fieldEventAttributes, string(semconv.ExceptionTypeKey), s.failure.typ)
 		ev = appendKeyValue(ev, fieldEventAttributes, string(semconv.ExceptionMessageKey), msg)
 		b = protowire.AppendTag(b, fieldSpanEvents, protowire.BytesType)
 		b = protowire.AppendBytes(b, ev)
@@ -396,7 +408,7 @@ func appendSpan(b []byte, s *RecordSpan, t *topicWire) []byte {
 	}
 	// Flags: sampled, and whether the parent is remote is known.
 	flags := uint32(trace.FlagsSampled) | uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK)
-	if s.remote {
+	if p.remote {
 		flags |= uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK)
 	}
 	b = protowire.AppendTag(b, fieldSpanFlags, protowire.Fixed32Type)

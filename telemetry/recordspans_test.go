@@ -127,7 +127,7 @@ func TestRecordSpansMatchTheSDKs(t *testing.T) {
 		sdkSpan.End()
 		// Through RecordSpans.
 		props := map[string]string{}
-		s := rs.Start(parent, "persistent://public/default/t", 42, time.Now(), props)
+		s := rs.Start(NewParent(parent), "persistent://public/default/t", 42, time.Now(), props)
 		id := "12:34:-1:0"
 		if fail != nil {
 			id = ""
@@ -188,7 +188,7 @@ func TestRecordSpansBatchAndFlushOnShutdown(t *testing.T) {
 	const n = 40 // a full batch (16) leaves on its own; the rest may wait for the shutdown
 	ids := map[string]bool{}
 	for i := range n {
-		s := rs.Start(parent, fmt.Sprintf("t%d", i%3), int64(i), time.Now(), map[string]string{})
+		s := rs.Start(NewParent(parent), fmt.Sprintf("t%d", i%3), int64(i), time.Now(), map[string]string{})
 		rs.End(&s, fmt.Sprintf("1:%d:-1:0", i), nil)
 		ids[fmt.Sprintf("1:%d:-1:0", i)] = true
 	}
@@ -220,7 +220,7 @@ func TestRecordSpansBatchAndFlushOnShutdown(t *testing.T) {
 		t.Fatalf("names %v", names)
 	}
 	// After the shutdown spans are dropped, not queued.
-	s := rs.Start(parent, "late", 1, time.Now(), map[string]string{})
+	s := rs.Start(NewParent(parent), "late", 1, time.Now(), map[string]string{})
 	rs.End(&s, "x", nil)
 	if rs.Dropped() != 1 {
 		t.Fatalf("a span ended after the shutdown: dropped %d, want 1", rs.Dropped())
@@ -238,7 +238,7 @@ func TestRecordSpansDropWhenTheQueueIsFull(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range n {
-			s := rs.Start(parent, "t", 1, time.Now(), map[string]string{})
+			s := rs.Start(NewParent(parent), "t", 1, time.Now(), map[string]string{})
 			rs.End(&s, fmt.Sprint(i), nil)
 		}
 	}()
@@ -280,9 +280,10 @@ func BenchmarkRecordSpan(b *testing.B) {
 	defer rs.Shutdown(context.Background())
 	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{7}, SpanID: trace.SpanID{7}, TraceFlags: trace.FlagsSampled})
 	props := map[string]string{}
+	sp := NewParent(parent)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		s := rs.Start(parent, "persistent://public/default/t", 1024, time.Now(), props)
+		s := rs.Start(sp, "persistent://public/default/t", 1024, time.Now(), props)
 		rs.End(&s, "123:456:-1:0", nil)
 		if i%4096 == 0 {
 			_ = rs.ForceFlush(context.Background()) // measure the export too, not drops
