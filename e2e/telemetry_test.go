@@ -205,10 +205,11 @@ streams:
 		publish.tag("messaging.message.id") != rs[0].MessageID:
 		t.Fatalf("publish span tags: %+v", publish.Tags)
 	}
-	// The publish span went out through the per-record span queue, and its metric says so.
-	if m := scrape(t, p.OpsURL); !regexp.MustCompile(`(?m)^bridge_trace_record_spans_total\{[^}]*result="exported"[^}]*\} 1$`).MatchString(m) ||
+	// The publish and process spans went out through the per-record span queue (not the
+	// SDK), and its metric says so.
+	if m := scrape(t, p.OpsURL); !regexp.MustCompile(`(?m)^bridge_trace_record_spans_total\{[^}]*result="exported"[^}]*\} 2$`).MatchString(m) ||
 		!regexp.MustCompile(`(?m)^bridge_trace_record_spans_total\{[^}]*result="dropped"[^}]*\} 0$`).MatchString(m) {
-		t.Fatalf("bridge_trace_record_spans_total does not count 1 exported and 0 dropped span:\n%s", m)
+		t.Fatalf("bridge_trace_record_spans_total does not count 2 exported and 0 dropped spans:\n%s", m)
 	}
 	t.Logf("trace %s in Jaeger: %v; parent chain client -> POST -> publish -> process (via message properties), process linked to GET", traceID, names)
 }

@@ -74,8 +74,9 @@ func resolveQuery(def *mapping.Stream, req *http.Request) (options, error) {
 type stream struct {
 	srv        *Server
 	c          echo.Context
-	ctx        context.Context // carries the response span
-	sampled    bool            // the response span is sampled
+	ctx        context.Context     // carries the response span
+	sampled    bool                // the response span is sampled
+	spanLink   *telemetry.SpanLink // to the response span, for the process spans
 	rc         *http.ResponseController
 	def        *mapping.Stream
 	opts       options
@@ -228,14 +229,35 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 			flushed = append(flushed, d)
 		}
 		tr := st.srv.tr
-		pctx := context.Background()
+		var parent *telemetry.SpanParent
+		var pctx context.Context
+		var msc trace.SpanContext
 		if tr.Enabled && d.Properties["traceparent"] != "" {
-			pctx = tr.Propagator.Extract(pctx, telemetry.PropertiesCarrier(d.Properties))
+			var sampled, ok bool
+			if parent, sampled, ok = telemetry.ParentFromProperties(d.Properties); !ok || !sampled || !tr.ChildFollowsParent || tr.Records == nil {
+				parent = nil // the SDK decides, from the propagator's reading of the context
+				pctx = tr.Propagator.Extract(context.Background(), telemetry.PropertiesCarrier(d.Properties))
+				msc = trace.SpanContextFromContext(pctx)
+			}
 		}
-		if tr.Enabled && (st.sampled || trace.SpanContextFromContext(pctx).IsSampled()) {
-			// The process span continues the producer's trace (from the message's
-			// properties) and links to this stream's response span. Messages of unsampled
-			// traces in an unsampled stream get none: it would not be recorded anyway.
+		switch {
+		case parent != nil:
+			// The common case of a traced message: the process span continues the
+			// producer's trace (from the message's properties) and links to this
+			// stream's response span, made without the SDK (as ingress's publish spans).
+			if st.spanLink == nil {
+				st.spanLink = telemetry.NewLink(trace.SpanContextFromContext(st.ctx), st.opts.subscription)
+			}
+			span := tr.Records.StartProcess(parent, st.spanLink, d.Topic, int64(len(d.Payload)), time.Now())
+			buf = st.appendRecord(buf, d)
+			tr.Records.End(&span, d.ID, nil)
+		case tr.Enabled && (st.sampled || msc.IsSampled()):
+			// Otherwise the SDK's sampler decides (a message without a context in a
+			// sampled stream, or a sampler that does not follow the parent). Messages of
+			// unsampled traces in an unsampled stream get none: it would not be recorded.
+			if pctx == nil {
+				pctx = context.Background()
+			}
 			_, span := tr.Tracer.Start(pctx, "process "+d.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
 				trace.WithLinks(trace.LinkFromContext(st.ctx)),
 				trace.WithAttributes(telemetry.AttrSystemPulsar, telemetry.AttrOpProcess, telemetry.AttrOperationName("process"),
@@ -243,7 +265,7 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 					telemetry.AttrConsumerGroup(st.opts.subscription)))
 			buf = st.appendRecord(buf, d)
 			span.End()
-		} else {
+		default:
 			buf = st.appendRecord(buf, d)
 		}
 		written++

@@ -223,11 +223,11 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 }
 
 // ObserveSpans registers bridge.trace.record.spans{result=exported|dropped}: the
-// per-record publish spans the OTLP client accepted, and those dropped because the
+// per-record spans (publish and process) the OTLP client accepted, and those dropped because the
 // export queue was full (a collector too slow or away).
 func (m *Metrics) ObserveSpans(r *RecordSpans) error {
 	mt := m.provider.Meter("github.com/recordio-bridge/bridge")
-	spans, err := mt.Int64ObservableCounter("bridge.trace.record.spans", metric.WithDescription("Per-record publish spans by result: exported, or dropped because the export queue was full."))
+	spans, err := mt.Int64ObservableCounter("bridge.trace.record.spans", metric.WithDescription("Per-record spans (publish, process) by result: exported, or dropped because the export queue was full."))
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// RecordSpans makes the per-record "publish <topic>" spans of sampled ingress streams.
+// RecordSpans makes the per-record spans: "publish <topic>" for each record of a sampled
+// ingress stream, "process <topic>" for each delivered message of a sampled trace.
 //
 // They are ordinary OTLP spans — the same name, kind, parent, attributes and status an
 // SDK span would have, exported through the same OTLP client as the SDK's spans — but made
@@ -33,9 +34,11 @@ import (
 // (span start, attribute copies, the end-of-span snapshot, the OTLP transform, garbage);
 // this way it costs a small fraction of that.
 //
-// A record's span is sampled exactly when its stream's span is: every standard sampler
+// A publish span is sampled exactly when its stream's span is: every standard sampler
 // (parentbased_*, traceidratio on the same trace id, always_on/off) decides a child like
-// its parent, so no sampler runs per record.
+// its parent, so no sampler runs per record. A process span is made here when the
+// message carries a sampled context and the sampler follows a sampled parent
+// (Tracing.ChildFollowsParent); egress leaves the other cases to the SDK.
 //
 // Like the SDK's batch span processor, spans wait in a bounded queue (OTEL_BSP_MAX_QUEUE_SIZE,
 // default 16384) and leave in batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, default 4096) when a
@@ -64,7 +67,7 @@ type RecordSpans struct {
 
 	// Owned by the export goroutine.
 	spare  []RecordSpan
-	topics map[string]*topicWire
+	topics map[topicKey]*topicWire
 	raw    []byte // the encoded spans of a batch
 	span   []byte // one encoded span
 	req    []*tracepb.ResourceSpans
@@ -72,10 +75,11 @@ type RecordSpans struct {
 	ss     tracepb.ScopeSpans
 }
 
-// RecordSpan is one record's publish span between Start and End. It is a small value:
-// keep it in the record's bookkeeping, not behind a pointer of its own.
+// RecordSpan is one record's span (publish or process) between its start and End. It is
+// a small value: keep it in the record's bookkeeping, not behind a pointer of its own.
 type RecordSpan struct {
 	parent     *SpanParent
+	link       *SpanLink // process spans only
 	spanID     trace.SpanID
 	start, end int64 // Unix nanoseconds
 	topic      string
@@ -100,6 +104,67 @@ type SpanParent struct {
 	remote     bool // the parent came from another process
 	traceState string
 	header     [55]byte // the traceparent value, the span id to be filled in
+}
+
+// ParentFromProperties reads the W3C trace context a message carries in its properties
+// (traceparent, tracestate) as the parent of its process span, without the propagator's
+// context allocations. ok is false when there is none or it is malformed; sampled says
+// whether its producer sampled it.
+func ParentFromProperties(props map[string]string) (p *SpanParent, sampled, ok bool) {
+	tp := props["traceparent"]
+	// version "00" is exactly 55 characters; a later version may append fields.
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' || (tp[:2] == "00" && len(tp) != 55) || tp[:2] == "ff" ||
+		(len(tp) > 55 && tp[55] != '-') {
+		return nil, false, false
+	}
+	var ver, flags [1]byte
+	if _, err := hex.Decode(ver[:], []byte(tp[:2])); err != nil {
+		return nil, false, false
+	}
+	p = &SpanParent{remote: true}
+	if _, err := hex.Decode(p.traceID[:], []byte(tp[3:35])); err != nil || !p.traceID.IsValid() || !isLowerHex(tp[3:52]) {
+		return nil, false, false
+	}
+	if _, err := hex.Decode(p.spanID[:], []byte(tp[36:52])); err != nil || !p.spanID.IsValid() {
+		return nil, false, false
+	}
+	if _, err := hex.Decode(flags[:], []byte(tp[53:55])); err != nil {
+		return nil, false, false
+	}
+	if st := props["tracestate"]; st != "" {
+		ts, _ := trace.ParseTraceState(st) // as OpenTelemetry's propagator: a bad one is dropped
+		p.traceState = ts.String()
+	}
+	return p, flags[0]&1 == 1, true
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// SpanLink is what the process spans of one egress stream share: a link to the stream's
+// response span, and the subscription. Make it once per stream with NewLink.
+type SpanLink struct {
+	traceID trace.TraceID
+	spanID  trace.SpanID
+	flags   uint32
+	group   string
+}
+
+// NewLink describes sc (the egress response span) for the process spans of a stream
+// reading subscription.
+func NewLink(sc trace.SpanContext, subscription string) *SpanLink {
+	l := &SpanLink{traceID: sc.TraceID(), spanID: sc.SpanID(), group: subscription,
+		flags: uint32(sc.TraceFlags()) | uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK)}
+	if sc.IsRemote() {
+		l.flags |= uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK)
+	}
+	return l
 }
 
 // NewParent describes sc (the stream's sampled span) as the parent of record spans.
@@ -135,7 +200,7 @@ func newRecordSpans(client otlptrace.Client, res *resource.Resource, version str
 		flush:    make(chan chan struct{}),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
-		topics:   map[string]*topicWire{},
+		topics:   map[topicKey]*topicWire{},
 	}
 	r.queue = make([]RecordSpan, 0, r.maxBatch)
 	r.spare = make([]RecordSpan, 0, r.maxBatch)
@@ -166,6 +231,20 @@ func (r *RecordSpans) Start(parent *SpanParent, topic string, size int64, start 
 	props["traceparent"] = string(b[:])
 	if parent.traceState != "" {
 		props["tracestate"] = parent.traceState
+	}
+	return s
+}
+
+// StartProcess begins the process span of one message delivered to an egress client:
+// a child of parent (the message's sampled context, from its properties), linked to the
+// stream's response span. End it with the message's id once the record is written.
+func (r *RecordSpans) StartProcess(parent *SpanParent, link *SpanLink, topic string, size int64, start time.Time) RecordSpan {
+	s := RecordSpan{parent: parent, link: link, start: start.UnixNano(), topic: topic, size: size}
+	for !s.spanID.IsValid() {
+		v := rand.Uint64()
+		for i := range 8 {
+			s.spanID[i] = byte(v >> (8 * i))
+		}
 	}
 	return s
 }
@@ -254,7 +333,7 @@ func (r *RecordSpans) run() {
 			close(ack)
 		}
 		if d := r.dropped.Load(); d != reported {
-			otel.Handle(fmt.Errorf("%d publish spans dropped: the span export queue (%d) was full", d-reported, r.maxQueue))
+			otel.Handle(fmt.Errorf("%d per-record spans dropped: the span export queue (%d) was full", d-reported, r.maxQueue))
 			reported = d
 		}
 	}
@@ -289,7 +368,7 @@ func (r *RecordSpans) export(spans []RecordSpan) {
 	}
 	raw := r.raw[:0]
 	for i := range spans {
-		r.span = appendSpan(r.span[:0], &spans[i], r.topic(spans[i].topic))
+		r.span = appendSpan(r.span[:0], &spans[i], r.topic(&spans[i]))
 		raw = protowire.AppendTag(raw, fieldScopeSpansSpans, protowire.BytesType)
 		raw = protowire.AppendBytes(raw, r.span)
 	}
@@ -303,29 +382,46 @@ func (r *RecordSpans) export(spans []RecordSpan) {
 		r.raw = nil
 	}
 	if err != nil {
-		otel.Handle(fmt.Errorf("exporting %d publish spans: %w", len(spans), err))
+		otel.Handle(fmt.Errorf("exporting %d per-record spans: %w", len(spans), err))
 	} else {
 		r.exported.Add(int64(len(spans)))
 	}
 }
 
-// topic is what every span to one topic shares, encoded once: the name and the constant
-// attributes.
-func (r *RecordSpans) topic(name string) *topicWire {
-	t := r.topics[name]
+// topic is what every span of one kind to one topic (and subscription) shares, encoded
+// once: the name and the constant attributes.
+func (r *RecordSpans) topic(s *RecordSpan) *topicWire {
+	k := topicKey{topic: s.topic}
+	if s.link != nil {
+		k.group, k.process = s.link.group, true
+	}
+	t := r.topics[k]
 	if t == nil {
-		name = strings.ToValidUTF8(name, "\uFFFD")
-		t = &topicWire{name: "publish " + name}
+		name := strings.ToValidUTF8(k.topic, "\uFFFD")
+		t = &topicWire{name: "publish " + name, kind: tracepb.Span_SPAN_KIND_PRODUCER}
 		t.attrs = appendStringAttr(t.attrs, string(AttrSystemPulsar.Key), AttrSystemPulsar.Value.AsString())
-		t.attrs = appendStringAttr(t.attrs, string(AttrOpPublish.Key), AttrOpPublish.Value.AsString())
+		if k.process {
+			t.name, t.kind = "process "+name, tracepb.Span_SPAN_KIND_CONSUMER
+			t.attrs = appendStringAttr(t.attrs, string(AttrOpProcess.Key), AttrOpProcess.Value.AsString())
+			t.attrs = appendStringAttr(t.attrs, string(semconv.MessagingOperationNameKey), "process")
+			t.attrs = appendStringAttr(t.attrs, string(semconv.MessagingConsumerGroupNameKey), strings.ToValidUTF8(k.group, "\uFFFD"))
+		} else {
+			t.attrs = appendStringAttr(t.attrs, string(AttrOpPublish.Key), AttrOpPublish.Value.AsString())
+		}
 		t.attrs = appendStringAttr(t.attrs, string(semconv.MessagingDestinationNameKey), name)
-		r.topics[name] = t
+		r.topics[k] = t
 	}
 	return t
 }
 
+type topicKey struct {
+	topic, group string
+	process      bool
+}
+
 type topicWire struct {
 	name  string
+	kind  tracepb.Span_SpanKind
 	attrs []byte // encoded Span.attributes fields
 }
 
@@ -344,12 +440,17 @@ const (
 	fieldSpanEnd          = 8
 	fieldSpanAttributes   = 9
 	fieldSpanEvents       = 11
+	fieldSpanLinks        = 13
 	fieldSpanStatus       = 15
 	fieldSpanFlags        = 16
 
 	fieldEventTime       = 1
 	fieldEventName       = 2
 	fieldEventAttributes = 3
+
+	fieldLinkTraceID = 1
+	fieldLinkSpanID  = 2
+	fieldLinkFlags   = 6
 
 	fieldStatusMessage = 2
 	fieldStatusCode    = 3
@@ -376,7 +477,7 @@ func appendSpan(b []byte, s *RecordSpan, t *topicWire) []byte {
 	b = protowire.AppendTag(b, fieldSpanName, protowire.BytesType)
 	b = protowire.AppendString(b, t.name)
 	b = protowire.AppendTag(b, fieldSpanKind, protowire.VarintType)
-	b = protowire.AppendVarint(b, uint64(tracepb.Span_SPAN_KIND_PRODUCER))
+	b = protowire.AppendVarint(b, uint64(t.kind))
 	b = protowire.AppendTag(b, fieldSpanStart, protowire.Fixed64Type)
 	b = protowire.AppendFixed64(b, uint64(s.start))
 	b = protowire.AppendTag(b, fieldSpanEnd, protowire.Fixed64Type)
@@ -405,6 +506,18 @@ func appendSpan(b []byte, s *RecordSpan, t *topicWire) []byte {
 		st = protowire.AppendVarint(st, uint64(tracepb.Status_STATUS_CODE_ERROR))
 		b = protowire.AppendTag(b, fieldSpanStatus, protowire.BytesType)
 		b = protowire.AppendBytes(b, st)
+	}
+	if l := s.link; l != nil {
+		var arr [48]byte
+		lb := arr[:0]
+		lb = protowire.AppendTag(lb, fieldLinkTraceID, protowire.BytesType)
+		lb = protowire.AppendBytes(lb, l.traceID[:])
+		lb = protowire.AppendTag(lb, fieldLinkSpanID, protowire.BytesType)
+		lb = protowire.AppendBytes(lb, l.spanID[:])
+		lb = protowire.AppendTag(lb, fieldLinkFlags, protowire.Fixed32Type)
+		lb = protowire.AppendFixed32(lb, l.flags)
+		b = protowire.AppendTag(b, fieldSpanLinks, protowire.BytesType)
+		b = protowire.AppendBytes(b, lb)
 	}
 	// Flags: sampled, and whether the parent is remote is known.
 	flags := uint32(trace.FlagsSampled) | uint32(tracepb.SpanFlags_SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK)

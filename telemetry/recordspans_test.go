@@ -181,6 +181,71 @@ func TestRecordSpansMatchTheSDKs(t *testing.T) {
 	stream.End()
 }
 
+// TestProcessSpansMatchTheSDKs does the same for egress's process span: a child of the
+// message's (remote) context, linked to the response span.
+func TestProcessSpansMatchTheSDKs(t *testing.T) {
+	ctx := context.Background()
+	res := resource.NewSchemaless()
+	sdkClient := &captureClient{}
+	exp, err := otlptrace.New(ctx, sdkClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(res))
+	defer tp.Shutdown(ctx)
+	tracer := tp.Tracer(instrumentationName)
+	_, get := tracer.Start(ctx, "GET tasks", trace.WithSpanKind(trace.SpanKindServer))
+	defer get.End()
+	// The message's context, as egress extracts it from the properties.
+	ts, _ := trace.ParseTraceState("vendor=y")
+	props := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{5, 6}, SpanID: trace.SpanID{7, 8}, TraceFlags: trace.FlagsSampled, TraceState: ts})), props)
+	mctx := propagation.TraceContext{}.Extract(ctx, props)
+	msc := trace.SpanContextFromContext(mctx)
+
+	_, sdkSpan := tracer.Start(mctx, "process persistent://public/default/t", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithLinks(trace.Link{SpanContext: get.SpanContext()}),
+		trace.WithAttributes(AttrSystemPulsar, AttrOpProcess, AttrOperationName("process"), AttrDestination("persistent://public/default/t"),
+			AttrMessageID("9:8:-1:0"), AttrBodySize(42), AttrConsumerGroup("sub")))
+	sdkSpan.End()
+
+	ours := &captureClient{}
+	rs := newRecordSpans(ours, res, "v1", testOptions())
+	defer rs.Shutdown(ctx)
+	s := rs.StartProcess(NewParent(msc), NewLink(get.SpanContext(), "sub"), "persistent://public/default/t", 42, time.Now())
+	rs.End(&s, "9:8:-1:0", nil)
+	if err := rs.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want, got := sdkClient.spans(), ours.spans()
+	if len(want) != 1 || len(got) != 1 {
+		t.Fatalf("%d SDK spans, %d record spans; want 1 and 1", len(want), len(got))
+	}
+	w, g := want[0], got[0]
+	if string(g.TraceId) != string(w.TraceId) || string(g.ParentSpanId) != string(w.ParentSpanId) || g.Name != w.Name ||
+		g.Kind != w.Kind || g.Flags != w.Flags || g.TraceState != w.TraceState {
+		t.Errorf("process span %x/%x %q %v %#x %q; the SDK's %x/%x %q %v %#x %q", g.TraceId, g.ParentSpanId, g.Name, g.Kind, g.Flags,
+			g.TraceState, w.TraceId, w.ParentSpanId, w.Name, w.Kind, w.Flags, w.TraceState)
+	}
+	if a, b := attrMap(g.Attributes), attrMap(w.Attributes); fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Errorf("attributes %v; the SDK's %v", a, b)
+	}
+	if len(g.Links) != 1 || len(w.Links) != 1 || string(g.Links[0].TraceId) != string(w.Links[0].TraceId) ||
+		string(g.Links[0].SpanId) != string(w.Links[0].SpanId) || g.Links[0].Flags != w.Links[0].Flags {
+		t.Errorf("links %v; the SDK's %v", g.Links, w.Links)
+	}
+}
+
+func TestChildFollowsParentBySampler(t *testing.T) {
+	for s, want := range map[string]bool{"": true, "always_on": true, "parentbased_always_on": true, "parentbased_traceidratio": true,
+		"ParentBased_Always_Off": true, "traceidratio": false, "always_off": false} {
+		if got := childFollowsParent(s); got != want {
+			t.Errorf("OTEL_TRACES_SAMPLER=%q: %v, want %v", s, got, want)
+		}
+	}
+}
+
 func TestRecordSpansBatchAndFlushOnShutdown(t *testing.T) {
 	c := &captureClient{}
 	rs := newRecordSpans(c, resource.NewSchemaless(), "v", testOptions())
@@ -324,4 +389,41 @@ func (discardClient) UploadTraces(_ context.Context, rs []*tracepb.ResourceSpans
 		}
 	}
 	return nil
+}
+
+// ParentFromProperties reads a message's context as OpenTelemetry's W3C propagator does.
+func TestParentFromPropertiesAgreesWithThePropagator(t *testing.T) {
+	const tid, sid = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	cases := []map[string]string{
+		{"traceparent": "00-" + tid + "-" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-" + sid + "-00"},
+		{"traceparent": "00-" + tid + "-" + sid + "-01", "tracestate": "vendor=a,other=b"},
+		{"traceparent": "00-" + tid + "-" + sid + "-01", "tracestate": "not a tracestate!"},
+		{"traceparent": "01-" + tid + "-" + sid + "-01-extra"},
+		{"traceparent": "ff-" + tid + "-" + sid + "-01"},
+		{"traceparent": "00-" + strings.ToUpper(tid) + "-" + sid + "-01"},
+		{"traceparent": "00-00000000000000000000000000000000-" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-0000000000000000-01"},
+		{"traceparent": "00-" + tid + "-" + sid + "-01x"},
+		{"traceparent": "00-" + tid + "-" + sid},
+		{"traceparent": "00_" + tid + "-" + sid + "-01"},
+		{"traceparent": "zz-" + tid + "-" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-" + sid + "-0g"},
+		{},
+	}
+	for _, props := range cases {
+		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(props)))
+		p, sampled, ok := ParentFromProperties(props)
+		if ok != want.IsValid() {
+			t.Errorf("%v: ok %v, the propagator: valid %v", props, ok, want.IsValid())
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if p.traceID != want.TraceID() || p.spanID != want.SpanID() || sampled != want.IsSampled() || !p.remote ||
+			p.traceState != want.TraceState().String() {
+			t.Errorf("%v: %x %x sampled %v state %q; the propagator: %v", props, p.traceID, p.spanID, sampled, p.traceState, want)
+		}
+	}
 }

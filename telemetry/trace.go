@@ -27,9 +27,13 @@ type Tracing struct {
 	Tracer     trace.Tracer
 	Propagator propagation.TextMapPropagator
 	Enabled    bool
-	// Records makes the per-record publish spans (nil with tracing off).
-	Records  *RecordSpans
-	shutdown func(context.Context) error
+	// Records makes the per-record spans (nil with tracing off).
+	Records *RecordSpans
+	// ChildFollowsParent: the sampler decides a child span with a sampled parent as
+	// sampled (parentbased_*, the default, or always_on), so a process span continuing a
+	// sampled message's context can be made by Records without asking the SDK.
+	ChildFollowsParent bool
+	shutdown           func(context.Context) error
 }
 
 // Shutdown flushes and stops the exporter.
@@ -88,7 +92,7 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	records := newRecordSpans(client, res, version, bsp)
 	return &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
-		Enabled: true, Records: records,
+		Enabled: true, Records: records, ChildFollowsParent: childFollowsParent(os.Getenv("OTEL_TRACES_SAMPLER")),
 		shutdown: func(ctx context.Context) error {
 			// The record spans first: the provider's shutdown stops the shared client.
 			return errors.Join(records.Shutdown(ctx), tp.Shutdown(ctx))
@@ -124,6 +128,13 @@ func batchOptions() (recordSpanOptions, error) {
 		}
 	}
 	return o, nil
+}
+
+// childFollowsParent: under sampler (OTEL_TRACES_SAMPLER), is a child of a sampled
+// parent always sampled?
+func childFollowsParent(sampler string) bool {
+	s := strings.ToLower(strings.TrimSpace(sampler))
+	return s == "" || s == "always_on" || strings.HasPrefix(s, "parentbased_")
 }
 
 func tracingWanted() bool {

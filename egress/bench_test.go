@@ -1,0 +1,135 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/mapping"
+	"github.com/recordio-bridge/bridge/telemetry"
+)
+
+// backlog is a subscription holding a fixed backlog; the topic ends after it.
+type backlog struct {
+	msgs []*Delivery
+	next int
+}
+
+func (b *backlog) Subscribe(context.Context, SubscribeOptions) (Subscription, error) {
+	return &backlog{msgs: b.msgs}, nil
+}
+
+func (b *backlog) Receive(context.Context) (*Delivery, error) {
+	if d, ok := b.TryReceive(); ok {
+		return d, nil
+	}
+	return nil, ErrEndOfTopic
+}
+
+func (b *backlog) TryReceive() (*Delivery, bool) {
+	if b.next == len(b.msgs) {
+		return nil, false
+	}
+	b.next++
+	return b.msgs[b.next-1], true
+}
+
+func (b *backlog) Ack(*Delivery) error { return nil }
+func (b *backlog) Nack(*Delivery)      {}
+func (b *backlog) Close() error        { return nil }
+
+// BenchmarkStream is egress's CPU per delivered message (the HTTP response, RecordIO,
+// acks; the client reading it in this process) for 1 000 × 1 KiB messages that carry a
+// sampled trace context: tracing off, process spans made by telemetry.RecordSpans (the
+// default sampler), and through the SDK (traceidratio 1.0, which does not follow the
+// parent). Spans go over OTLP/HTTP to a sink in this process.
+func BenchmarkStream(b *testing.B) {
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer sink.Close()
+	cfg, err := config.Parse([]byte("pulsar: {url: pulsar://127.0.0.1:6650}\nstreams:\n  - name: s\n    topics: [t]\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tab, err := mapping.Compile(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 1000
+	src := &backlog{}
+	payload := make([]byte, 1024)
+	for i := range n {
+		props := map[string]string{}
+		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, byte(i)}, SpanID: trace.SpanID{2, byte(i)}, TraceFlags: trace.FlagsSampled})
+		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), propagation.MapCarrier(props))
+		src.msgs = append(src.msgs, &Delivery{ID: fmt.Sprintf("1:%d:-1:-1", i), Topic: "persistent://public/default/t",
+			Properties: props, Payload: payload, PublishTime: time.Now()})
+	}
+	for _, mode := range []string{"off", "record-spans", "sdk-spans"} {
+		b.Run(mode, func(b *testing.B) {
+			tr := telemetry.Disabled()
+			if mode != "off" {
+				b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.URL)
+				b.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+				b.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1048576") // this loop outruns any exporter: measure, don't drop
+				b.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
+				if mode == "sdk-spans" {
+					b.Setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+					b.Setenv("OTEL_TRACES_SAMPLER_ARG", "1")
+				}
+				if tr, err = telemetry.SetupTracing(context.Background(), "bench"); err != nil {
+					b.Fatal(err)
+				}
+				defer tr.Shutdown(context.Background())
+			}
+			s := New(src, nil, nil, tr)
+			s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 10 * time.Second})
+			e := echo.New()
+			e.GET("/*", s.Handle)
+			srv := httptest.NewServer(e)
+			defer srv.Close()
+			b.SetBytes(n * 1024)
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			for b.Loop() {
+				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/streams/s", nil)
+				req.Header.Set("Accept", "application/recordio")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || got < n*1024 {
+					b.Fatalf("%d, %d bytes", resp.StatusCode, got)
+				}
+			}
+			if mode != "off" {
+				_ = tr.Shutdown(context.Background()) // flushes both span paths: their CPU counts
+			}
+			if mode == "record-spans" && tr.Records.Exported() < int64(b.N*n) {
+				b.Fatalf("%d process spans exported for %d messages", tr.Records.Exported(), b.N*n)
+			}
+			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/msg")
+		})
+	}
+}
+
+// processCPU is the user and system time this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
