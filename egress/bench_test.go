@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/recordio-bridge/bridge/config"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/telemetry"
+	"github.com/recordio-bridge/bridge/telemetry/telemetrytest"
 )
 
 // backlog is a subscription holding a fixed backlog; the topic ends after it.
@@ -54,10 +54,7 @@ func (b *backlog) Close() error        { return nil }
 // default sampler), and through the SDK (traceidratio 1.0, which does not follow the
 // parent). Spans go over OTLP/HTTP to a sink in this process.
 func BenchmarkStream(b *testing.B) {
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
+	sink := telemetrytest.DropSink()
 	defer sink.Close()
 	cfg, err := config.Parse([]byte("pulsar: {url: pulsar://127.0.0.1:6650}\nstreams:\n  - name: s\n    topics: [t]\n"))
 	if err != nil {
@@ -102,7 +99,7 @@ func BenchmarkStream(b *testing.B) {
 			defer srv.Close()
 			b.SetBytes(n * 1024)
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := telemetrytest.ProcessCPU()
 			for b.Loop() {
 				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/streams/s", nil)
 				req.Header.Set("Accept", "application/recordio")
@@ -122,14 +119,7 @@ func BenchmarkStream(b *testing.B) {
 			if mode == "record-spans" && tr.Records.Exported() < int64(b.N*n) {
 				b.Fatalf("%d process spans exported for %d messages", tr.Records.Exported(), b.N*n)
 			}
-			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/msg")
+			b.ReportMetric(float64((telemetrytest.ProcessCPU()-cpu0).Nanoseconds())/float64(b.N*n), "cpu-ns/msg")
 		})
 	}
-}
-
-// processCPU is the user and system time this process used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

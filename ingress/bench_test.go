@@ -7,9 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/propagation"
@@ -19,6 +17,7 @@ import (
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"
+	"github.com/recordio-bridge/bridge/telemetry/telemetrytest"
 )
 
 // instantPublisher persists every message at once, so a benchmark measures ingress.
@@ -37,10 +36,7 @@ func (p *instantPublisher) PublishStream(context.Context, *Message, int64, io.Re
 // and the HTTP client and OTLP sink in this process) with tracing off and with every
 // record traced (spans exported over OTLP/HTTP), one 1 000 × 1 KiB stream per iteration.
 func BenchmarkStream(b *testing.B) {
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-	}))
+	sink := telemetrytest.DropSink()
 	defer sink.Close()
 	cfg, err := config.Parse([]byte("pulsar: {url: pulsar://127.0.0.1:6650}\nroutes:\n  - name: bench\n    default: {topic: t}\n"))
 	if err != nil {
@@ -78,7 +74,7 @@ func BenchmarkStream(b *testing.B) {
 			defer srv.Close()
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			cpu0 := processCPU()
+			cpu0 := telemetrytest.ProcessCPU()
 			for b.Loop() {
 				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/publish/bench", bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/recordio")
@@ -105,14 +101,7 @@ func BenchmarkStream(b *testing.B) {
 				}
 			}
 			// CPU rather than time: the span export runs beside the stream, on the other core.
-			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N*records), "cpu-ns/record")
+			b.ReportMetric(float64((telemetrytest.ProcessCPU()-cpu0).Nanoseconds())/float64(b.N*records), "cpu-ns/record")
 		})
 	}
-}
-
-// processCPU is the user and system time this process used so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

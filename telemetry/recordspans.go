@@ -219,13 +219,7 @@ func newRecordSpans(client otlptrace.Client, res *resource.Resource, version str
 // context into props as traceparent (and tracestate, when the parent has one), so the
 // consumers of the message continue the trace.
 func (r *RecordSpans) Start(parent *SpanParent, topic string, size int64, start time.Time, props map[string]string) RecordSpan {
-	s := RecordSpan{parent: parent, start: start.UnixNano(), topic: topic, size: size}
-	for !s.spanID.IsValid() {
-		v := rand.Uint64()
-		for i := range 8 {
-			s.spanID[i] = byte(v >> (8 * i))
-		}
-	}
+	s := RecordSpan{parent: parent, spanID: newSpanID(), start: start.UnixNano(), topic: topic, size: size}
 	b := parent.header // 00-<trace id>-<span id>-01
 	hex.Encode(b[36:52], s.spanID[:])
 	props["traceparent"] = string(b[:])
@@ -239,14 +233,19 @@ func (r *RecordSpans) Start(parent *SpanParent, topic string, size int64, start 
 // a child of parent (the message's sampled context, from its properties), linked to the
 // stream's response span. End it with the message's id once the record is written.
 func (r *RecordSpans) StartProcess(parent *SpanParent, link *SpanLink, topic string, size int64, start time.Time) RecordSpan {
-	s := RecordSpan{parent: parent, link: link, start: start.UnixNano(), topic: topic, size: size}
-	for !s.spanID.IsValid() {
+	s := RecordSpan{parent: parent, link: link, spanID: newSpanID(), start: start.UnixNano(), topic: topic, size: size}
+	return s
+}
+
+// newSpanID is a random, valid (non-zero) span id.
+func newSpanID() (id trace.SpanID) {
+	for !id.IsValid() {
 		v := rand.Uint64()
 		for i := range 8 {
-			s.spanID[i] = byte(v >> (8 * i))
+			id[i] = byte(v >> (8 * i))
 		}
 	}
-	return s
+	return id
 }
 
 // End ends s: the record was persisted as messageID, or failed with err. The span is
@@ -535,30 +534,28 @@ func appendStringAttr(b []byte, key, value string) []byte {
 
 // appendKeyValue appends a KeyValue with a string value as field num.
 func appendKeyValue(b []byte, num protowire.Number, key, value string) []byte {
-	av := protowire.SizeTag(fieldAnyString) + protowire.SizeBytes(len(value))
-	kv := protowire.SizeTag(fieldKeyValueKey) + protowire.SizeBytes(len(key)) + protowire.SizeTag(fieldKeyValueValue) + protowire.SizeBytes(av)
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(kv))
-	b = protowire.AppendTag(b, fieldKeyValueKey, protowire.BytesType)
-	b = protowire.AppendString(b, key)
-	b = protowire.AppendTag(b, fieldKeyValueValue, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(av))
+	b = appendKeyValueHead(b, num, key, protowire.SizeTag(fieldAnyString)+protowire.SizeBytes(len(value)))
 	b = protowire.AppendTag(b, fieldAnyString, protowire.BytesType)
 	return protowire.AppendString(b, value)
 }
 
 // appendIntAttr appends an int attribute as a Span.attributes field.
 func appendIntAttr(b []byte, key string, value int64) []byte {
-	av := protowire.SizeTag(fieldAnyInt) + protowire.SizeVarint(uint64(value))
-	kv := protowire.SizeTag(fieldKeyValueKey) + protowire.SizeBytes(len(key)) + protowire.SizeTag(fieldKeyValueValue) + protowire.SizeBytes(av)
-	b = protowire.AppendTag(b, fieldSpanAttributes, protowire.BytesType)
+	b = appendKeyValueHead(b, fieldSpanAttributes, key, protowire.SizeTag(fieldAnyInt)+protowire.SizeVarint(uint64(value)))
+	b = protowire.AppendTag(b, fieldAnyInt, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(value))
+}
+
+// appendKeyValueHead appends a KeyValue as field num up to its AnyValue's contents, which
+// are valueSize bytes long and follow.
+func appendKeyValueHead(b []byte, num protowire.Number, key string, valueSize int) []byte {
+	kv := protowire.SizeTag(fieldKeyValueKey) + protowire.SizeBytes(len(key)) + protowire.SizeTag(fieldKeyValueValue) + protowire.SizeBytes(valueSize)
+	b = protowire.AppendTag(b, num, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(kv))
 	b = protowire.AppendTag(b, fieldKeyValueKey, protowire.BytesType)
 	b = protowire.AppendString(b, key)
 	b = protowire.AppendTag(b, fieldKeyValueValue, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(av))
-	b = protowire.AppendTag(b, fieldAnyInt, protowire.VarintType)
-	return protowire.AppendVarint(b, uint64(value))
+	return protowire.AppendVarint(b, uint64(valueSize))
 }
 
 const instrumentationName = "github.com/recordio-bridge/bridge"

@@ -91,19 +91,24 @@ func attrMap(kvs []*commonpb.KeyValue) map[string]string {
 	return m
 }
 
+// sdkTracer is an SDK tracer exporting synchronously to a capture client.
+func sdkTracer(t *testing.T, res *resource.Resource) (trace.Tracer, *captureClient) {
+	c := &captureClient{}
+	exp, err := otlptrace.New(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(res))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp.Tracer(instrumentationName), c
+}
+
 // TestRecordSpansMatchTheSDKs makes the same publish span through the OpenTelemetry SDK
 // (and its OTLP transform) and through RecordSpans, and compares the OTLP messages.
 func TestRecordSpansMatchTheSDKs(t *testing.T) {
 	ctx := context.Background()
 	res := resource.NewSchemaless()
-	sdkClient := &captureClient{}
-	exp, err := otlptrace.New(ctx, sdkClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(res))
-	defer tp.Shutdown(ctx)
-	tracer := tp.Tracer(instrumentationName)
+	tracer, sdkClient := sdkTracer(t, res)
 	ts, _ := trace.ParseTraceState("vendor=x")
 	remote := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5},
 		TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
@@ -186,14 +191,7 @@ func TestRecordSpansMatchTheSDKs(t *testing.T) {
 func TestProcessSpansMatchTheSDKs(t *testing.T) {
 	ctx := context.Background()
 	res := resource.NewSchemaless()
-	sdkClient := &captureClient{}
-	exp, err := otlptrace.New(ctx, sdkClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(res))
-	defer tp.Shutdown(ctx)
-	tracer := tp.Tracer(instrumentationName)
+	tracer, sdkClient := sdkTracer(t, res)
 	_, get := tracer.Start(ctx, "GET tasks", trace.WithSpanKind(trace.SpanKindServer))
 	defer get.End()
 	// The message's context, as egress extracts it from the properties.
