@@ -24,6 +24,7 @@ import (
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
 	"github.com/recordio-bridge/bridge/recordio"
+	"github.com/recordio-bridge/bridge/telemetry/telemetrytest"
 )
 
 // startJaeger runs the Jaeger all-in-one built by e2e/jaeger/jaeger.sh and returns its
@@ -251,7 +252,10 @@ streams:
     ack: client
     envelope: json
 `, b.URL, topic, topic)
-	p := startBridge(t, cfg)
+	// Tracing on (to a collector that drops everything), so the span metrics exist too.
+	sink := telemetrytest.DropSink()
+	defer sink.Close()
+	p := startBridgeEnv(t, cfg, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink.URL, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"})
 	h := map[string]string{"Content-Type": "application/recordio", "Message-Content-Type": "application/json", "Accept": "application/recordio"}
 	postOne(t, p.DataURL+"/v1/publish/dash", h, recordio.AppendRecord(nil, []byte(`{"n":1}`)))
 	postOne(t, p.DataURL+"/v1/publish/dash", h, []byte("x\n")) // a framing error
