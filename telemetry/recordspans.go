@@ -318,10 +318,10 @@ func (r *RecordSpans) run() {
 		var ack chan struct{}
 		select {
 		case <-r.stop:
-			r.exportQueued()
 			r.mu.Lock()
-			r.maxQueue = 0 // later spans are dropped
+			r.maxQueue = 0 // spans ended from now on are dropped (and counted)
 			r.mu.Unlock()
+			r.exportQueued()
 			return
 		case ack = <-r.flush:
 		case <-r.kick:
