@@ -26,6 +26,10 @@
 #                         directory (tls/ca.crt), skipped with a warning when openssl is missing
 #   PULSAR_HEAP           default 1g;    PULSAR_DIRECT_MEMORY default 1g
 #   PULSAR_START_TIMEOUT  seconds to wait for health (default 180)
+#   PULSAR_EXTRA_CONF     a file of key=value lines appended to the standalone's configuration
+#                         (cluster.sh turns on token authentication and authorisation with it)
+#   PULSAR_ADMIN_TOKEN_FILE a token sent as a bearer token by the health check (needed once
+#                         authentication is on)
 #   JAVA_HOME             the JDK to run the broker with (default: the java on PATH, else the newest under /usr/lib/jvm)
 set -euo pipefail
 
@@ -133,8 +137,10 @@ pid_alive() { [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; 
 
 healthy() {
   # The health check publishes and consumes on a heartbeat topic: the whole broker path works.
-  curl -sf -m 10 "$admin_url/admin/v2/brokers/health" >/dev/null 2>&1 &&
-    curl -sf -m 5 "$admin_url/admin/v2/namespaces/public" 2>/dev/null | grep -q 'public/default'
+  local auth=()
+  if [ -n "${PULSAR_ADMIN_TOKEN_FILE:-}" ]; then auth=(-H "Authorization: Bearer $(cat "$PULSAR_ADMIN_TOKEN_FILE")"); fi
+  curl -sf -m 10 "${auth[@]}" "$admin_url/admin/v2/brokers/health" >/dev/null 2>&1 &&
+    curl -sf -m 5 "${auth[@]}" "$admin_url/admin/v2/namespaces/public" 2>/dev/null | grep -q 'public/default'
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -164,6 +170,9 @@ tlsCertificateFilePath=$state/tls/broker.crt
 tlsKeyFilePath=$state/tls/broker.key
 tlsTrustCertsFilePath=$state/tls/ca.crt
 CONF
+  fi
+  if [ -n "${PULSAR_EXTRA_CONF:-}" ]; then
+    { echo; echo "# --- from $PULSAR_EXTRA_CONF"; cat "$PULSAR_EXTRA_CONF"; } >>"$state/standalone.conf"
   fi
   echo "$v" >"$state/version"
   say "starting Apache Pulsar $v standalone ($(basename "$(dirname "$(dirname "$java")")")), state in $state"
