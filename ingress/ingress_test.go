@@ -57,7 +57,8 @@ func (f *fakePublisher) PublishAsync(ctx context.Context, m *Message, done func(
 func (f *fakePublisher) PublishStream(ctx context.Context, m *Message, size int64, r io.Reader) (string, error) {
 	n, err := io.Copy(io.Discard, r)
 	if err != nil {
-		return "", err
+		// As the bridge's producer pool classifies a failed send it does not know.
+		return "", fmt.Errorf("%w: %w", ErrRefused, err)
 	}
 	f.mu.Lock()
 	f.topics = append(f.topics, m.Topic)
@@ -381,5 +382,68 @@ func TestASingleRecordRequestGetsOneAnswer(t *testing.T) {
 	if resp.StatusCode != 200 || ans["records"] != float64(1) || ans["published"] != float64(1) || ans["firstMessageId"] != "1:0:-1:-1" ||
 		ans["lastMessageId"] != "1:0:-1:-1" || pub.topics[0] != "persistent://public/default/t-7" {
 		t.Fatalf("%d %v (topics %v)", resp.StatusCode, ans, pub.topics)
+	}
+}
+
+// TestATruncatedStreamedRecordIsTheClientsError: the body ends inside a record streamed
+// to the publisher. The record fails with the summary's 400 (the client's body ended),
+// not "502 refused by the broker", and nothing of it is receipted 200.
+func TestATruncatedStreamedRecordIsTheClientsError(t *testing.T) {
+	pub := newFake()
+	l := limits
+	l.BufferRecordBytes = 1024
+	_, url := serve(t, pub, table(t, "routes:\n  - name: r\n    default: {topic: big}\n"), l)
+	w, out := open(t, url+"/v1/publish/r")
+	send(t, w, `{"n":1}`)
+	if m := next(t, out); m["status"] != float64(200) {
+		t.Fatalf("%v", m)
+	}
+	// A 5000-byte record of which only 3000 bytes come before the body ends.
+	if _, err := fmt.Fprintf(w, "5000\n%s", strings.Repeat("y", 3000)); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	m := next(t, out)
+	if m["seq"] != float64(1) || m["status"] != float64(400) || !strings.Contains(m["error"].(string), "truncated") {
+		t.Fatalf("the truncated record: %v", m)
+	}
+	if m := next(t, out); m["summary"] != true || m["status"] != float64(400) || m["published"] != float64(1) || m["failed"] != float64(1) {
+		t.Fatalf("summary %v", m)
+	}
+	if m, ok := <-out; ok {
+		t.Fatalf("after the summary: %v", m)
+	}
+}
+
+// TestAnUnservableMessageAcceptIsRefusedBeforePublishing: 406, and no record reaches the
+// publisher.
+func TestAnUnservableMessageAcceptIsRefusedBeforePublishing(t *testing.T) {
+	pub := newFake()
+	_, url := serve(t, pub, table(t, oneRoute), limits)
+	for _, h := range []map[string]string{
+		{"Accept": "application/recordio", "Message-Accept": "application/x-protobuf"},
+		{"Accept": "application/json", "Message-Accept": "application/json"},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/publish/r", strings.NewReader(string(recordio.AppendRecord(nil, []byte(`{"n":1}`)))))
+		req.Header.Set("Content-Type", "application/recordio")
+		req.Header.Set("Message-Content-Type", "application/json")
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ans map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&ans)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotAcceptable || !strings.Contains(fmt.Sprint(ans["error"]), "Message-Accept") {
+			t.Errorf("%v: %d %v", h, resp.StatusCode, ans)
+		}
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if len(pub.topics) != 0 {
+		t.Fatalf("published %v", pub.topics)
 	}
 }

@@ -186,6 +186,11 @@ func (s *Server) Handle(c echo.Context) error {
 	defer s.active.Add(-1)
 	resp, nerr := recordio.NegotiateResponse(req.Header.Get("Accept"), req.Header.Get("Message-Accept"),
 		[]string{recordio.MediaJSON}, []string{recordio.MediaJSON})
+	if me := (*recordio.MediaError)(nil); errors.As(nerr, &me) && me.Header == "Message-Accept" {
+		// The client named the receipts' type and ingress cannot write it: refused
+		// before anything is published. (Any other Accept gets the one JSON answer.)
+		return answerError(c, http.StatusNotAcceptable, nerr.Error(), 0)
+	}
 	streaming := nerr == nil && resp.Streaming
 
 	// The stream's server span continues the client's trace (W3C traceparent/tracestate).

@@ -242,20 +242,15 @@ type answer struct {
 // record that failed, else 200.
 func (st *stream) outcome(endErr error) (status int, msg string, retryAfter int) {
 	switch {
-	case endErr == nil:
-	case errors.Is(endErr, errDraining) || st.abandoned.Load():
-		return http.StatusServiceUnavailable, endErr.Error() + "; send the records after the last receipt again", 5
-	case errors.Is(endErr, errIdle):
-		return http.StatusRequestTimeout, endErr.Error(), 0
-	case errors.Is(endErr, errUnavailable):
+	case endErr == nil || errors.Is(endErr, errUnavailable):
 		// reported through the failed record below
-	case errors.Is(endErr, context.Canceled):
-		return 499, "the client went away", 0
-	case isFramingError(endErr):
-		st.srv.obs.DecodeError(st.route)
-		return http.StatusBadRequest, endErr.Error(), 0
+	case st.abandoned.Load():
+		return endStatus(errDraining)
 	default:
-		return http.StatusBadRequest, "reading the request body: " + endErr.Error(), 0
+		if isFramingError(endErr) {
+			st.srv.obs.DecodeError(st.route)
+		}
+		return endStatus(endErr)
 	}
 	if f := st.firstFailure; f != nil {
 		if st.unavailable.Load() {
@@ -264,6 +259,38 @@ func (st *stream) outcome(endErr error) (status int, msg string, retryAfter int)
 		return f.Status, fmt.Sprintf("record %d: %s", f.Seq, f.Error), 0
 	}
 	return http.StatusOK, "", 0
+}
+
+// endStatus is the status a stream ends with when reading its body failed with err
+// (not nil, not errUnavailable).
+func endStatus(err error) (status int, msg string, retryAfter int) {
+	switch {
+	case errors.Is(err, errDraining):
+		return http.StatusServiceUnavailable, err.Error() + "; send the records after the last receipt again", 5
+	case errors.Is(err, errIdle):
+		return http.StatusRequestTimeout, err.Error(), 0
+	case errors.Is(err, context.Canceled):
+		return 499, "the client went away", 0
+	case isFramingError(err):
+		return http.StatusBadRequest, err.Error(), 0
+	}
+	return http.StatusBadRequest, "reading the request body: " + err.Error(), 0
+}
+
+// recordBody is a streamed record's body on its way to the publisher; it keeps the
+// body's own error, so a record the client did not send whole is told apart from one the
+// broker refused.
+type recordBody struct {
+	r   io.Reader
+	err error
+}
+
+func (b *recordBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }
 
 var (
@@ -371,7 +398,18 @@ func (st *stream) publish(rec recordio.Record) error {
 		return st.ctx.Err()
 	}
 	if rec.Body != nil {
-		e.complete(st.srv.pub.PublishStream(st.ctx, m, rec.Size, rec.Body))
+		body := &recordBody{r: rec.Body}
+		id, err := st.srv.pub.PublishStream(st.ctx, m, rec.Size, body)
+		if body.err != nil {
+			// The request body failed inside the record (it ended, went idle, or the
+			// stream is draining): whatever the publisher made of the part it read, the
+			// record is not in Pulsar whole. It fails with the status the body's error
+			// ends the stream with, never as the broker's refusal, and the stream stops.
+			status, _, _ := endStatus(body.err)
+			e.complete("", &statusError{status: status, err: fmt.Errorf("the request body failed inside record %d: %w", rec.Index, body.err)})
+			return body.err
+		}
+		e.complete(id, err)
 	} else {
 		m.Payload = rec.Data
 		st.srv.pub.PublishAsync(st.ctx, m, e.complete)
