@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -170,17 +171,7 @@ func TestWatchSeesAConfigMapSymlinkSwap(t *testing.T) {
 	if err := os.Symlink("..data/c.yaml", path); err != nil {
 		t.Fatal(err)
 	}
-	changed := make(chan struct{}, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- Watch(ctx, path, 20*time.Millisecond, func() { changed <- struct{}{} }) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	time.Sleep(100 * time.Millisecond) // the watch is set up
+	changed, _ := startWatch(t, path)
 	if err := os.Symlink("..gen2", filepath.Join(dir, "..data_tmp")); err != nil {
 		t.Fatal(err)
 	}
@@ -194,5 +185,95 @@ func TestWatchSeesAConfigMapSymlinkSwap(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(path); string(b) != "..gen2" {
 		t.Fatalf("the file reads %q", b)
+	}
+}
+
+func TestAckClientNeedsTheJSONEnvelope(t *testing.T) {
+	_, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    ack: client\n"))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "streams[0]: ack client needs envelope json") {
+		t.Fatalf("ack client with envelope none: %v", err)
+	}
+	if _, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    ack: client\n    envelope: json\n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type watchEvent struct {
+	name    string
+	counted bool
+}
+
+// startWatch watches path until the test ends and returns once the watch is set up:
+// the changes it reports, and every event as it was judged.
+func startWatch(t *testing.T, path string) (<-chan struct{}, <-chan watchEvent) {
+	t.Helper()
+	changed := make(chan struct{}, 100)
+	events := make(chan watchEvent, 1000)
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		done <- watch(ctx, path, 20*time.Millisecond, func() { changed <- struct{}{} }, watchHooks{
+			ready: func() { close(ready) },
+			seen:  func(name string, counted bool) { events <- watchEvent{filepath.Base(name), counted} },
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("the watch ended: %v", err)
+	}
+	return changed, events
+}
+
+// TestWatchIgnoresOtherFilesInTheDirectory: a log file written next to the configuration
+// (where a refused reload's log line lands) does not trigger a reload; the configuration
+// file itself does.
+func TestWatchIgnoresOtherFilesInTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(path, []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	changed, events := startWatch(t, path)
+	logf, err := os.OpenFile(filepath.Join(dir, "bridge.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	for i := range 5 {
+		if _, err := fmt.Fprintf(logf, "configuration reload refused %d\n", i); err != nil {
+			t.Fatal(err)
+		}
+		for ev := range events {
+			if ev.name != "bridge.log" {
+				t.Fatalf("unexpected event on %s", ev.name)
+			}
+			if ev.counted {
+				t.Fatalf("write %d to the log file next to the configuration counts as a change", i)
+			}
+			if len(events) == 0 {
+				break
+			}
+		}
+	}
+	if err := os.WriteFile(path, []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no change reported for a write to the configuration file")
+	}
+	for len(events) > 0 {
+		if ev := <-events; ev.counted != (ev.name == "c.yaml") {
+			t.Fatalf("%+v", ev)
+		}
 	}
 }

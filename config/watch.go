@@ -13,17 +13,37 @@ import (
 // Watch calls changed whenever the file at path may have changed: written in place,
 // replaced by a rename, or swapped the way Kubernetes updates a mounted ConfigMap (the
 // directory's ..data symlink is replaced). It watches the directory, not the file, so
-// replacements are seen; bursts of events are merged over settle. It returns when ctx
-// ends, or at once if the directory cannot be watched.
+// replacements are seen, but only events on the file itself and on ..data count: other
+// files in the directory (a log file written there) are ignored. Bursts of events are
+// merged over settle. It returns when ctx ends, or at once if the directory cannot be
+// watched.
 func Watch(ctx context.Context, path string, settle time.Duration, changed func()) error {
+	return watch(ctx, path, settle, changed, watchHooks{})
+}
+
+// watchHooks tell a test when the watch is set up and when each event was judged.
+type watchHooks struct {
+	ready func()
+	seen  func(name string, counted bool)
+}
+
+func watch(ctx context.Context, path string, settle time.Duration, changed func(), hooks watchHooks) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", path, err)
 	}
 	defer w.Close()
+	path = filepath.Clean(path)
 	dir := filepath.Dir(path)
 	if err := w.Add(dir); err != nil {
 		return fmt.Errorf("watching %s: %w", dir, err)
+	}
+	seen := hooks.seen
+	if seen == nil {
+		seen = func(string, bool) {}
+	}
+	if hooks.ready != nil {
+		hooks.ready()
 	}
 	var timer *time.Timer
 	var fire <-chan time.Time
@@ -38,9 +58,11 @@ func Watch(ctx context.Context, path string, settle time.Duration, changed func(
 			if !ok {
 				return nil
 			}
-			if ev.Op == fsnotify.Chmod {
+			if ev.Op == fsnotify.Chmod || !concerns(path, ev.Name) {
+				seen(ev.Name, false)
 				continue
 			}
+			seen(ev.Name, true)
 			if timer == nil {
 				timer = time.NewTimer(settle)
 			} else {
@@ -63,6 +85,14 @@ func Watch(ctx context.Context, path string, settle time.Duration, changed func(
 			changed()
 		}
 	}
+}
+
+// concerns reports whether an event on name (in path's directory) may change the file
+// at path: an event on the file itself, or on the ..data symlink a Kubernetes volume
+// swaps to update every file at once.
+func concerns(path, name string) bool {
+	name = filepath.Clean(name)
+	return name == path || filepath.Base(name) == "..data"
 }
 
 // RestartNeeded lists, one line per key, what differs between a running configuration

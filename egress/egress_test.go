@@ -3,6 +3,8 @@ package egress
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +30,7 @@ type fakeSub struct {
 	acked  []string
 	nacked []string
 	closed bool
+	ackErr map[string]error // Ack fails once for these ids
 }
 
 func (f *fakeSub) Subscribe(ctx context.Context, o SubscribeOptions) (Subscription, error) {
@@ -61,6 +64,11 @@ func (f *fakeSub) TryReceive() (*Delivery, bool) {
 func (f *fakeSub) Ack(d *Delivery) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.ackErr != nil && f.ackErr[d.ID] != nil {
+		err := f.ackErr[d.ID]
+		delete(f.ackErr, d.ID)
+		return err
+	}
 	f.acked = append(f.acked, d.ID)
 	return nil
 }
@@ -177,5 +185,70 @@ func TestEnvelopeCarriesJSONRawAndOtherPayloadsInBase64(t *testing.T) {
 		if err != nil || !strings.Contains(string(rec), field) || !json.Valid(rec) {
 			t.Errorf("%q: %s %v", payload, rec, err)
 		}
+	}
+}
+
+// TestAFailedAckKeepsTheID: the broker fails the acknowledgement of one id; the client
+// learns which id failed (and which were not processed), and posting it again succeeds.
+func TestAFailedAckKeepsTheID(t *testing.T) {
+	f := &fakeSub{feed: make(chan *Delivery, 10), ackErr: map[string]error{"1:1:-1:-1": errors.New("connection closed")}}
+	url := serveStreams(t, f, "streams:\n  - name: s\n    topics: [t]\n    ack: client\n    envelope: json\n")
+	req, _ := http.NewRequest(http.MethodGet, url+"/v1/streams/s", nil)
+	req.Header.Set("Accept", "application/recordio")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ids := []string{"1:0:-1:-1", "1:1:-1:-1", "1:2:-1:-1"}
+	for _, id := range ids {
+		f.feed <- &Delivery{ID: id, Payload: []byte(`{}`)}
+	}
+	rd := recordio.NewReader(resp.Body)
+	for range ids {
+		if _, err := rd.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post := func(ids ...string) (int, map[string]any) {
+		body, _ := json.Marshal(ids)
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/streams/s/ack", strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Stream-Id", resp.Header.Get("Stream-Id"))
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		var ans map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&ans)
+		return r.StatusCode, ans
+	}
+	status, ans := post(ids...)
+	if status != 503 || ans["acked"] != float64(1) || ans["failed"] != "1:1:-1:-1" ||
+		fmt.Sprint(ans["notAcked"]) != "[1:1:-1:-1 1:2:-1:-1]" {
+		t.Fatalf("%d %v", status, ans)
+	}
+	if status, ans := post("1:1:-1:-1", "1:2:-1:-1"); status != 200 || ans["acked"] != float64(2) {
+		t.Fatalf("posting the failed ids again: %d %v", status, ans)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fmt.Sprint(f.acked) != fmt.Sprint(ids) {
+		t.Fatalf("acked %v", f.acked)
+	}
+}
+
+// TestAckClientWithoutEnvelopeIsRefused: a client that chooses ack=client but reads bare
+// payloads could never name what to acknowledge.
+func TestAckClientWithoutEnvelopeIsRefused(t *testing.T) {
+	def := &mapping.Stream{Name: "s", Subscription: "sub", Position: "latest", Ack: "auto", Envelope: "none", Overrides: []string{"ack", "envelope"}}
+	req := httptest.NewRequest(http.MethodGet, "/v1/streams/s?ack=client", nil)
+	if _, err := resolveQuery(def, req); err == nil || !strings.Contains(err.Error(), "ack=client needs envelope=json") {
+		t.Fatalf("ack=client, envelope=none: %v", err)
+	}
+	req = httptest.NewRequest(http.MethodGet, "/v1/streams/s?ack=client&envelope=json", nil)
+	if o, err := resolveQuery(def, req); err != nil || o.ack != "client" || o.envelope != "json" {
+		t.Fatalf("ack=client, envelope=json: %+v %v", o, err)
 	}
 }

@@ -66,6 +66,9 @@ func resolveQuery(def *mapping.Stream, req *http.Request) (options, error) {
 		}
 		*dst = v
 	}
+	if o.ack == "client" && o.envelope == "none" {
+		return o, errors.New("ack=client needs envelope=json: with envelope=none the records carry no message ids to acknowledge")
+	}
 	return o, nil
 }
 
@@ -415,7 +418,7 @@ func (s *Server) HandleAck(c echo.Context) error {
 	}
 	var unknown []string
 	acked := 0
-	for _, id := range ids {
+	for i, id := range ids {
 		sm.mu.Lock()
 		e := sm.unacked[id]
 		delete(sm.unacked, id)
@@ -425,7 +428,17 @@ func (s *Server) HandleAck(c echo.Context) error {
 			continue
 		}
 		if err := sm.sub.Ack(e.d); err != nil {
-			return answerError(c, http.StatusServiceUnavailable, err.Error(), 1)
+			// The id stays unacknowledged (its ack timeout still runs), so the client can
+			// post it again; it learns which ids were acknowledged and which were not.
+			sm.mu.Lock()
+			if _, again := sm.unacked[id]; !again {
+				sm.unacked[id] = e
+			}
+			sm.mu.Unlock()
+			c.Response().Header().Set("Retry-After", "1")
+			return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": 503, "acked": acked, "failed": id,
+				"notAcked": ids[i:], "unknown": unknown,
+				"error": fmt.Sprintf("acknowledging %s: %v; post the ids in notAcked again", id, err)})
 		}
 		s.obs.Acked(def.Name, 1, time.Since(e.at))
 		acked++
