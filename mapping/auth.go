@@ -6,10 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/recordio-bridge/bridge/config"
 )
@@ -30,14 +34,74 @@ const (
 
 type token struct {
 	name    string
-	hash    [32]byte
+	hash    [32]byte   // of a sha256 token
+	file    *tokenFile // of a file token
 	routes  []string
 	streams []string
+}
+
+// current returns the token's SHA-256 as of now.
+func (t *token) current(now time.Time) [32]byte {
+	if t.file == nil {
+		return t.hash
+	}
+	return t.file.current(now)
+}
+
+// tokenFile is a token read from a file (a mounted Secret), re-read at most every
+// tokenRecheck when a request needs it, so a rotated token is in effect within that
+// time without a restart or a reload. A file that cannot be read (or is empty) keeps
+// the token read last: a Secret volume swaps its files atomically, so a failed read is
+// a fault, not a rotation.
+type tokenFile struct {
+	path    string
+	every   time.Duration
+	hash    atomic.Pointer[[32]byte]
+	checked atomic.Int64 // UnixNano of the last read
+	mu      sync.Mutex   // one reader at a time; the others use the current hash
+}
+
+// tokenRecheck is how often a token file is read again; a variable for tests.
+var tokenRecheck = time.Second
+
+// maxTokenFile bounds what is read of a token file.
+const maxTokenFile = 64 << 10
+
+func (f *tokenFile) read() ([32]byte, error) {
+	fh, err := os.Open(f.path)
+	if err != nil {
+		return [32]byte{}, err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, maxTokenFile+1))
+	switch {
+	case err != nil:
+		return [32]byte{}, err
+	case len(b) > maxTokenFile:
+		return [32]byte{}, fmt.Errorf("%s is larger than %d bytes; it is not a token", f.path, maxTokenFile)
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return [32]byte{}, fmt.Errorf("%s is empty", f.path)
+	}
+	return sha256.Sum256([]byte(v)), nil
+}
+
+func (f *tokenFile) current(now time.Time) [32]byte {
+	if now.UnixNano()-f.checked.Load() >= int64(f.every) && f.mu.TryLock() {
+		if h, err := f.read(); err == nil {
+			f.hash.Store(&h)
+		}
+		f.checked.Store(now.UnixNano())
+		f.mu.Unlock()
+	}
+	return *f.hash.Load()
 }
 
 func compileTokens(a config.Auth) ([]token, config.Problems) {
 	var out []token
 	var p config.Problems
+	now := time.Now()
 	for i, t := range a.Tokens {
 		ct := token{name: t.Name, routes: t.Routes, streams: t.Streams}
 		if t.SHA256 != "" {
@@ -48,12 +112,15 @@ func compileTokens(a config.Auth) ([]token, config.Problems) {
 			}
 			copy(ct.hash[:], b)
 		} else {
-			b, err := os.ReadFile(t.File)
+			f := &tokenFile{path: t.File, every: tokenRecheck}
+			h, err := f.read()
 			if err != nil {
 				p = append(p, fmt.Sprintf("auth.tokens[%d].file: %v", i, err))
 				continue
 			}
-			ct.hash = sha256.Sum256([]byte(strings.TrimSpace(string(b))))
+			f.hash.Store(&h)
+			f.checked.Store(now.UnixNano())
+			ct.file = f
 		}
 		out = append(out, ct)
 	}
@@ -95,8 +162,10 @@ func (t *Table) Authorize(bearer string, access Access, name string) (string, er
 	}
 	h := sha256.Sum256([]byte(bearer))
 	found := -1
+	now := time.Now()
 	for i := range t.tokens {
-		if subtle.ConstantTimeCompare(h[:], t.tokens[i].hash[:]) == 1 && found < 0 {
+		th := t.tokens[i].current(now)
+		if subtle.ConstantTimeCompare(h[:], th[:]) == 1 && found < 0 {
 			found = i
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -320,5 +321,41 @@ streams:
 	}
 	if open := compile(t, "routes: []\n"); open.AuthRequired() {
 		t.Fatal("no tokens configured, yet auth is required")
+	}
+}
+
+// TestARotatedTokenFileIsReadAgain: the Secret behind a file token is rotated; the new
+// token is accepted and the old one refused, without a reload. A file that cannot be read
+// for a moment keeps the token read last.
+func TestARotatedTokenFileIsReadAgain(t *testing.T) {
+	defer func(d time.Duration) { tokenRecheck = d }(tokenRecheck)
+	tokenRecheck = 0 // read on every request
+	dir := t.TempDir()
+	path := dir + "/tok"
+	if err := os.WriteFile(path, []byte("old-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tab := compile(t, fmt.Sprintf("auth:\n  tokens:\n    - {name: reader, file: %s, streams: [\"*\"]}\nstreams:\n  - name: s\n    topics: [t]\n", path))
+	if _, err := tab.Authorize("old-token", Read, "s"); err != nil {
+		t.Fatal(err)
+	}
+	// Rotated the way a Secret volume does it: a new file renamed over the old.
+	if err := os.WriteFile(path+".new", []byte("new-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tab.Authorize("new-token", Read, "s"); err != nil {
+		t.Fatalf("the rotated token: %v", err)
+	}
+	if _, err := tab.Authorize("old-token", Read, "s"); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("the old token after the rotation: %v", err)
+	}
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tab.Authorize("new-token", Read, "s"); err != nil {
+		t.Fatalf("with the file missing for a moment: %v", err)
 	}
 }
