@@ -1,15 +1,25 @@
 // Command bridge is a sidecar that turns RecordIO HTTP streams into Apache Pulsar
-// topics and back. This file holds the sub-commands and their wiring.
+// topics and back. It parses the sub-commands' flags and calls internal/app, which is
+// the bridge.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"syscall"
+
+	"go.opentelemetry.io/otel"
+
+	"github.com/recordio-bridge/bridge/internal/app"
+	"github.com/recordio-bridge/bridge/telemetry"
 )
 
 // Set at link time: -ldflags "-X main.version=v1.2.3 -X main.commit=abc".
@@ -81,7 +91,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bridge validate: usage: bridge validate -config FILE")
 		return 2
 	}
-	if _, err := load(*path); err != nil {
+	if err := app.Validate(*path); err != nil {
 		fmt.Fprintf(stderr, "bridge validate: %v\n", err)
 		return 1
 	}
@@ -104,4 +114,55 @@ func versionString() string {
 		rev = "unknown"
 	}
 	return fmt.Sprintf("%s (commit %s, %s, %s/%s)", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "the configuration file (watched, and re-read on SIGHUP)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *path == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "bridge run: usage: bridge run -config FILE [-log-level info]")
+		return 2
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(stderr, "bridge run: -log-level %q is not debug, info, warn or error\n", *level)
+		return 2
+	}
+	log := slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv})))
+	// OpenTelemetry's own errors (exports that failed, spans dropped) go to the same log.
+	otelLog := log.With("component", "opentelemetry")
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { otelLog.Warn("telemetry export problem", "error", err.Error()) }))
+	a, err := app.New(app.Options{ConfigPath: *path, Logger: log, Version: version})
+	if err != nil {
+		log.Error("configuration refused", "error", err.Error())
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = a.Reload("SIGHUP")
+			}
+		}
+	}()
+	if err := a.Run(ctx); err != nil {
+		log.Error("bridge stopped", "error", err.Error())
+		return 1
+	}
+	return 0
 }

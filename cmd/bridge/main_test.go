@@ -2,13 +2,9 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/recordio-bridge/bridge/ingress"
-	"github.com/recordio-bridge/bridge/pulsar"
 )
 
 func TestVersionPrintsVersionAndGoRuntime(t *testing.T) {
@@ -78,30 +74,5 @@ func TestValidateCompilesTheRoutes(t *testing.T) {
 	errb.Reset()
 	if code := run([]string{"validate", "-config", bad}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "is a template; list the namespaces") {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
-	}
-}
-
-func TestFormatIDMatchesMessageIDString(t *testing.T) {
-	for _, id := range []pulsar.MessageID{{LedgerID: 1, EntryID: 2, Partition: -1, BatchIndex: -1}, {LedgerID: 123456789, EntryID: 0, Partition: 7, BatchIndex: 999}} {
-		if got := formatID(id); got != id.String() {
-			t.Errorf("formatID %q, String %q", got, id.String())
-		}
-	}
-}
-
-func TestClassifyChoosesTheIngressError(t *testing.T) {
-	cases := []struct {
-		err  error
-		want error
-	}{
-		{pulsar.ErrSendTimeout, ingress.ErrUnavailable},
-		{pulsar.ErrConnectionClosed, ingress.ErrUnavailable},
-		{pulsar.ErrMessageTooLarge, ingress.ErrTooLarge},
-		{pulsar.ErrProducerFailed, ingress.ErrRefused},
-	}
-	for _, c := range cases {
-		if got := classify(c.err); !errors.Is(got, c.want) || !errors.Is(got, c.err) {
-			t.Errorf("%v: %v", c.err, got)
-		}
 	}
 }

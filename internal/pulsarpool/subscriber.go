@@ -1,4 +1,4 @@
-package main
+package pulsarpool
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/recordio-bridge/bridge/telemetry"
 )
 
-// subscriber is the egress Subscriber: one consumer of the bridge's client per stream
+// Subscriber is the egress Subscriber: one consumer of the bridge's client per stream
 // (they share the client's broker connections).
-type subscriber struct {
+type Subscriber struct {
 	client *pulsar.Client
 	mu     sync.Mutex
 	open   map[*subscription]struct{}
@@ -22,12 +22,13 @@ type subscriber struct {
 	retiredReconnects, retiredPermits int64
 }
 
-func newSubscriber(c *pulsar.Client) *subscriber {
-	return &subscriber{client: c, open: map[*subscription]struct{}{}}
+// NewSubscriber returns the egress Subscriber of c.
+func NewSubscriber(c *pulsar.Client) *Subscriber {
+	return &Subscriber{client: c, open: map[*subscription]struct{}{}}
 }
 
-// addStats adds the egress consumers' figures to s.
-func (s *subscriber) addStats(st *telemetry.PulsarStats) {
+// AddStats adds the egress consumers' figures to st.
+func (s *Subscriber) AddStats(st *telemetry.PulsarStats) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.ConsumerReconnects += s.retiredReconnects
@@ -44,7 +45,8 @@ var subTypes = map[string]pulsar.SubscriptionType{
 	"exclusive": pulsar.Exclusive, "shared": pulsar.Shared, "failover": pulsar.Failover, "key_shared": pulsar.KeyShared,
 }
 
-func (s *subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (egress.Subscription, error) {
+// Subscribe implements egress.Subscriber: one consumer of the client per stream.
+func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (egress.Subscription, error) {
 	pos := pulsar.Latest
 	if o.Position == "earliest" {
 		pos = pulsar.Earliest
@@ -77,11 +79,11 @@ func (s *subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 
 type subscription struct {
 	c     *pulsar.Consumer
-	owner *subscriber
+	owner *Subscriber
 }
 
 func delivery(m *pulsar.Message) *egress.Delivery {
-	return &egress.Delivery{ID: formatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
+	return &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
 		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, Payload: m.Payload(), Handle: m}
 }
 

@@ -1,4 +1,8 @@
-package main
+// Package pulsarpool adapts the bridge's Pulsar client to ingress and egress: a pool of
+// per-topic producers (created on first use, shared, closed when idle) that implements
+// ingress.Publisher, and a subscriber that implements egress.Subscriber. It never
+// imports the application that wires it.
+package pulsarpool
 
 import (
 	"bytes"
@@ -17,11 +21,11 @@ import (
 	"github.com/recordio-bridge/bridge/telemetry"
 )
 
-// producers is the ingress Publisher: one Pulsar producer per topic, created on first
+// Pool is the ingress Publisher: one Pulsar producer per topic, created on first
 // use (concurrent first uses wait for the same creation), closed after it has been idle
 // for idleTimeout. Producers do not belong to a configuration snapshot, so a reload
 // keeps every producer whose topic is still written to.
-type producers struct {
+type Pool struct {
 	client *pulsar.Client
 	opts   pulsar.ProducerOptions
 	opTime time.Duration
@@ -46,8 +50,24 @@ type producerEntry struct {
 	lastUse  time.Time // under producers.mu
 }
 
-func newProducers(client *pulsar.Client, opts pulsar.ProducerOptions, opTimeout, idle time.Duration, log *slog.Logger) *producers {
-	ps := &producers{client: client, opts: opts, opTime: opTimeout, idle: idle, log: log,
+// Options configure a Pool.
+type Options struct {
+	// Producer is the template of every producer (Topic is set per topic).
+	Producer pulsar.ProducerOptions
+	// CreateTimeout bounds one producer's creation.
+	CreateTimeout time.Duration
+	// IdleTimeout closes a producer that has had nothing to send for this long.
+	IdleTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// New starts a pool of producers of client.
+func New(client *pulsar.Client, o Options) *Pool {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ps := &Pool{client: client, opts: o.Producer, opTime: o.CreateTimeout, idle: o.IdleTimeout, log: log,
 		m: map[string]*producerEntry{}, stop: make(chan struct{})}
 	ps.wg.Add(1)
 	go ps.reap()
@@ -56,7 +76,7 @@ func newProducers(client *pulsar.Client, opts pulsar.ProducerOptions, opTimeout,
 
 // acquire returns the topic's producer, creating it if needed, and counts one use that
 // release ends.
-func (ps *producers) acquire(ctx context.Context, topic string) (*producerEntry, error) {
+func (ps *Pool) acquire(ctx context.Context, topic string) (*producerEntry, error) {
 	ps.mu.Lock()
 	if ps.closed {
 		ps.mu.Unlock()
@@ -85,7 +105,7 @@ func (ps *producers) acquire(ctx context.Context, topic string) (*producerEntry,
 	return e, nil
 }
 
-func (ps *producers) release(e *producerEntry) {
+func (ps *Pool) release(e *producerEntry) {
 	ps.mu.Lock()
 	e.inflight--
 	e.lastUse = time.Now()
@@ -94,7 +114,7 @@ func (ps *producers) release(e *producerEntry) {
 
 // create makes the producer. It is not bound to the request that asked first, so a
 // client going away does not fail the creation for the others.
-func (ps *producers) create(e *producerEntry) {
+func (ps *Pool) create(e *producerEntry) {
 	defer ps.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), ps.opTime)
 	defer cancel()
@@ -109,7 +129,7 @@ func (ps *producers) create(e *producerEntry) {
 	opts.Topic = e.topic
 	p, err := ps.client.CreateProducer(ctx, opts)
 	if err != nil {
-		e.err = classify(fmt.Errorf("creating the producer of %s: %w", e.topic, err))
+		e.err = Classify(fmt.Errorf("creating the producer of %s: %w", e.topic, err))
 		ps.log.Warn("cannot create producer", "topic", e.topic, "error", err)
 		ps.mu.Lock()
 		if ps.m[e.topic] == e {
@@ -124,7 +144,7 @@ func (ps *producers) create(e *producerEntry) {
 }
 
 // PublishAsync implements ingress.Publisher.
-func (ps *producers) PublishAsync(ctx context.Context, m *ingress.Message, done func(string, error)) {
+func (ps *Pool) PublishAsync(ctx context.Context, m *ingress.Message, done func(string, error)) {
 	e, err := ps.acquire(ctx, m.Topic)
 	if err != nil {
 		done("", err)
@@ -142,10 +162,10 @@ func (ps *producers) PublishAsync(ctx context.Context, m *ingress.Message, done 
 	e.p.SendAsync(ctx, pm, func(id pulsar.MessageID, err error) {
 		ps.release(e)
 		if err != nil {
-			done("", classify(err))
+			done("", Classify(err))
 			return
 		}
-		done(formatID(id), nil)
+		done(FormatID(id), nil)
 	})
 	*pm = pulsar.ProducerMessage{}
 	messagePool.Put(pm) // SendAsync does not keep it
@@ -157,7 +177,7 @@ const largePayload = 1 << 20
 var messagePool = sync.Pool{New: func() any { return new(pulsar.ProducerMessage) }}
 
 // PublishStream implements ingress.Publisher.
-func (ps *producers) PublishStream(ctx context.Context, m *ingress.Message, size int64, r io.Reader) (string, error) {
+func (ps *Pool) PublishStream(ctx context.Context, m *ingress.Message, size int64, r io.Reader) (string, error) {
 	e, err := ps.acquire(ctx, m.Topic)
 	if err != nil {
 		return "", err
@@ -165,14 +185,14 @@ func (ps *producers) PublishStream(ctx context.Context, m *ingress.Message, size
 	defer ps.release(e)
 	id, err := e.p.SendStream(ctx, &pulsar.ProducerMessage{Key: m.Key, Properties: m.Properties}, size, r)
 	if err != nil {
-		return "", classify(err)
+		return "", Classify(err)
 	}
-	return formatID(id), nil
+	return FormatID(id), nil
 }
 
-// formatID writes ledger:entry:partition:batchIndex, as pulsar.MessageID.String does,
+// FormatID writes ledger:entry:partition:batchIndex, as pulsar.MessageID.String does,
 // without fmt.
-func formatID(id pulsar.MessageID) string {
+func FormatID(id pulsar.MessageID) string {
 	var b [64]byte
 	s := strconv.AppendInt(b[:0], id.LedgerID, 10)
 	s = append(s, ':')
@@ -184,8 +204,8 @@ func formatID(id pulsar.MessageID) string {
 	return string(s)
 }
 
-// classify wraps a Pulsar error in the ingress error that decides the HTTP status.
-func classify(err error) error {
+// Classify wraps a Pulsar error in the ingress error that decides the HTTP status.
+func Classify(err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -201,7 +221,7 @@ func classify(err error) error {
 }
 
 // reap closes producers idle for longer than ps.idle.
-func (ps *producers) reap() {
+func (ps *Pool) reap() {
 	defer ps.wg.Done()
 	every := min(max(ps.idle/4, time.Second), time.Minute)
 	t := time.NewTicker(every)
@@ -236,8 +256,8 @@ func (ps *producers) reap() {
 	}
 }
 
-// stats sums the producers' figures for the metrics.
-func (ps *producers) stats() telemetry.PulsarStats {
+// Stats sums the producers' figures for the metrics.
+func (ps *Pool) Stats() telemetry.PulsarStats {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	s := telemetry.PulsarStats{ProducerReconnects: ps.retiredReconnects}
@@ -260,7 +280,7 @@ func (ps *producers) stats() telemetry.PulsarStats {
 
 // Close stops the reaper and closes every producer (each flushes what it holds, bounded
 // by its send timeout).
-func (ps *producers) Close() {
+func (ps *Pool) Close() {
 	ps.mu.Lock()
 	if ps.closed {
 		ps.mu.Unlock()

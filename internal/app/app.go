@@ -1,0 +1,393 @@
+// Package app is the bridge as a library: it wires the configuration, the Pulsar
+// client, the producer pool, ingress, egress and the operations endpoints into one
+// App with New, Run, Reload and Shutdown. cmd/bridge only parses flags and calls it.
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/egress"
+	"github.com/recordio-bridge/bridge/ingress"
+	"github.com/recordio-bridge/bridge/internal/pulsarpool"
+	"github.com/recordio-bridge/bridge/pulsar"
+	"github.com/recordio-bridge/bridge/telemetry"
+)
+
+// Options configure New.
+type Options struct {
+	// ConfigPath is the configuration file; Run watches it and reloads it on change.
+	ConfigPath string
+	// Logger receives the bridge's log; nil discards it.
+	Logger *slog.Logger
+	// Version is reported by the metrics, traces and the start-up log line.
+	Version string
+}
+
+// App is a bridge: its listeners, Pulsar client, producers and current configuration.
+type App struct {
+	path    string
+	version string
+	log     *slog.Logger
+	running config.Config // what start-up used; fields that need a restart stay as they were
+	snap    atomic.Pointer[snapshot]
+	reload  sync.Mutex
+	lastErr atomic.Pointer[string] // the last reload's problem, shown by /readyz
+
+	client   *pulsar.Client
+	prods    *pulsarpool.Pool
+	subs     *pulsarpool.Subscriber
+	ingress  *ingress.Server
+	egress   *egress.Server
+	metrics  *telemetry.Metrics
+	tracing  *telemetry.Tracing
+	draining atomic.Bool
+
+	data, ops       *http.Server
+	dataLn, opsLn   net.Listener
+	serving         sync.WaitGroup // the listeners' Serve loops and the watcher
+	stopWatch       context.CancelFunc
+	watchCtx        context.Context
+	shutdownOnce    sync.Once
+	shutdownStarted chan struct{} // closed when Shutdown begins
+	shutdownDone    chan struct{} // closed when Shutdown has finished
+	shutdownErr     error
+}
+
+// New loads the configuration, connects the Pulsar client and binds the listeners.
+// Nothing is served until Run.
+func New(o Options) (a *App, err error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	snap, err := load(o.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	cfg := snap.cfg
+	a = &App{path: o.ConfigPath, version: o.Version, log: log, running: cfg,
+		shutdownStarted: make(chan struct{}), shutdownDone: make(chan struct{})}
+	a.snap.Store(snap)
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if a.metrics, err = telemetry.NewMetrics(o.Version); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { _ = a.metrics.Shutdown(context.Background()) })
+	token, err := cfg.Pulsar.Token.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("pulsar.token: %w", err)
+	}
+	copts := pulsar.ClientOptions{URL: cfg.Pulsar.URL, TLSCAFile: cfg.Pulsar.TLS.CAFile, TLSCertFile: cfg.Pulsar.TLS.CertFile,
+		TLSKeyFile: cfg.Pulsar.TLS.KeyFile, TLSServerName: cfg.Pulsar.TLS.ServerName, OperationTimeout: cfg.Pulsar.OperationTimeout.D(),
+		KeepAlive: cfg.Pulsar.KeepAlive.D(), Logger: log.With("component", "pulsar")}
+	if f := cfg.Pulsar.Token.File(); f != "" {
+		copts.TokenFile = f
+	} else {
+		copts.Token = token
+	}
+	if a.client, err = pulsar.NewClient(copts); err != nil {
+		return nil, err
+	}
+	undo = append(undo, func() { a.client.Close() })
+	a.prods = pulsarpool.New(a.client, pulsarpool.Options{
+		Producer: pulsar.ProducerOptions{
+			SendTimeout: cfg.Ingress.PublishTimeout.D(), Compression: compressions[cfg.Pulsar.Compression],
+			MaxPendingMessages: 10000, MaxPendingBytes: 64 << 20,
+		},
+		CreateTimeout: cfg.Pulsar.OperationTimeout.D(), IdleTimeout: cfg.Pulsar.ProducerIdleTimeout.D(),
+		Logger: log.With("component", "producers"),
+	})
+	undo = append(undo, a.prods.Close)
+	if a.tracing, err = telemetry.SetupTracing(context.Background(), o.Version); err != nil {
+		return nil, err
+	}
+	undo = append(undo, a.shutdownTracing)
+	if a.tracing.Enabled {
+		log.Info("tracing on (OTLP)", "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")+os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+		if err := a.metrics.ObserveSpans(a.tracing.Records); err != nil {
+			return nil, err
+		}
+	}
+	a.ingress = ingress.New(a.prods, log.With("component", "ingress"), a.metrics, a.tracing)
+	a.ingress.Update(snap.table, limitsOf(cfg))
+	a.subs = pulsarpool.NewSubscriber(a.client)
+	a.egress = egress.New(a.subs, log.With("component", "egress"), a.metrics, a.tracing)
+	if err := a.metrics.ObservePulsar(func() telemetry.PulsarStats {
+		s := a.prods.Stats()
+		a.subs.AddStats(&s)
+		return s
+	}); err != nil {
+		return nil, err
+	}
+	a.egress.Update(snap.table, egressLimitsOf(cfg))
+
+	if a.data, err = a.dataServer(cfg); err != nil {
+		return nil, err
+	}
+	a.ops = &http.Server{Handler: a.opsHandler(), ReadHeaderTimeout: 10 * time.Second}
+	if a.dataLn, err = net.Listen("tcp", cfg.Listen.Data); err != nil {
+		return nil, fmt.Errorf("listen.data: %w", err)
+	}
+	undo = append(undo, func() { a.dataLn.Close() })
+	if a.opsLn, err = net.Listen("tcp", cfg.Listen.Ops); err != nil {
+		return nil, fmt.Errorf("listen.ops: %w", err)
+	}
+	a.watchCtx, a.stopWatch = context.WithCancel(context.Background())
+	return a, nil
+}
+
+// dataServer is the HTTP server of the data listener: ingress POSTs, egress GETs and
+// their acknowledgement POSTs.
+func (a *App) dataServer(cfg config.Config) (*http.Server, error) {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		status := http.StatusInternalServerError
+		var he *echo.HTTPError
+		if errors.As(err, &he) {
+			status = he.Code
+		}
+		if !c.Response().Committed {
+			_ = c.JSON(status, map[string]any{"status": status, "error": err.Error()})
+		}
+	}
+	// POST: a stream's /ack endpoint, else ingress; GET: egress streams.
+	e.POST("/*", func(c echo.Context) error {
+		if a.egress.IsAck(c.Request().URL.Path) {
+			return a.egress.HandleAck(c)
+		}
+		return a.ingress.Handle(c)
+	})
+	e.GET("/*", a.egress.Handle)
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	data := &http.Server{Handler: e, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	if cfg.Listen.TLS.CertFile != "" {
+		certs, err := newCertReloader(cfg.Listen.TLS.CertFile, cfg.Listen.TLS.KeyFile, a.log.With("component", "tls"))
+		if err != nil {
+			return nil, err
+		}
+		protocols.SetHTTP2(true) // negotiated by ALPN
+		data.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
+	} else {
+		protocols.SetUnencryptedHTTP2(true) // h2c
+	}
+	return data, nil
+}
+
+// DataAddr is the address the data listener is bound to.
+func (a *App) DataAddr() net.Addr { return a.dataLn.Addr() }
+
+// OpsAddr is the address the operations listener is bound to.
+func (a *App) OpsAddr() net.Addr { return a.opsLn.Addr() }
+
+// Run serves until ctx ends, then shuts down within the configured drain timeout, or
+// until Shutdown is called and has finished. It returns nil after a shutdown.
+func (a *App) Run(ctx context.Context) error {
+	serveOn := func(s *http.Server, ln net.Listener, name string) {
+		defer a.serving.Done()
+		var err error
+		if s.TLSConfig != nil {
+			err = s.ServeTLS(ln, "", "")
+		} else {
+			err = s.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("listener failed", "listener", name, "error", err.Error())
+		}
+	}
+	a.serving.Add(3)
+	go serveOn(a.data, a.dataLn, "data")
+	go serveOn(a.ops, a.opsLn, "ops")
+	snap := a.snap.Load()
+	a.log.Info("bridge started", "version", a.version, "data", a.dataLn.Addr().String(), "ops", a.opsLn.Addr().String(),
+		"pulsar", a.running.Pulsar.URL, "routes", len(snap.table.Routes()), "streams", len(snap.table.Streams()), "config", a.path)
+
+	// Reloads on file changes (including ConfigMap symlink swaps).
+	go func() {
+		defer a.serving.Done()
+		if err := config.Watch(a.watchCtx, a.path, 100*time.Millisecond, func() { a.Reload("file change") }); err != nil {
+			a.log.Warn("configuration file not watched; reload with SIGHUP", "error", err.Error())
+		}
+	}()
+
+	select {
+	case <-ctx.Done():
+		drainFor := a.snap.Load().cfg.Ingress.DrainTimeout.D()
+		dctx, cancel := context.WithTimeout(context.Background(), drainFor)
+		defer cancel()
+		_ = a.Shutdown(dctx)
+	case <-a.shutdownStarted:
+		<-a.shutdownDone
+	}
+	return nil
+}
+
+// Shutdown drains the bridge: /readyz turns unready, new streams are refused, open
+// ingress streams stop reading and settle what they hold, egress streams end; when ctx
+// ends what is still open is answered and closed. Then the producers flush and close,
+// and the client closes. A second call waits for the first.
+func (a *App) Shutdown(ctx context.Context) error {
+	first := false
+	a.shutdownOnce.Do(func() {
+		first = true
+		close(a.shutdownStarted)
+	})
+	if !first {
+		select {
+		case <-a.shutdownDone:
+			return a.shutdownErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	defer close(a.shutdownDone)
+	log := a.log
+	drainFor := time.Duration(0)
+	if dl, ok := ctx.Deadline(); ok {
+		drainFor = time.Until(dl)
+	}
+	log.Info("draining", "streams", a.ingress.Active(), "drainTimeout", drainFor.Round(time.Millisecond).String())
+	a.draining.Store(true)
+	start := time.Now()
+	shut := make(chan struct{})
+	go func() {
+		defer close(shut)
+		_ = a.data.Shutdown(ctx) // no new connections; waits for handlers
+	}()
+	egressDone := make(chan struct{})
+	go func() {
+		defer close(egressDone)
+		_ = a.egress.Drain(ctx)
+	}()
+	if err := a.ingress.Drain(ctx); err != nil {
+		log.Warn("drain timeout reached; unsettled records were answered as unknown", "drainTimeout", drainFor.String())
+	}
+	<-egressDone
+	<-shut
+	_ = a.data.Close()
+	a.stopWatch()
+	// Whatever the producers still hold was answered already; closing flushes it,
+	// bounded so the process still ends soon after the drain timeout.
+	closed := make(chan struct{})
+	go func() { a.prods.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(max(drainFor-time.Since(start), 0) + 5*time.Second):
+		log.Warn("producers did not close in time")
+	}
+	octx, ocancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = a.ops.Shutdown(octx)
+	ocancel()
+	a.serving.Wait()
+	_ = a.metrics.Shutdown(context.Background())
+	a.client.Close()
+	a.shutdownTracing()
+	log.Info("bridge stopped", "drained", time.Since(start).Round(time.Millisecond).String())
+	return nil
+}
+
+func (a *App) shutdownTracing() {
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = a.tracing.Shutdown(sctx)
+}
+
+// Reload re-reads the configuration and swaps it in if it is valid; why names the
+// trigger in the log. A bad file keeps the current configuration, and its problem is
+// returned and shown by /readyz until a reload succeeds.
+func (a *App) Reload(why string) error {
+	a.reload.Lock()
+	defer a.reload.Unlock()
+	raw, err := os.ReadFile(a.path)
+	cur := a.snap.Load()
+	if err == nil && bytes.Equal(raw, cur.raw) {
+		a.metrics.Reload("unchanged")
+		return nil
+	}
+	var next *snapshot
+	if err == nil {
+		next, err = parseSnapshot(a.path, raw)
+	} else {
+		err = fmt.Errorf("%w: %v", config.ErrInvalid, err)
+	}
+	if err != nil {
+		msg := err.Error()
+		a.lastErr.Store(&msg)
+		a.metrics.Reload("invalid")
+		a.log.Error("configuration reload refused; the previous configuration stays in effect", "trigger", why, "error", msg)
+		return err
+	}
+	for _, line := range config.RestartNeeded(a.running, next.cfg) {
+		a.log.Warn("configuration change needs a restart", "change", line)
+	}
+	a.snap.Store(next)
+	a.ingress.Update(next.table, limitsOf(next.cfg))
+	a.egress.Update(next.table, egressLimitsOf(next.cfg))
+	a.lastErr.Store(nil)
+	a.metrics.Reload("applied")
+	a.log.Info("configuration reloaded", "trigger", why, "routes", len(next.table.Routes()))
+	return nil
+}
+
+// opsHandler serves /healthz, /readyz and /metrics.
+func (a *App) opsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		snap := a.snap.Load()
+		detail := map[string]any{"config": a.path, "configLoaded": snap.loaded.UTC().Format(time.RFC3339), "routes": len(snap.table.Routes()),
+			"streams": a.ingress.Active(), "egressStreams": a.egress.Active()}
+		if p := a.lastErr.Load(); p != nil {
+			detail["lastReloadError"] = *p
+		}
+		ready := true
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := a.client.Ping(ctx); err != nil {
+			ready = false
+			detail["broker"] = "unreachable: " + err.Error()
+		} else {
+			detail["broker"] = "connected"
+		}
+		if a.draining.Load() {
+			ready = false
+			detail["draining"] = true
+		}
+		detail["ready"] = ready
+		w.Header().Set("Content-Type", "application/json")
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(detail)
+	})
+	mux.Handle("GET /metrics", a.metrics.Handler())
+	return mux
+}

@@ -1,0 +1,66 @@
+package app
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/egress"
+	"github.com/recordio-bridge/bridge/ingress"
+	"github.com/recordio-bridge/bridge/mapping"
+	"github.com/recordio-bridge/bridge/pulsar"
+)
+
+// snapshot is one loaded configuration: the file's bytes, the parsed values and the
+// compiled routes. Snapshots are immutable and swapped whole.
+type snapshot struct {
+	raw    []byte
+	cfg    config.Config
+	table  *mapping.Table
+	loaded time.Time
+}
+
+// Validate checks a configuration file exactly as start-up and every reload do.
+func Validate(path string) error {
+	_, err := load(path)
+	return err
+}
+
+// load reads, parses, validates and compiles a configuration file: the one path shared
+// by `bridge validate`, start-up and every reload.
+func load(path string) (*snapshot, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", config.ErrInvalid, err)
+	}
+	return parseSnapshot(path, raw)
+}
+
+func parseSnapshot(path string, raw []byte) (*snapshot, error) {
+	cfg, err := config.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	table, err := mapping.Compile(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &snapshot{raw: raw, cfg: cfg, table: table, loaded: time.Now()}, nil
+}
+
+func limitsOf(c config.Config) ingress.Limits {
+	in := c.Ingress
+	return ingress.Limits{
+		MaxRecordBytes: int64(in.MaxRecordBytes), BufferRecordBytes: int64(in.BufferRecordBytes), MaxStreams: in.MaxStreams,
+		IdleTimeout: in.IdleTimeout.D(), PendingRecords: in.PendingRecords, PendingBytes: int64(in.PendingBytes),
+	}
+}
+
+func egressLimitsOf(c config.Config) egress.Limits {
+	return egress.Limits{MaxStreams: c.Egress.MaxStreams, WriteTimeout: c.Egress.WriteTimeout.D()}
+}
+
+var compressions = map[string]pulsar.Compression{
+	"none": pulsar.NoCompression, "lz4": pulsar.LZ4, "zlib": pulsar.ZLib, "zstd": pulsar.ZStd, "snappy": pulsar.Snappy,
+}
