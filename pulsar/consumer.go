@@ -240,6 +240,7 @@ type ConsumerStats struct {
 	PermitsGranted   int // FLOW permits sent
 	Discarded        int // messages dropped before delivery (corrupt, filtered, incomplete chunks)
 	ChecksumFailures int
+	Malformed        int // messages discarded because their metadata, batch or chunk fields do not validate
 }
 
 // Stats returns the consumer's counters.
@@ -251,6 +252,7 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.PermitsGranted += pc.permitsGranted
 		s.Discarded += pc.discarded
 		s.ChecksumFailures += pc.checksumFailures
+		s.Malformed += pc.malformed
 		pc.mu.Unlock()
 	}
 	return s

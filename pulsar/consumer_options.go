@@ -69,6 +69,9 @@ type ConsumerOptions struct {
 	MaxPendingChunkedMessages int
 	// ChunkExpiry drops a chunked message whose chunks stop arriving [1 min].
 	ChunkExpiry time.Duration
+	// MaxChunkedMessageSize bounds a chunked message (reassembled, and decompressed);
+	// a chunk announcing more is discarded as malformed [256 MiB].
+	MaxChunkedMessageSize int
 	// OnActiveChange, when set, is told when a Failover consumer becomes active or inactive.
 	OnActiveChange func(topic string, active bool)
 	Backoff        Backoff
@@ -101,6 +104,9 @@ func (o ConsumerOptions) withDefaults() (ConsumerOptions, error) {
 	}
 	if o.ChunkExpiry == 0 {
 		o.ChunkExpiry = time.Minute
+	}
+	if o.MaxChunkedMessageSize <= 0 {
+		o.MaxChunkedMessageSize = 256 << 20
 	}
 	if o.ReceiverQueueSize < 1 || o.AckGroupMax < 1 || o.AckGroupTime < 0 || o.MaxPendingChunkedMessages < 1 {
 		return o, fmt.Errorf("%w: ReceiverQueueSize %d, AckGroupMax %d and MaxPendingChunkedMessages %d must be positive",

@@ -2,7 +2,6 @@ package pulsar
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,8 +10,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/recordio-bridge/bridge/pulsar/internal/compress"
 	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
+	"github.com/recordio-bridge/bridge/pulsar/internal/delivery"
 	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
@@ -89,6 +88,7 @@ type partitionConsumer struct {
 	reconnects       int
 	discarded        int
 	checksumFailures int
+	malformed        int
 
 	reconnectCh chan struct{}
 	done        chan struct{}
@@ -225,7 +225,8 @@ func (p *partitionConsumer) discardLocked(cn *conn.Conn, id *pb.MessageIdData, p
 	p.returnPermitsLocked(permits)
 }
 
-// message decodes one MESSAGE frame on the connection's reader goroutine.
+// message decodes one MESSAGE frame on the connection's reader goroutine. Whatever the
+// frame holds, it costs at most one discarded message: delivery.Parse validates it.
 func (p *partitionConsumer) message(cn *conn.Conn, cmd *pb.CommandMessage, f *frame.Frame, frameErr error) {
 	p.mu.Lock()
 	if p.cn != cn {
@@ -233,65 +234,55 @@ func (p *partitionConsumer) message(cn *conn.Conn, cmd *pb.CommandMessage, f *fr
 		return // from a connection we left
 	}
 	id := cmd.GetMessageId()
-	md := &pb.MessageMetadata{}
-	mdErr := proto.Unmarshal(f.Metadata, md)
-	permits := 1
-	if mdErr == nil && md.NumMessagesInBatch != nil {
-		permits = max(1, int(md.GetNumMessagesInBatch()))
-	}
+	e, err := delivery.Parse(f.Metadata, f.Payload, cmd.GetAckSet(), p.limitsLocked())
 	if frameErr != nil {
 		p.checksumFailures++
 		p.log.Warn("discarding a corrupt message", "ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", frameErr)
-		p.discardLocked(cn, id, permits, pb.CommandAck_ChecksumMismatch, true)
+		p.discardLocked(cn, id, e.Permits, pb.CommandAck_ChecksumMismatch, true)
 		p.mu.Unlock()
 		return
 	}
-	if mdErr != nil {
-		p.discardLocked(cn, id, permits, pb.CommandAck_BatchDeSerializeError, true)
+	if de := (*delivery.Error)(nil); errors.As(err, &de) {
+		p.malformed++
+		p.log.Warn("discarding a malformed message", "ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", err)
+		p.discardLocked(cn, id, e.Permits, de.Reason, true)
 		p.mu.Unlock()
 		return
 	}
+	md := e.Metadata
 	base := Message{
 		Topic: p.topic, ProducerName: md.GetProducerName(), RedeliveryCount: cmd.GetRedeliveryCount(),
 		PublishTime: time.UnixMilli(int64(md.GetPublishTime())), pc: p,
 	}
 	mid := messageIDFromPB(id, p.partition)
-	if md.GetNumChunksFromMsg() > 1 {
-		msg := p.chunkLocked(cn, id, mid, md, f.Payload, base)
+	switch e.Kind {
+	case delivery.Chunk:
+		msg := p.chunkLocked(cn, id, mid, &e, base)
 		p.mu.Unlock()
 		if msg != nil {
 			p.c.enqueue([]*Message{msg})
 		}
-		return
-	}
-	payload, err := compress.Decompress(md.GetCompression(), f.Payload, int(md.GetUncompressedSize()))
-	if err != nil {
-		p.log.Warn("discarding a message that does not decompress", "error", err)
-		p.discardLocked(cn, id, permits, pb.CommandAck_DecompressionError, true)
-		p.mu.Unlock()
-		return
-	}
-	if md.NumMessagesInBatch == nil {
+	case delivery.Single:
 		m := base
 		m.ID = mid
 		m.ID.BatchIndex = -1
 		setFromMetadata(&m, md)
-		m.payload, m.size, m.permits = payload, len(payload), 1
+		m.payload, m.size, m.permits = e.Payload, len(e.Payload), 1
 		p.mu.Unlock()
 		p.c.enqueue([]*Message{&m})
-		return
-	}
-	msgs, skipped, err := p.unbatchLocked(mid, md, payload, cmd.GetAckSet(), base)
-	if err != nil {
-		p.discardLocked(cn, id, permits, pb.CommandAck_BatchDeSerializeError, true)
+	default:
+		msgs := p.unbatchLocked(mid, &e, cmd.GetAckSet(), base)
+		if e.Skipped > 0 {
+			p.discardLocked(nil, id, e.Skipped, 0, false)
+		}
 		p.mu.Unlock()
-		return
+		p.c.enqueue(msgs)
 	}
-	if skipped > 0 {
-		p.discardLocked(nil, id, skipped, 0, false)
-	}
-	p.mu.Unlock()
-	p.c.enqueue(msgs)
+}
+
+// limitsLocked bounds what one delivery may make this consumer allocate.
+func (p *partitionConsumer) limitsLocked() delivery.Limits {
+	return delivery.Limits{MaxMessageSize: p.cn.MaxMessageSize(), MaxChunkedMessageSize: p.opts.MaxChunkedMessageSize, MaxPermits: p.opts.ReceiverQueueSize}
 }
 
 func setFromMetadata(m *Message, md *pb.MessageMetadata) {
@@ -308,39 +299,15 @@ func setFromMetadata(m *Message, md *pb.MessageMetadata) {
 	}
 }
 
-// unbatchLocked splits a batch into messages, skipping indexes the ack_set marks as
-// acknowledged (PIP-54) and compacted-out entries; skipped counts their permits.
-func (p *partitionConsumer) unbatchLocked(mid MessageID, md *pb.MessageMetadata, payload []byte, ackSet []int64, base Message) ([]*Message, int, error) {
-	n := int(md.GetNumMessagesInBatch())
-	msgs := make([]*Message, 0, n)
-	skipped := 0
-	for i := range n {
-		if len(payload) < 4 {
-			return nil, 0, fmt.Errorf("batch entry %d of %d: truncated", i, n)
-		}
-		size := binary.BigEndian.Uint32(payload)
-		if uint64(size) > uint64(len(payload)-4) {
-			return nil, 0, fmt.Errorf("batch entry %d of %d: metadata size %d exceeds the batch", i, n, size)
-		}
-		smd := &pb.SingleMessageMetadata{}
-		if err := proto.Unmarshal(payload[4:4+size], smd); err != nil {
-			return nil, 0, fmt.Errorf("batch entry %d of %d: %w", i, n, err)
-		}
-		rest := payload[4+size:]
-		psize := int(smd.GetPayloadSize())
-		if psize < 0 || psize > len(rest) {
-			return nil, 0, fmt.Errorf("batch entry %d of %d: payload size %d exceeds the batch", i, n, psize)
-		}
-		body := rest[:psize:psize]
-		payload = rest[psize:]
-		acked := len(ackSet) > 0 && (i/64 >= len(ackSet) || ackSet[i/64]&(1<<(i%64)) == 0)
-		if acked || smd.GetCompactedOut() {
-			skipped++
-			continue
-		}
+// unbatchLocked turns a validated batch into messages and tracks its acknowledgement.
+func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackSet []int64, base Message) []*Message {
+	n := e.BatchSize
+	msgs := make([]*Message, 0, len(e.Messages))
+	for _, bm := range e.Messages {
+		smd := bm.Metadata
 		m := base
 		m.ID = mid
-		m.ID.BatchIndex, m.ID.BatchSize = int32(i), int32(n)
+		m.ID.BatchIndex, m.ID.BatchSize = int32(bm.Index), int32(n)
 		m.Key = smd.GetPartitionKey()
 		m.OrderingKey = smd.GetOrderingKey()
 		if t := smd.GetEventTime(); t > 0 {
@@ -352,19 +319,20 @@ func (p *partitionConsumer) unbatchLocked(mid MessageID, md *pb.MessageMetadata,
 				m.Properties[kv.GetKey()] = kv.GetValue()
 			}
 		}
-		m.payload, m.size, m.permits = body, psize, 1
+		m.payload, m.size, m.permits = bm.Payload, len(bm.Payload), 1
 		msgs = append(msgs, &m)
 	}
 	key := entryKey{uint64(mid.LedgerID), uint64(mid.EntryID)}
 	if _, ok := p.trackers[key]; !ok && n > 1 {
 		p.trackers[key] = newBatchTracker(n, ackSet)
 	}
-	return msgs, skipped, nil
+	return msgs
 }
 
 // chunkLocked adds one chunk; it returns the message when the chunk completes it.
-func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid MessageID, md *pb.MessageMetadata, payload []byte, base Message) *Message {
-	uuid, chunkID, total := md.GetUuid(), int(md.GetChunkId()), int(md.GetNumChunksFromMsg())
+func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid MessageID, e *delivery.Entry, base Message) *Message {
+	md, payload := e.Metadata, e.Payload
+	uuid, chunkID, total := e.Chunk.UUID, e.Chunk.ID, e.Chunk.Count
 	ctx := p.chunks[uuid]
 	if chunkID == 0 {
 		if ctx != nil {
@@ -373,7 +341,7 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 		for len(p.chunks) >= p.opts.MaxPendingChunkedMessages && len(p.chunkOrder) > 0 {
 			p.dropChunksLocked(p.chunkOrder[0], "too many chunked messages pending")
 		}
-		ctx = &chunkCtx{uuid: uuid, total: total, totalSize: int(md.GetTotalChunkMsgSize()), last: -1, md: md, created: time.Now()}
+		ctx = &chunkCtx{uuid: uuid, total: total, totalSize: e.Chunk.TotalSize, last: -1, md: md, created: time.Now()}
 		p.chunks[uuid] = ctx
 		p.chunkOrder = append(p.chunkOrder, uuid)
 	}
@@ -385,7 +353,7 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 	case chunkID <= ctx.last:
 		p.discardLocked(nil, id, 1, 0, false) // a duplicate: the context goes on
 		return nil
-	case chunkID != ctx.last+1 || total != ctx.total || ctx.size+len(payload) > ctx.totalSize:
+	case chunkID != ctx.last+1 || total != ctx.total || e.Chunk.TotalSize != ctx.totalSize || ctx.size+len(payload) > ctx.totalSize:
 		p.dropChunksLocked(uuid, fmt.Sprintf("chunk %d after chunk %d", chunkID, ctx.last))
 		p.discardLocked(nil, id, 1, 0, false)
 		return nil
@@ -409,7 +377,7 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 		for _, c := range ctx.chunks {
 			joined = append(joined, c...)
 		}
-		out, err := compress.Decompress(md.GetCompression(), joined, int(md.GetUncompressedSize()))
+		out, err := delivery.Decompress(md, joined, p.limitsLocked())
 		if err != nil {
 			p.log.Warn("discarding a chunked message that does not decompress", "uuid", uuid, "error", err)
 			for _, cid := range ctx.ids {

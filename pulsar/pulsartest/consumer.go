@@ -17,6 +17,9 @@ type Outgoing struct {
 	RedeliveryCount uint32
 	AckSet          []int64
 	Corrupt         bool // send a wrong CRC32C
+	// RawMetadata, when set, is sent instead of Metadata's encoding: hostile bytes
+	// that need not parse as MessageMetadata.
+	RawMetadata []byte
 }
 
 // AckRecord is one ACK the broker received.
@@ -149,9 +152,11 @@ func (b *Broker) dispatch() {
 		for len(q) > 0 && s.permits > 0 {
 			m := q[0]
 			q = q[1:]
+			// A batch costs one permit per message it claims, at most the permits left
+			// (a hostile count must not stall the fake for ever).
 			cost := 1
-			if m.Metadata.NumMessagesInBatch != nil {
-				cost = int(m.Metadata.GetNumMessagesInBatch())
+			if m.Metadata != nil && m.Metadata.NumMessagesInBatch != nil {
+				cost = min(max(1, int(m.Metadata.GetNumMessagesInBatch())), s.permits)
 			}
 			s.permits -= cost
 			ledger, entry := m.LedgerID, m.EntryID
@@ -159,7 +164,10 @@ func (b *Broker) dispatch() {
 				b.entry++
 				ledger, entry = 7, b.entry
 			}
-			md, _ := proto.Marshal(m.Metadata)
+			md := m.RawMetadata
+			if md == nil {
+				md, _ = proto.Marshal(m.Metadata)
+			}
 			buf, err := frame.AppendPayloadCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: &pb.CommandMessage{
 				ConsumerId: proto.Uint64(s.id), RedeliveryCount: proto.Uint32(m.RedeliveryCount), AckSet: m.AckSet,
 				MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(ledger), EntryId: proto.Uint64(entry)}}}, md, m.Payload, 0)

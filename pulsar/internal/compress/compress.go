@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"sync"
 
 	"github.com/klauspost/compress/snappy"
@@ -20,10 +21,6 @@ import (
 
 // ErrCorrupt: a payload that does not decompress to its announced size.
 var ErrCorrupt = errors.New("pulsar: corrupt compressed payload")
-
-// MaxUncompressedSize bounds what a decompression may produce (a corrupt size field
-// must not make us allocate without bound).
-const MaxUncompressedSize = 256 << 20
 
 // Compress appends the compressed form of src to dst.
 func Compress(kind pb.CompressionType, dst, src []byte) ([]byte, error) {
@@ -63,13 +60,16 @@ func Compress(kind pb.CompressionType, dst, src []byte) ([]byte, error) {
 	return dst, fmt.Errorf("pulsar: unknown compression type %d", kind)
 }
 
-// Decompress returns src decompressed into a buffer of exactly size bytes.
-func Decompress(kind pb.CompressionType, src []byte, size int) ([]byte, error) {
+// Decompress returns src decompressed into a buffer of exactly size bytes. size comes
+// from the wire: it is checked against limit (the broker's message size limit, or the
+// consumer's for a chunked message) before anything is allocated, and no codec is let
+// produce more than about limit bytes whatever src says.
+func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, error) {
 	if kind == pb.CompressionType_NONE {
 		return src, nil
 	}
-	if size < 0 || size > MaxUncompressedSize {
-		return nil, fmt.Errorf("%w: announced uncompressed size %d is out of range", ErrCorrupt, size)
+	if size < 0 || size > limit {
+		return nil, fmt.Errorf("%w: announced uncompressed size %d is out of range (the limit is %d)", ErrCorrupt, size, limit)
 	}
 	out := make([]byte, size)
 	var n int
@@ -95,7 +95,7 @@ func Decompress(kind pb.CompressionType, src []byte, size int) ([]byte, error) {
 		}
 	case pb.CompressionType_ZSTD:
 		var got []byte
-		got, err = zstdDecoder.DecodeAll(src, out[:0])
+		got, err = zstdDecoder(limit).DecodeAll(src, out[:0])
 		n = len(got)
 		if err == nil && n == size && size > 0 {
 			out = got // DecodeAll may have reallocated
@@ -135,5 +135,21 @@ func grow(b []byte, n int) []byte {
 var (
 	zlibWriters    = sync.Pool{New: func() any { return zlib.NewWriter(nil) }}
 	zstdEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
-	zstdDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(MaxUncompressedSize))
+	// zstdDecoders[k] refuses to produce more than 1<<k bytes: a frame without a content
+	// size (or lying about it) must not grow the output beyond the caller's limit.
+	zstdDecoders [64]struct {
+		once sync.Once
+		d    *zstd.Decoder
+	}
 )
+
+// zstdDecoder returns the shared decoder bounded by the smallest power of two >= limit
+// (at least 64 KiB), so there are few of them; the exact size is checked after decoding.
+func zstdDecoder(limit int) *zstd.Decoder {
+	k := max(16, bits.Len64(uint64(max(limit, 1)-1)))
+	e := &zstdDecoders[k]
+	e.once.Do(func() {
+		e.d, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(1)<<k))
+	})
+	return e.d
+}

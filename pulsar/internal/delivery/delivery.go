@@ -1,0 +1,204 @@
+// Package delivery interprets one message the broker delivered to a consumer: its
+// metadata, compression, batch and chunk fields. Every count and size read from the
+// wire is checked against the frame or the limits before anything is allocated from
+// it, and a malformed message is an *Error naming the validation error to report in
+// the ACK (as the official clients do), never a panic. It is pure — no sockets, no
+// state — so it can be fuzzed.
+package delivery
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/compress"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+// ErrMalformed matches every *Error with errors.Is.
+var ErrMalformed = errors.New("pulsar: malformed message")
+
+// Error is a delivered message that does not validate: the consumer acknowledges it
+// with Reason and goes on.
+type Error struct {
+	Reason pb.CommandAck_ValidationError
+	Detail string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("pulsar: malformed message (%s): %s", e.Reason, e.Detail)
+}
+
+// Is makes errors.Is(err, ErrMalformed) hold.
+func (e *Error) Is(target error) bool { return target == ErrMalformed }
+
+func malformed(reason pb.CommandAck_ValidationError, format string, args ...any) *Error {
+	return &Error{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Limits bound what one delivery may make the consumer allocate.
+type Limits struct {
+	// MaxMessageSize is the broker's limit (max_message_size in CONNECTED): an entry
+	// that is not a chunk never decompresses to more.
+	MaxMessageSize int
+	// MaxChunkedMessageSize bounds a chunked message as a whole: its
+	// total_chunk_msg_size and, when compressed, its uncompressed_size.
+	MaxChunkedMessageSize int
+	// MaxPermits bounds the flow permits a malformed entry is counted for (its
+	// num_messages_in_batch cannot be trusted): the consumer's receiver queue size.
+	MaxPermits int
+}
+
+// Kind says how to deliver an Entry.
+type Kind uint8
+
+const (
+	// Single is one message; Entry.Payload is its decompressed payload.
+	Single Kind = iota
+	// Batch holds Entry.Messages.
+	Batch
+	// Chunk is one chunk of a larger message; Entry.Payload is the chunk as sent
+	// (a compressed message is decompressed once reassembled: see Decompress).
+	Chunk
+)
+
+// Entry is one delivered entry, validated.
+type Entry struct {
+	Kind Kind
+	// Metadata is the entry's metadata; nil only when it did not parse.
+	Metadata *pb.MessageMetadata
+	// Permits is what the entry costs in flow permits: 1, or the batch's size. On an
+	// error it is still set (bounded by Limits.MaxPermits), for the consumer to return.
+	Permits int
+	// Payload: the message (Single) or the chunk (Chunk).
+	Payload []byte
+	// Messages: the batch's messages still to deliver (Batch), in index order.
+	Messages []Message
+	// BatchSize is num_messages_in_batch (Batch).
+	BatchSize int
+	// Skipped counts the batch's indexes left out: acknowledged already (the ack_set
+	// of PIP-54) or compacted out.
+	Skipped int
+	// Chunk describes a chunk (Chunk).
+	Chunk ChunkInfo
+}
+
+// Message is one message of a batch.
+type Message struct {
+	Index    int
+	Metadata *pb.SingleMessageMetadata
+	Payload  []byte // aliases the entry's (decompressed) payload
+}
+
+// ChunkInfo is where a chunk belongs.
+type ChunkInfo struct {
+	UUID      string
+	ID        int // 0 ≤ ID < Count
+	Count     int // num_chunks_from_msg ≥ 2
+	TotalSize int // total_chunk_msg_size: the reassembled size, before decompression
+}
+
+// Parse validates and interprets one delivered entry: metadata is the raw
+// MessageMetadata, payload the rest of the frame, ackSet the CommandMessage's ack_set.
+// The returned payloads alias payload or a buffer Parse allocated within the limits.
+func Parse(metadata, payload []byte, ackSet []int64, lim Limits) (Entry, error) {
+	e := Entry{Permits: 1}
+	md := &pb.MessageMetadata{}
+	if err := proto.Unmarshal(metadata, md); err != nil {
+		// What the official clients answer for metadata that does not parse.
+		return e, malformed(pb.CommandAck_ChecksumMismatch, "metadata: %v", err)
+	}
+	e.Metadata = md
+	if md.NumMessagesInBatch != nil {
+		e.Permits = min(max(1, int(md.GetNumMessagesInBatch())), max(1, lim.MaxPermits))
+	}
+	if md.GetNumChunksFromMsg() > 1 {
+		return e, parseChunk(&e, md, payload, lim)
+	}
+	if md.GetCompression() != pb.CompressionType_NONE && int64(md.GetUncompressedSize()) > int64(lim.MaxMessageSize) {
+		return e, malformed(pb.CommandAck_UncompressedSizeCorruption, "uncompressed size %d is above the broker's limit %d", md.GetUncompressedSize(), lim.MaxMessageSize)
+	}
+	out, err := compress.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize()), lim.MaxMessageSize)
+	if err != nil {
+		return e, malformed(pb.CommandAck_DecompressionError, "%v", err)
+	}
+	if md.NumMessagesInBatch == nil {
+		e.Kind, e.Payload = Single, out
+		return e, nil
+	}
+	return e, parseBatch(&e, md, out, ackSet)
+}
+
+// batchEntryMin is the smallest batch entry: a 4-byte metadata size, empty metadata
+// and an empty payload. It bounds a believable num_messages_in_batch by the payload.
+const batchEntryMin = 4
+
+func parseBatch(e *Entry, md *pb.MessageMetadata, payload []byte, ackSet []int64) error {
+	n := int(md.GetNumMessagesInBatch())
+	if n < 1 || n > len(payload)/batchEntryMin {
+		return malformed(pb.CommandAck_BatchDeSerializeError, "num_messages_in_batch %d does not fit a %d-byte batch", n, len(payload))
+	}
+	if words := (n + 63) / 64; len(ackSet) > words {
+		return malformed(pb.CommandAck_BatchDeSerializeError, "ack_set has %d words for a batch of %d", len(ackSet), n)
+	}
+	msgs := make([]Message, 0, n)
+	for i := range n {
+		if len(payload) < 4 {
+			return malformed(pb.CommandAck_BatchDeSerializeError, "batch entry %d of %d: truncated", i, n)
+		}
+		size := binary.BigEndian.Uint32(payload)
+		if uint64(size) > uint64(len(payload)-4) {
+			return malformed(pb.CommandAck_BatchDeSerializeError, "batch entry %d of %d: metadata size %d exceeds the batch", i, n, size)
+		}
+		smd := &pb.SingleMessageMetadata{}
+		if err := proto.Unmarshal(payload[4:4+size], smd); err != nil {
+			return malformed(pb.CommandAck_BatchDeSerializeError, "batch entry %d of %d: %v", i, n, err)
+		}
+		rest := payload[4+size:]
+		psize := int64(smd.GetPayloadSize())
+		if psize < 0 || psize > int64(len(rest)) {
+			return malformed(pb.CommandAck_BatchDeSerializeError, "batch entry %d of %d: payload size %d does not fit the %d bytes left", i, n, psize, len(rest))
+		}
+		body := rest[:psize:psize]
+		payload = rest[psize:]
+		acked := len(ackSet) > 0 && (i/64 >= len(ackSet) || ackSet[i/64]&(1<<(i%64)) == 0)
+		if acked || smd.GetCompactedOut() {
+			e.Skipped++
+			continue
+		}
+		msgs = append(msgs, Message{Index: i, Metadata: smd, Payload: body})
+	}
+	e.Kind, e.Messages, e.BatchSize, e.Permits = Batch, msgs, n, n
+	return nil
+}
+
+func parseChunk(e *Entry, md *pb.MessageMetadata, payload []byte, lim Limits) error {
+	c := ChunkInfo{UUID: md.GetUuid(), ID: int(md.GetChunkId()), Count: int(md.GetNumChunksFromMsg()), TotalSize: int(md.GetTotalChunkMsgSize())}
+	switch {
+	case md.NumMessagesInBatch != nil:
+		return malformed(pb.CommandAck_BatchDeSerializeError, "a chunk that says it is a batch of %d", md.GetNumMessagesInBatch())
+	case c.UUID == "":
+		return malformed(pb.CommandAck_BatchDeSerializeError, "a chunk without a uuid")
+	case c.ID < 0 || c.ID >= c.Count:
+		return malformed(pb.CommandAck_BatchDeSerializeError, "chunk id %d of %d", c.ID, c.Count)
+	case c.TotalSize < c.Count || c.TotalSize > lim.MaxChunkedMessageSize:
+		return malformed(pb.CommandAck_UncompressedSizeCorruption, "total_chunk_msg_size %d for %d chunks (the limit is %d)", c.TotalSize, c.Count, lim.MaxChunkedMessageSize)
+	case len(payload) > c.TotalSize:
+		return malformed(pb.CommandAck_UncompressedSizeCorruption, "a %d-byte chunk of a %d-byte message", len(payload), c.TotalSize)
+	case md.GetCompression() != pb.CompressionType_NONE && int64(md.GetUncompressedSize()) > int64(lim.MaxChunkedMessageSize):
+		return malformed(pb.CommandAck_UncompressedSizeCorruption, "uncompressed size %d is above the limit %d", md.GetUncompressedSize(), lim.MaxChunkedMessageSize)
+	}
+	e.Kind, e.Payload, e.Chunk, e.Permits = Chunk, payload, c, 1
+	return nil
+}
+
+// Decompress decompresses a reassembled chunked message whose first chunk carried md.
+func Decompress(md *pb.MessageMetadata, payload []byte, lim Limits) ([]byte, error) {
+	out, err := compress.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize()), lim.MaxChunkedMessageSize)
+	if err != nil {
+		return nil, malformed(pb.CommandAck_DecompressionError, "%v", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,154 @@
+package delivery
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/compress"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+var testLimits = Limits{MaxMessageSize: 1 << 20, MaxChunkedMessageSize: 4 << 20, MaxPermits: 100}
+
+func batch(payloads ...string) []byte {
+	var buf []byte
+	for i, p := range payloads {
+		smd, _ := proto.Marshal(&pb.SingleMessageMetadata{PayloadSize: proto.Int32(int32(len(p))), SequenceId: proto.Uint64(uint64(i)),
+			CompactedOut: proto.Bool(p == "compacted")})
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(smd)))
+		buf = append(buf, smd...)
+		buf = append(buf, p...)
+	}
+	return buf
+}
+
+func marshal(md *pb.MessageMetadata) []byte {
+	b, _ := proto.Marshal(md)
+	return b
+}
+
+func TestParseValid(t *testing.T) {
+	zstd, _ := compress.Compress(pb.CompressionType_ZSTD, nil, batch("a", "bb", "compacted", "d"))
+	for _, tc := range []struct {
+		name    string
+		md      *pb.MessageMetadata
+		payload []byte
+		ackSet  []int64
+		kind    Kind
+		want    []string
+		permits int
+		skipped int
+	}{
+		{"single", &pb.MessageMetadata{}, []byte("hello"), nil, Single, []string{"hello"}, 1, 0},
+		{"batch", &pb.MessageMetadata{NumMessagesInBatch: proto.Int32(2)}, batch("a", "bb"), nil, Batch, []string{"a", "bb"}, 2, 0},
+		{"compressed batch, compacted and acknowledged indexes", &pb.MessageMetadata{NumMessagesInBatch: proto.Int32(4), Compression: pb.CompressionType_ZSTD.Enum(),
+			UncompressedSize: proto.Uint32(uint32(len(batch("a", "bb", "compacted", "d"))))}, zstd, []int64{0b0101}, Batch, []string{"a"}, 4, 3},
+		{"chunk", &pb.MessageMetadata{Uuid: proto.String("u"), NumChunksFromMsg: proto.Int32(2), ChunkId: proto.Int32(1), TotalChunkMsgSize: proto.Int32(4)},
+			[]byte("cd"), nil, Chunk, []string{"cd"}, 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := Parse(marshal(tc.md), tc.payload, tc.ackSet, testLimits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			if e.Kind == Batch {
+				for _, m := range e.Messages {
+					got = append(got, string(m.Payload))
+				}
+			} else {
+				got = []string{string(e.Payload)}
+			}
+			if e.Kind != tc.kind || e.Permits != tc.permits || e.Skipped != tc.skipped || len(got) != len(tc.want) {
+				t.Fatalf("kind %d permits %d skipped %d payloads %q; want %d %d %d %q", e.Kind, e.Permits, e.Skipped, got, tc.kind, tc.permits, tc.skipped, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("payloads %q, want %q", got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// TestMalformedPermitsAreBounded: a discarded entry returns at most a window of permits,
+// whatever its count says, and at least one.
+func TestMalformedPermitsAreBounded(t *testing.T) {
+	for _, n := range []int32{-1, 0, 1 << 30} {
+		e, err := Parse(marshal(&pb.MessageMetadata{NumMessagesInBatch: proto.Int32(n)}), []byte("abc"), nil, testLimits)
+		var de *Error
+		if !errors.As(err, &de) || !errors.Is(err, ErrMalformed) || de.Reason != pb.CommandAck_BatchDeSerializeError {
+			t.Fatalf("batch of %d: %v", n, err)
+		}
+		if e.Permits < 1 || e.Permits > testLimits.MaxPermits {
+			t.Fatalf("batch of %d: %d permits", n, e.Permits)
+		}
+	}
+}
+
+// FuzzParse: no input panics, allocates beyond the limits or yields an entry that
+// contradicts its metadata.
+func FuzzParse(f *testing.F) {
+	lz4, _ := compress.Compress(pb.CompressionType_LZ4, nil, batch("x", "yy"))
+	f.Add(marshal(&pb.MessageMetadata{}), []byte("hello"), []byte{})
+	f.Add(marshal(&pb.MessageMetadata{NumMessagesInBatch: proto.Int32(3)}), batch("a", "compacted", "c"), []byte{5})
+	f.Add(marshal(&pb.MessageMetadata{NumMessagesInBatch: proto.Int32(2), Compression: pb.CompressionType_LZ4.Enum(),
+		UncompressedSize: proto.Uint32(uint32(len(batch("x", "yy"))))}), lz4, []byte{})
+	f.Add(marshal(&pb.MessageMetadata{Uuid: proto.String("u"), NumChunksFromMsg: proto.Int32(3), ChunkId: proto.Int32(0), TotalChunkMsgSize: proto.Int32(9)}), []byte("abc"), []byte{})
+	f.Add(marshal(&pb.MessageMetadata{NumMessagesInBatch: proto.Int32(-1)}), batch("a"), []byte{})
+	f.Fuzz(func(t *testing.T, metadata, payload, ack []byte) {
+		var ackSet []int64
+		for len(ack) >= 8 {
+			ackSet = append(ackSet, int64(binary.LittleEndian.Uint64(ack)))
+			ack = ack[8:]
+		}
+		if len(ack) > 0 {
+			ackSet = append(ackSet, int64(ack[0]))
+		}
+		e, err := Parse(metadata, payload, ackSet, testLimits)
+		if e.Permits < 1 {
+			t.Fatalf("%d permits", e.Permits)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("an error that is not ErrMalformed: %v", err)
+			}
+			if e.Permits > testLimits.MaxPermits {
+				t.Fatalf("a malformed entry costs %d permits", e.Permits)
+			}
+			return
+		}
+		md := e.Metadata
+		switch e.Kind {
+		case Single:
+			if md.GetCompression() != pb.CompressionType_NONE && len(e.Payload) != int(md.GetUncompressedSize()) {
+				t.Fatalf("%d bytes, metadata says %d", len(e.Payload), md.GetUncompressedSize())
+			}
+			if len(e.Payload) > max(testLimits.MaxMessageSize, len(payload)) {
+				t.Fatalf("%d bytes from a %d-byte payload", len(e.Payload), len(payload))
+			}
+		case Batch:
+			if e.BatchSize != int(md.GetNumMessagesInBatch()) || len(e.Messages)+e.Skipped != e.BatchSize || e.Permits != e.BatchSize {
+				t.Fatalf("batch of %d: %d messages, %d skipped, %d permits", md.GetNumMessagesInBatch(), len(e.Messages), e.Skipped, e.Permits)
+			}
+			last := -1
+			for _, m := range e.Messages {
+				if m.Index <= last || m.Index >= e.BatchSize || int(m.Metadata.GetPayloadSize()) != len(m.Payload) {
+					t.Fatalf("batch message %d after %d: %d bytes, metadata says %d", m.Index, last, len(m.Payload), m.Metadata.GetPayloadSize())
+				}
+				last = m.Index
+			}
+		case Chunk:
+			c := e.Chunk
+			if c.ID < 0 || c.ID >= c.Count || c.Count < 2 || c.TotalSize > testLimits.MaxChunkedMessageSize || len(e.Payload) > c.TotalSize || !bytes.Equal(e.Payload, payload) {
+				t.Fatalf("chunk %+v of %d bytes", c, len(e.Payload))
+			}
+		default:
+			t.Fatalf("kind %d", e.Kind)
+		}
+	})
+}
