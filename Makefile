@@ -9,15 +9,15 @@ MODULES := . e2e bench k8s
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build test check fmt-check vet unit k8s-test image e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing fuzz clean
+.PHONY: all build test check fmt-check vet unit k8s-test image image-test e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing fuzz clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bridge
 
-## test: the whole suite (gofmt, go vet, unit tests with -race, manifest checks, e2e on a real broker).
-test: check unit k8s-test e2e
+## test: the whole suite (gofmt, go vet, unit tests with -race, manifest checks, e2e on a real broker, the image).
+test: check unit k8s-test e2e image-test
 
 check: fmt-check vet
 
@@ -35,9 +35,20 @@ unit:
 k8s-test:
 	cd k8s && $(GO) test -count=1 ./...
 
-## image: the container image (needs a Docker daemon).
-image:
-	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t recordio-bridge:$(VERSION) .
+## image: the container image from `make build`'s static binary, FROM scratch, no registry
+## (docker when a daemon answers, buildah otherwise; image/build.sh).
+IMAGE ?= recordio-bridge:$(VERSION)
+STORAGE_DRIVER ?= vfs
+image: build
+	IMAGE=$(IMAGE) VERSION=$(VERSION) BIN=$(BIN) STORAGE_DRIVER=$(STORAGE_DRIVER) image/build.sh
+
+## image-test: the image built with buildah (podman's store) and run with podman as the manifests
+## run it, against a real broker (e2e/image_test.go: PULSAR_URL's, or one of its own).
+PODMAN ?= podman --storage-driver $(STORAGE_DRIVER) --runtime runc --cgroup-manager cgroupfs
+image-test: build
+	IMAGE=$(IMAGE) VERSION=$(VERSION) BIN=$(BIN) STORAGE_DRIVER=$(STORAGE_DRIVER) IMAGE_BUILDER=buildah image/build.sh
+	cd e2e && BRIDGE_IMAGE=localhost/$(IMAGE) BRIDGE_BIN=$(CURDIR)/$(BIN) BRIDGE_PODMAN='$(PODMAN)' STORAGE_DRIVER=$(STORAGE_DRIVER) \
+		$(GO) test -race -count=1 -p 1 -timeout 10m -run '^TestImage' .
 
 ## e2e: black-box tests against one real Apache Pulsar standalone broker for the whole run.
 e2e: build

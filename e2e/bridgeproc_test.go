@@ -168,20 +168,30 @@ func (p *bridgeProc) write(cfg string) {
 	ops := strings.TrimPrefix(p.OpsURL, "http://")
 	full := fmt.Sprintf("listen:\n  data: %s\n  ops: %s\n%s", host, ops, cfg)
 	p.gen++
-	gen := fmt.Sprintf("..gen_%03d", p.gen)
-	if err := os.Mkdir(filepath.Join(p.dir, gen), 0o755); err != nil {
-		p.t.Fatal(err)
+	swapGeneration(p.t, p.dir, p.gen, map[string]string{"config.yaml": full})
+}
+
+// swapGeneration writes files into generation gen of a kubelet-style volume directory
+// (dir/..gen_NNN/name) and renames the ..data symlink onto it atomically. The caller makes
+// the dir/name -> ..data/name links once.
+func swapGeneration(t testing.TB, dir string, gen int, files map[string]string) {
+	t.Helper()
+	name := fmt.Sprintf("..gen_%03d", gen)
+	if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(p.dir, gen, "config.yaml"), []byte(full), 0o644); err != nil {
-		p.t.Fatal(err)
+	for f, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name, f), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	tmp := filepath.Join(p.dir, "..data_tmp")
+	tmp := filepath.Join(dir, "..data_tmp")
 	_ = os.Remove(tmp)
-	if err := os.Symlink(gen, tmp); err != nil {
-		p.t.Fatal(err)
+	if err := os.Symlink(name, tmp); err != nil {
+		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, filepath.Join(p.dir, "..data")); err != nil {
-		p.t.Fatal(err)
+	if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
 	}
 }
 
