@@ -504,8 +504,8 @@ func volumeDir(t *testing.T, files map[string]string) string {
 // filesystem, user 65532, no capabilities, config and token mounted read-only), answers its
 // probes, sends the Pulsar token from the mounted file, receipts a RecordIO stream that the
 // official client reads back and a GET stream delivers, applies a ConfigMap-style ..data swap
-// without a restart, and on SIGTERM ends the open GET stream and exits 0 within its drain
-// timeout.
+// without a restart, and on SIGTERM ends the open GET and POST streams (the latter with its
+// summary) and exits 0 within its drain timeout.
 func TestImageRunsAsTheManifestsRunIt(t *testing.T) {
 	img := imageUnderTest(t)
 	b := broker.Get(t)
@@ -627,11 +627,28 @@ streams:
 		t.Fatalf("the bridge was restarted (pid %d, then %d): a reload must not restart it", pid, now)
 	}
 
+	// An ingress stream that would go on for ever: its record receipted, its body still open.
+	open := openStream(t, h1Client, c.DataURL+"/v1/publish/events", nil)
+	if err := open.send(rec(4)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-open.receipts:
+		if r.Status != 200 || r.Topic != second {
+			t.Fatalf("the open stream's receipt: %+v", r)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no receipt on the open stream within a minute")
+	}
+
 	if code := c.terminate(t, drainTimeout); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
 	if _, err := rd.Next(); err != io.EOF {
 		t.Fatalf("the GET stream did not end cleanly on SIGTERM: %v", err)
+	}
+	if _, sum, err := open.drain(time.Minute); err != nil || sum.Status != 503 || sum.Published != 1 || sum.Records != 1 {
+		t.Fatalf("the open stream ended with %+v, %v; want its summary: 503, one record published", sum, err)
 	}
 	if !strings.Contains(c.logs.String(), "configuration reloaded") {
 		t.Errorf("the bridge's log does not mention the reload:\n%s", tail(c.logs.String(), 20))

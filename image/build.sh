@@ -32,6 +32,10 @@ image=${IMAGE:-recordio-bridge:$version}
 driver=${STORAGE_DRIVER:-vfs}
 
 [ -x "$bin" ] || die "$bin is missing: run \`make build\` first (CGO_ENABLED=0, a static binary)."
+# A binary that needs a dynamic loader or libc would not start on scratch.
+if command -v go >/dev/null && [[ "$(go version -m "$bin" 2>/dev/null || true)" != *CGO_ENABLED=0* ]]; then
+  die "$bin was not built with CGO_ENABLED=0: run \`make build\` (a static binary is the only thing that runs on scratch)."
+fi
 [ -f "$ca" ] || die "no CA bundle at $ca: install Debian's ca-certificates (apt-get install -y ca-certificates) or set CA_BUNDLE."
 [[ "$epoch" =~ ^[0-9]+$ ]] || die "SOURCE_DATE_EPOCH must be seconds since the epoch, not '$epoch'."
 created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
