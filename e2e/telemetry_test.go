@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,18 +58,21 @@ func exitStderr(err error) string {
 }
 
 type jaegerSpan struct {
-	TraceID       string `json:"traceID"`
-	SpanID        string `json:"spanID"`
-	OperationName string `json:"operationName"`
-	References    []struct {
-		RefType string `json:"refType"`
-		SpanID  string `json:"spanID"`
-	} `json:"references"`
-	ProcessID string `json:"processID"`
-	Tags      []struct {
+	TraceID       string      `json:"traceID"`
+	SpanID        string      `json:"spanID"`
+	OperationName string      `json:"operationName"`
+	References    []jaegerRef `json:"references"`
+	ProcessID     string      `json:"processID"`
+	Tags          []struct {
 		Key   string `json:"key"`
 		Value any    `json:"value"`
 	} `json:"tags"`
+}
+
+type jaegerRef struct {
+	RefType string `json:"refType"`
+	TraceID string `json:"traceID"`
+	SpanID  string `json:"spanID"`
 }
 
 func (s jaegerSpan) tag(k string) any {
@@ -80,10 +84,13 @@ func (s jaegerSpan) tag(k string) any {
 	return nil
 }
 
-// TestOneTraceCoversEveryHop publishes a record through ingress with a traceparent and
-// reads it through egress with the same trace context, then asks a real Jaeger for the
-// trace: the client span, the ingress server span, the publish span, the egress process
-// span and the egress response span, parented and linked as they should be.
+// TestOneTraceCoversEveryHop publishes a record through ingress with the client's context
+// in the record itself (the route maps its traceparent field to the message property) and
+// reads it through egress, requests sent with the same context, then asks a real Jaeger
+// for the trace: the client span, the ingress server span, the publish span, the egress
+// process span and the egress response span, parented as they should be; the publish and
+// process spans linked to their streams' segment spans, each a root of its own trace
+// linked to its stream's span.
 func TestOneTraceCoversEveryHop(t *testing.T) {
 	b := broker.Get(t)
 	grpcAddr, query := startJaeger(t)
@@ -93,7 +100,7 @@ pulsar:
   url: %s
 routes:
   - name: traced
-    default: {topic: %s}
+    default: {topic: %s, properties: {traceparent: "{json:traceparent}"}}
 streams:
   - name: traced
     topics: [%s]
@@ -122,7 +129,8 @@ streams:
 	// Publish one record (streamed receipts) with the client's context.
 	status, _, body := postOne(t, p.DataURL+"/v1/publish/traced", map[string]string{
 		"Content-Type": "application/recordio", "Message-Content-Type": "application/json",
-		"Accept": "application/recordio", "traceparent": headers.Get("traceparent")}, recordio.AppendRecord(nil, []byte(`{"type":"UPDATE"}`)))
+		"Accept": "application/recordio", "traceparent": headers.Get("traceparent")},
+		recordio.AppendRecord(nil, []byte(`{"type":"UPDATE","traceparent":"`+headers.Get("traceparent")+`"}`)))
 	rs, sum := decodeStreamed(t, body)
 	if status != 200 || sum.Status != 200 || len(rs) != 1 {
 		t.Fatalf("publish: %d %s", status, body)
@@ -172,47 +180,104 @@ streams:
 	publish := byName["publish "+topic]
 	process := byName["process "+topic]
 	response := byName["GET traced"]
-	parent := func(s jaegerSpan, refType string) []string {
-		var out []string
-		for _, r := range s.References {
-			if r.RefType == refType {
-				out = append(out, r.SpanID)
-			}
-		}
-		return out
-	}
-	has := func(l []string, id string) bool {
-		for _, x := range l {
-			if x == id {
-				return true
-			}
-		}
-		return false
-	}
 	switch {
 	case root.SpanID == "" || ingress.SpanID == "" || publish.SpanID == "" || process.SpanID == "" || response.SpanID == "":
 		t.Fatalf("trace %s has spans %v; want the client, ingress, publish, process and response spans", traceID, names)
-	case !has(parent(ingress, "CHILD_OF"), root.SpanID):
+	case !has(refs(ingress, "CHILD_OF"), root.SpanID):
 		t.Fatalf("the ingress span is not a child of the client span: %+v", ingress.References)
-	case !has(parent(publish, "CHILD_OF"), ingress.SpanID):
-		t.Fatalf("the publish span is not a child of the ingress span: %+v", publish.References)
-	case !has(parent(process, "CHILD_OF"), publish.SpanID):
+	case !has(refs(publish, "CHILD_OF"), root.SpanID):
+		t.Fatalf("the publish span is not a child of the client's context in the record: %+v", publish.References)
+	case !has(refs(process, "CHILD_OF"), publish.SpanID):
 		t.Fatalf("the process span does not continue the publish span (through the message's properties): %+v", process.References)
-	case !has(parent(process, "FOLLOWS_FROM"), response.SpanID) && !has(parent(process, "CHILD_OF"), response.SpanID):
-		t.Fatalf("the process span is not linked to the egress response span: %+v", process.References)
-	case !has(parent(response, "CHILD_OF"), root.SpanID):
+	case !has(refs(response, "CHILD_OF"), root.SpanID):
 		t.Fatalf("the egress response span is not a child of the client span: %+v", response.References)
 	case publish.tag("messaging.system") != "pulsar" || publish.tag("messaging.destination.name") != topic ||
 		publish.tag("messaging.message.id") != rs[0].MessageID:
 		t.Fatalf("publish span tags: %+v", publish.Tags)
 	}
-	// The publish and process spans went out through the per-record span queue (not the
-	// SDK), and its metric says so.
-	if m := scrape(t, p.OpsURL); !regexp.MustCompile(`(?m)^bridge_trace_record_spans_total\{[^}]*result="exported"[^}]*\} 2$`).MatchString(m) ||
-		!regexp.MustCompile(`(?m)^bridge_trace_record_spans_total\{[^}]*result="dropped"[^}]*\} 0$`).MatchString(m) {
-		t.Fatalf("bridge_trace_record_spans_total does not count 2 exported and 0 dropped spans:\n%s", m)
+	// Each record span links to its stream's segment, a root linked to the stream's span.
+	for _, c := range []struct {
+		s      jaegerSpan
+		stream jaegerSpan
+		name   string
+	}{{publish, ingress, "segment POST traced"}, {process, response, "segment GET traced"}} {
+		links := linksOf(c.s)
+		if len(links) != 1 {
+			t.Fatalf("%s links %+v; want its segment", c.s.OperationName, c.s.References)
+		}
+		seg := waitForSpan(t, query, links[0].TraceID, links[0].SpanID)
+		if seg.OperationName != c.name || !has(refs(seg, "FOLLOWS_FROM"), c.stream.SpanID) || len(refs(seg, "CHILD_OF")) != 0 {
+			t.Fatalf("%s links %s (%+v); want %q, a root linked to %s", c.s.OperationName, seg.OperationName, seg.References, c.name, c.stream.OperationName)
+		}
 	}
-	t.Logf("trace %s in Jaeger: %v; parent chain client -> POST -> publish -> process (via message properties), process linked to GET", traceID, names)
+	// Every span ended was exported, none lost, and the metric says so.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		m := scrape(t, p.OpsURL)
+		count := func(result string) int {
+			m := regexp.MustCompile(`(?m)^bridge_trace_spans_total\{[^}]*result="` + result + `"[^}]*\} (\d+)$`).FindStringSubmatch(m)
+			if m == nil {
+				return -1
+			}
+			n, _ := strconv.Atoi(m[1])
+			return n
+		}
+		if ended := count("ended"); ended >= 6 && count("exported") == ended && count("failed") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bridge_trace_spans_total: want ended = exported >= 6 (POST, publish, GET, process, two segments) and 0 failed:\n%s", m)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("trace %s in Jaeger: %v; parent chain client -> publish -> process (via message properties), each linked to its segment", traceID, names)
+}
+
+func refs(s jaegerSpan, refType string) []string {
+	var out []string
+	for _, r := range s.References {
+		if r.RefType == refType {
+			out = append(out, r.SpanID)
+		}
+	}
+	return out
+}
+
+func has(l []string, id string) bool {
+	for _, x := range l {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// linksOf is the spans s links to (Jaeger shows a link as a FOLLOWS_FROM reference).
+func linksOf(s jaegerSpan) []jaegerRef {
+	var out []jaegerRef
+	for _, r := range s.References {
+		if r.RefType == "FOLLOWS_FROM" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitForSpan asks Jaeger for a span until it is there (30 s at most).
+func waitForSpan(t *testing.T, query, traceID, spanID string) jaegerSpan {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, s := range jaegerTrace(t, query, traceID) {
+			if s.SpanID == spanID {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("span %s of trace %s is not in Jaeger", spanID, traceID)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }
 
 func jaegerTrace(t *testing.T, query, traceID string) []jaegerSpan {
@@ -301,4 +366,184 @@ streams:
 		t.Fatalf("the dashboard queries metrics /metrics does not have: %v\n%s", missing, metrics)
 	}
 	t.Logf("all %d metrics the dashboard queries are exposed", len(names))
+}
+
+// TestSampledRecordsMakeCompleteTraces: with a 10 % sampler, 10 000 records of one
+// stream make 1 000 ± 3σ traces in a real Jaeger, exactly the records whose messages
+// say sampled, each complete across ingress, Pulsar and egress: the publish span, the
+// process span its child (through the message), each linked to its stream's segment
+// span. Records that fail are traced although the sampler would have dropped most.
+func TestSampledRecordsMakeCompleteTraces(t *testing.T) {
+	b := broker.Get(t)
+	grpcAddr, query := startJaeger(t)
+	topic := b.Topic(t, "sampled")
+	const service = "bridge-sampled"
+	p := startBridgeEnv(t, fmt.Sprintf(`
+pulsar:
+  url: %s
+ingress:
+  maxRecordBytes: 2KiB
+routes:
+  - name: sampled
+    default: {topic: %s}
+streams:
+  - name: sampled
+    topics: [%s]
+    position: earliest
+    envelope: json
+`, b.URL, topic, topic), []string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + grpcAddr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_SERVICE_NAME=" + service,
+		"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1", "OTEL_BSP_SCHEDULE_DELAY=100",
+		"BRIDGE_TRACE_SEGMENT_RECORDS=2000",
+	})
+	begin := time.Now()
+
+	// 10 000 records of 1 KiB in one stream, and 10 too large for ingress.maxRecordBytes.
+	const n, bad = 10000, 10
+	pad := strings.Repeat("a", 1000)
+	var body []byte
+	for i := range n {
+		body = recordio.AppendRecord(body, []byte(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, pad)))
+		if i%(n/bad) == 0 {
+			body = recordio.AppendRecord(body, []byte(fmt.Sprintf(`{"i":-1,"pad":"%s"}`, strings.Repeat(pad, 4))))
+		}
+	}
+	status, _, out := postOne(t, p.DataURL+"/v1/publish/sampled", map[string]string{
+		"Content-Type": "application/recordio", "Message-Content-Type": "application/json", "Accept": "application/recordio"}, body)
+	if _, sum := decodeStreamed(t, out); status != 200 || sum.Published != n || sum.Failed != bad {
+		t.Fatalf("publish: %d, summary %+v", status, sum)
+	}
+
+	// Read them back; the messages say which records were sampled.
+	ctx, cancel := context.WithCancel(context.Background())
+	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/sampled", map[string]string{"Message-Accept": "application/json"})
+	rd := recordio.NewReader(resp.Body)
+	sampled := map[string]string{} // trace id -> message id
+	for range n {
+		rec, err := rd.Next()
+		if err != nil {
+			t.Fatalf("egress after %d sampled: %v", len(sampled), err)
+		}
+		var env struct {
+			MessageID  string            `json:"messageId"`
+			Properties map[string]string `json:"properties"`
+		}
+		if err := json.Unmarshal(rec, &env); err != nil {
+			t.Fatal(err)
+		}
+		tp := env.Properties["traceparent"]
+		if len(tp) != 55 {
+			t.Fatalf("message %s carries no traceparent: %v", env.MessageID, env.Properties)
+		}
+		if strings.HasSuffix(tp, "-01") {
+			sampled[tp[3:35]] = env.MessageID
+		}
+	}
+	cancel()
+	resp.Body.Close()
+	// Binomial(10 000, 0.1): mean 1 000, σ = 30.
+	if len(sampled) < 910 || len(sampled) > 1090 {
+		t.Fatalf("%d of %d records sampled at 10 %%; want 1 000 ± 90", len(sampled), n)
+	}
+
+	// Every sampled record's trace is in Jaeger, complete.
+	search := func(operation string) map[string][]jaegerSpan {
+		u := fmt.Sprintf("%s/api/traces?service=%s&operation=%s&limit=100000&start=%d&end=%d", query, service,
+			strings.ReplaceAll(operation, " ", "%20"), begin.Add(-time.Minute).UnixMicro(), time.Now().Add(time.Minute).UnixMicro())
+		r, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		var res struct {
+			Data []struct {
+				TraceID string       `json:"traceID"`
+				Spans   []jaegerSpan `json:"spans"`
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&res); err != nil {
+			t.Fatal(err)
+		}
+		traces := map[string][]jaegerSpan{}
+		for _, d := range res.Data {
+			traces[d.TraceID] = d.Spans
+		}
+		return traces
+	}
+	complete := func(spans []jaegerSpan) (publish, process jaegerSpan, ok bool) {
+		for _, s := range spans {
+			switch s.OperationName {
+			case "publish " + topic:
+				publish = s
+			case "process " + topic:
+				process = s
+			}
+		}
+		return publish, process, len(spans) == 2 && publish.SpanID != "" && process.SpanID != ""
+	}
+	var traces map[string][]jaegerSpan
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		traces = search("publish " + topic)
+		done := 0
+		for _, spans := range traces {
+			if _, _, ok := complete(spans); ok {
+				done++
+			}
+		}
+		if done >= len(sampled) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	segments := map[string]string{} // span id -> name
+	for _, name := range []string{"segment POST sampled", "segment GET sampled"} {
+		for _, spans := range search(name) {
+			for _, s := range spans {
+				segments[s.SpanID] = s.OperationName
+			}
+		}
+	}
+	if len(traces) != len(sampled) {
+		t.Fatalf("Jaeger has %d traces with a publish span; %d records were sampled", len(traces), len(sampled))
+	}
+	for id, spans := range traces {
+		publish, process, ok := complete(spans)
+		switch {
+		case sampled[id] == "":
+			t.Fatalf("trace %s is in Jaeger, but its record's message was not sampled", id)
+		case !ok:
+			t.Fatalf("trace %s is incomplete: %+v", id, spans)
+		case len(refs(publish, "CHILD_OF")) != 0 || !has(refs(process, "CHILD_OF"), publish.SpanID):
+			t.Fatalf("trace %s: publish %+v, process %+v; want a root publish span and its process child", id, publish.References, process.References)
+		case publish.tag("messaging.message.id") != sampled[id] || process.tag("messaging.message.id") != sampled[id]:
+			t.Fatalf("trace %s: message ids %v, %v; want %s", id, publish.tag("messaging.message.id"), process.tag("messaging.message.id"), sampled[id])
+		case len(linksOf(publish)) != 1 || segments[linksOf(publish)[0].SpanID] != "segment POST sampled" ||
+			len(linksOf(process)) != 1 || segments[linksOf(process)[0].SpanID] != "segment GET sampled":
+			t.Fatalf("trace %s: publish links %+v, process links %+v; want their streams' segments", id, linksOf(publish), linksOf(process))
+		}
+	}
+
+	// Every failed record is traced: 10 of them where the sampler alone would keep about one.
+	var failed map[string][]jaegerSpan
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		failed = search("publish")
+		if len(failed) >= bad || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	errs := 0
+	for _, spans := range failed {
+		for _, s := range spans {
+			if s.OperationName == "publish" && s.tag("error") == true && len(linksOf(s)) == 1 && segments[linksOf(s)[0].SpanID] == "segment POST sampled" {
+				errs++
+			}
+		}
+	}
+	if errs != bad {
+		t.Fatalf("%d failed records traced in Jaeger, want %d", errs, bad)
+	}
+	t.Logf("%d of %d records sampled at 10 %%: %d complete traces in Jaeger (publish -> process, each linked to its segment; %d segment spans); all %d failed records traced",
+		len(sampled), n, len(traces), len(segments), bad)
 }

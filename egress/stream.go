@@ -78,8 +78,7 @@ type stream struct {
 	srv        *Server
 	c          echo.Context
 	ctx        context.Context     // carries the response span
-	sampled    bool                // the response span is sampled
-	spanLink   *telemetry.SpanLink // to the response span, for the process spans
+	segments   *telemetry.Segments // with tracing on
 	rc         *http.ResponseController
 	def        *mapping.Stream
 	opts       options
@@ -100,7 +99,7 @@ type unackedEntry struct {
 }
 
 func newStream(s *Server, c echo.Context, ctx context.Context, def *mapping.Stream, o options, sub Subscription, recordType string, l Limits) *stream {
-	return &stream{srv: s, c: c, ctx: ctx, sampled: trace.SpanContextFromContext(ctx).IsSampled(), rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
+	return &stream{srv: s, c: c, ctx: ctx, segments: s.tr.NewSegments("GET "+def.Name, trace.SpanContextFromContext(ctx)), rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
 		recordType: recordType, limits: l, unacked: map[string]*unackedEntry{}, ackWake: make(chan struct{}, 1)}
 }
 
@@ -108,6 +107,7 @@ var errWriteTimeout = errors.New("the client did not take the stream's data in t
 
 func (st *stream) run() int64 {
 	defer st.sub.Close()
+	defer st.segments.Close()
 	ctx, cancel := context.WithCancel(st.ctx)
 	defer cancel()
 	go func() {
@@ -231,46 +231,12 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		} else {
 			flushed = append(flushed, d)
 		}
-		tr := st.srv.tr
-		var parent *telemetry.SpanParent
-		var pctx context.Context
-		var msc trace.SpanContext
-		if tr.Enabled && d.Properties["traceparent"] != "" {
-			var sampled, ok bool
-			if parent, sampled, ok = telemetry.ParentFromProperties(d.Properties); !ok || !sampled || !tr.ChildFollowsParent || tr.Records == nil {
-				parent = nil // the SDK decides, from the propagator's reading of the context
-				pctx = tr.Propagator.Extract(context.Background(), telemetry.PropertiesCarrier(d.Properties))
-				msc = trace.SpanContextFromContext(pctx)
-			}
-		}
-		switch {
-		case parent != nil:
-			// The common case of a traced message: the process span continues the
-			// producer's trace (from the message's properties) and links to this
-			// stream's response span, made without the SDK (as ingress's publish spans).
-			if st.spanLink == nil {
-				st.spanLink = telemetry.NewLink(trace.SpanContextFromContext(st.ctx), st.opts.subscription)
-			}
-			span := tr.Records.StartProcess(parent, st.spanLink, d.Topic, int64(len(d.Payload)), time.Now())
-			buf = st.appendRecord(buf, d)
-			tr.Records.End(&span, d.ID, nil)
-		case tr.Enabled && (st.sampled || msc.IsSampled()):
-			// Otherwise the SDK's sampler decides (a message without a context in a
-			// sampled stream, or a sampler that does not follow the parent). Messages of
-			// unsampled traces in an unsampled stream get none: it would not be recorded.
-			if pctx == nil {
-				pctx = context.Background()
-			}
-			_, span := tr.Tracer.Start(pctx, "process "+d.Topic, trace.WithSpanKind(trace.SpanKindConsumer),
-				trace.WithLinks(trace.LinkFromContext(st.ctx)),
-				trace.WithAttributes(telemetry.AttrSystemPulsar, telemetry.AttrOpProcess, telemetry.AttrOperationName("process"),
-					telemetry.AttrDestination(d.Topic), telemetry.AttrMessageID(d.ID), telemetry.AttrBodySize(len(d.Payload)),
-					telemetry.AttrConsumerGroup(st.opts.subscription)))
-			buf = st.appendRecord(buf, d)
-			span.End()
-		default:
-			buf = st.appendRecord(buf, d)
-		}
+		// The process span continues the context the message carries (or is a root of
+		// its own), sampled on its own, linked to the stream's segment.
+		size := int64(len(d.Payload))
+		span := st.srv.tr.StartProcess(d.Properties, st.segments.Next(size), d.Topic, st.opts.subscription, size, time.Now())
+		buf = st.appendRecord(buf, d)
+		st.srv.tr.EndRecord(&span, d.ID, nil)
 		written++
 		pendingN++
 		pendingBytes += int64(len(d.Payload))

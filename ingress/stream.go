@@ -58,12 +58,12 @@ type stream struct {
 	unavailable       atomic.Bool
 	accepted          int64 // records with an entry: published + failed, once settled
 	abandoned         atomic.Bool
-	msg               Message               // reused for every record (the publisher does not keep it)
-	tallies           []tally               // by status, flushed to the Observer
-	idle              bool                  // the collector waited before the record it settles
-	traced            bool                  // tracing is on and this stream's span is sampled
-	spanParent        *telemetry.SpanParent // the stream's span, parent of its records' spans
-	traceProps        map[string]string     // reused for records whose route sets no properties
+	msg               Message             // reused for every record (the publisher does not keep it)
+	tallies           []tally             // by status, flushed to the Observer
+	idle              bool                // the collector waited before the record it settles
+	streamSpan        trace.SpanContext   // the POST span
+	segments          *telemetry.Segments // of a RecordIO stream, with tracing on
+	traceProps        map[string]string   // reused for records whose route sets no properties
 }
 
 type failure struct {
@@ -82,8 +82,7 @@ type entry struct {
 	topic    string
 	err      error
 	complete func(id string, err error) // e.settle, made once per pooled entry
-	traced   bool                       // span is the record's publish span
-	span     telemetry.RecordSpan
+	span     telemetry.RecordSpan       // the record's publish span (zero with tracing off)
 }
 
 var entryPool = sync.Pool{New: func() any {
@@ -107,8 +106,11 @@ func newStream(s *Server, c echo.Context, parent context.Context, route string, 
 		streaming: streaming, recordio: rio, ctx: ctx, cancel: cancel,
 		pending: make(chan *entry, l.PendingRecords), abandonC: make(chan struct{})}
 	st.budget.init(l.PendingBytes)
-	if sc := trace.SpanContextFromContext(ctx); s.tr.Records != nil && sc.IsSampled() {
-		st.traced, st.spanParent = true, telemetry.NewParent(sc)
+	if s.tr.Enabled {
+		st.streamSpan = trace.SpanContextFromContext(ctx)
+		if rio {
+			st.segments = s.tr.NewSegments("POST "+route, st.streamSpan)
+		}
 	}
 	return st
 }
@@ -164,6 +166,7 @@ func (st *stream) run() int {
 	records := st.accepted
 	close(st.pending)
 	<-collected
+	st.segments.Close()
 
 	status, msg, retry := st.outcome(endErr)
 	sum := summary{Summary: true, Records: records, Published: st.published, Failed: st.failed, Status: status, Error: msg}
@@ -375,11 +378,10 @@ func (st *stream) publish(rec recordio.Record) error {
 	e.seq, e.size, e.start, e.topic, e.id, e.err = rec.Index, rec.Size, time.Now(), tg.Topic, "", nil
 	m := &st.msg // PublishAsync does not keep it
 	*m = Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
-	if st.traced {
-		// Only in a sampled stream: the standard samplers (parent-based, trace-id ratio,
-		// always) decide a child like its parent, so an unsampled stream costs nothing
-		// per record. The message carries the span's context, so consumers continue the
-		// trace.
+	if tr := st.srv.tr; tr.Enabled {
+		// Each record is sampled on its own; the message carries its context (sampled or
+		// not), so consumers continue the trace and honour the decision.
+		e.span = tr.StartPublish(st.recordParent(m.Properties), st.segments.Next(rec.Size), tg.Topic, rec.Size, e.start)
 		if m.Properties == nil {
 			if st.traceProps == nil {
 				st.traceProps = make(map[string]string, 2)
@@ -387,8 +389,7 @@ func (st *stream) publish(rec recordio.Record) error {
 			clear(st.traceProps)
 			m.Properties = st.traceProps // the publisher does not keep it
 		}
-		e.span = st.srv.tr.Records.Start(st.spanParent, tg.Topic, rec.Size, e.start, m.Properties)
-		e.traced = true
+		e.span.Inject(m.Properties)
 	}
 	select {
 	case st.pending <- e:
@@ -420,11 +421,29 @@ func (st *stream) publish(rec recordio.Record) error {
 	return nil
 }
 
+// recordParent is the context a record's publish span continues: a traceparent the
+// route gives the record (a property mapped from the record or a request header), else,
+// for a request whose body is one record, the request's own span. Records of a RecordIO
+// stream without one are roots of their own traces, linked to the stream's segment.
+func (st *stream) recordParent(props map[string]string) trace.SpanContext {
+	if sc, ok := telemetry.ParseTraceparent(props); ok {
+		return sc
+	}
+	if !st.recordio {
+		return st.streamSpan
+	}
+	return trace.SpanContext{}
+}
+
 // publishFailed settles a record that was never sent.
 func (st *stream) publishFailed(seq int64, status int, err error) error {
 	e := entryPool.Get().(*entry)
 	e.seq, e.size, e.start, e.topic, e.id = seq, 0, time.Now(), "", ""
 	e.err = &statusError{status: status, err: err}
+	if tr := st.srv.tr; tr.Enabled {
+		// Failed records are always traced (EndRecord records the span if it was not sampled).
+		e.span = tr.StartPublish(st.recordParent(nil), st.segments.Next(0), "", 0, e.start)
+	}
 	select {
 	case st.pending <- e:
 		st.accepted++
@@ -504,7 +523,7 @@ func (st *stream) collect() {
 				// The drain timeout passed: the outcome is unknown. The publisher's
 				// callback will still come; the entry is not reused.
 				st.budget.release(e.size)
-				st.settle(&entry{seq: e.seq, traced: e.traced, span: e.span, err: &statusError{status: http.StatusServiceUnavailable,
+				st.settle(&entry{seq: e.seq, span: e.span, err: &statusError{status: http.StatusServiceUnavailable,
 					err: errors.New("not confirmed by the broker before the drain timeout; outcome unknown")}}, &buf)
 				continue
 			}
@@ -555,9 +574,9 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 			*buf = appendReceipt(*buf, e)
 		}
 	}
-	if e.traced {
-		st.srv.tr.Records.End(&e.span, e.id, e.err)
-		e.traced = false
+	if st.srv.tr.Enabled {
+		st.srv.tr.EndRecord(&e.span, e.id, e.err)
+		st.segments.Settled(e.err != nil)
 	}
 	st.count(status, e.size)
 	if status == http.StatusOK && (st.idle || e.seq%8 == 0) {

@@ -222,20 +222,23 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 	return err
 }
 
-// ObserveSpans registers bridge.trace.record.spans{result=exported|dropped}: the
-// per-record spans (publish and process) the OTLP client accepted, and those dropped because the
-// export queue was full (a collector too slow or away).
-func (m *Metrics) ObserveSpans(r *RecordSpans) error {
+// ObserveSpans registers bridge.trace.spans{result=ended|exported|failed}: sampled spans
+// ended, accepted by the exporter, and lost to failed exports. Ended - exported - failed
+// is what waits in the export queue or was dropped because it was full (a collector too
+// slow or away).
+func (m *Metrics) ObserveSpans(c *SpanCounts) error {
 	mt := m.provider.Meter("github.com/recordio-bridge/bridge")
-	spans, err := mt.Int64ObservableCounter("bridge.trace.record.spans", metric.WithDescription("Per-record spans (publish, process) by result: exported, or dropped because the export queue was full."))
+	spans, err := mt.Int64ObservableCounter("bridge.trace.spans", metric.WithDescription("Sampled spans by result: ended, exported, or failed (lost to a failed export). Ended minus the others is queued or dropped."))
 	if err != nil {
 		return err
 	}
+	ended := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "ended")))
 	exported := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "exported")))
-	dropped := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "dropped")))
+	failed := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "failed")))
 	_, err = mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(spans, r.Exported(), exported)
-		o.ObserveInt64(spans, r.Dropped(), dropped)
+		o.ObserveInt64(spans, c.Ended(), ended)
+		o.ObserveInt64(spans, c.Exported(), exported)
+		o.ObserveInt64(spans, c.Failed(), failed)
 		return nil
 	}, spans)
 	return err

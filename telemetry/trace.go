@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -22,26 +23,37 @@ import (
 )
 
 // Tracing holds the bridge's tracer and the W3C propagator. With tracing off its tracer
-// is a no-op: spans cost nothing and carry no context.
+// is a no-op, and the per-record and segment spans (records.go) cost one branch.
+//
+// Every span goes through the OpenTelemetry SDK: its tracer, span limits, the sampler
+// configured by OTEL_TRACES_SAMPLER, the batch span processor and the OTLP exporter.
 type Tracing struct {
 	Tracer     trace.Tracer
 	Propagator propagation.TextMapPropagator
 	Enabled    bool
-	// Records makes the per-record spans (nil with tracing off).
-	Records *RecordSpans
-	// ChildFollowsParent: the sampler decides a child span with a sampled parent as
-	// sampled (parentbased_*, the default, or always_on), so a process span continuing a
-	// sampled message's context can be made by Records without asking the SDK.
-	ChildFollowsParent bool
-	shutdown           func(context.Context) error
+	// Spans counts the spans ended, exported and lost to failed exports (nil with
+	// tracing off).
+	Spans *SpanCounts
+
+	sampler  sdktrace.Sampler // the provider's own, asked first for each record
+	segment  segmentOptions
+	provider *sdktrace.TracerProvider
 }
 
 // Shutdown flushes and stops the exporter.
 func (t *Tracing) Shutdown(ctx context.Context) error {
-	if t.shutdown == nil {
+	if t.provider == nil {
 		return nil
 	}
-	return t.shutdown(ctx)
+	return t.provider.Shutdown(ctx)
+}
+
+// ForceFlush exports every span ended so far before it returns (or ctx ends).
+func (t *Tracing) ForceFlush(ctx context.Context) error {
+	if t.provider == nil {
+		return nil
+	}
+	return t.provider.ForceFlush(ctx)
 }
 
 // Disabled is tracing off.
@@ -57,8 +69,11 @@ func Disabled() *Tracing {
 //   - OTEL_EXPORTER_OTLP_PROTOCOL / OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: grpc (default) or
 //     http/protobuf; endpoints, headers, timeouts and TLS from the OTEL_EXPORTER_OTLP_*
 //     variables, read by the exporters themselves.
-//   - OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on), read
-//     by the SDK.
+//   - OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on).
+//   - OTEL_BSP_* for the SDK's batch span processor; when unset the queue holds 16 384 spans
+//     and batches are up to 4 096 (the SDK's 2 048 / 512 are small for a span per record).
+//   - BRIDGE_TRACE_SEGMENT_RECORDS and BRIDGE_TRACE_SEGMENT_INTERVAL: a stream's segment
+//     span ends after that many records or that long (default 10 000 records, 1m).
 //   - OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the downward-API variables POD_NAME,
 //     POD_NAMESPACE, NODE_NAME and CONTAINER_NAME become k8s.* resource attributes.
 func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
@@ -66,7 +81,6 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 		return Disabled(), nil
 	}
 	proto := firstEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
-	// One OTLP client (one connection) serves the SDK's spans and the per-record spans.
 	var client otlptrace.Client
 	switch proto {
 	case "", "grpc":
@@ -76,11 +90,15 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 	default:
 		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: the bridge exports traces over grpc or http/protobuf", proto)
 	}
-	res, err := Resource(ctx, version)
+	sampler, err := samplerFromEnv()
 	if err != nil {
 		return nil, err
 	}
-	bsp, err := batchOptions()
+	seg, err := segmentFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	res, err := Resource(ctx, version)
 	if err != nil {
 		return nil, err
 	}
@@ -88,53 +106,132 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
 	}
-	// The SDK's spans are a few per stream; the per-record spans have a queue of their own.
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	records := newRecordSpans(client, res, version, bsp)
-	return &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
-		Enabled: true, Records: records, ChildFollowsParent: childFollowsParent(os.Getenv("OTEL_TRACES_SAMPLER")),
-		shutdown: func(ctx context.Context) error {
-			// The record spans first: the provider's shutdown stops the shared client.
-			return errors.Join(records.Shutdown(ctx), tp.Shutdown(ctx))
-		}}, nil
+	var bsp []sdktrace.BatchSpanProcessorOption
+	if os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE") == "" {
+		bsp = append(bsp, sdktrace.WithMaxQueueSize(16384))
+	}
+	if os.Getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") == "" {
+		bsp = append(bsp, sdktrace.WithMaxExportBatchSize(4096))
+	}
+	return newTracing(version, res, sampler, seg, exp, bsp...), nil
 }
 
-// batchOptions reads the OTEL_BSP_* variables for the per-record span queue. The
-// defaults are larger than the SDK's (2048 / 512): a span per record makes many spans.
-func batchOptions() (recordSpanOptions, error) {
-	o := recordSpanOptions{maxQueue: 16384, maxBatch: 4096, delay: 5 * time.Second, timeout: 30 * time.Second}
-	for _, v := range []struct {
-		env string
-		n   *int
-		d   *time.Duration
-	}{
-		{"OTEL_BSP_MAX_QUEUE_SIZE", &o.maxQueue, nil},
-		{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", &o.maxBatch, nil},
-		{"OTEL_BSP_SCHEDULE_DELAY", nil, &o.delay},
-		{"OTEL_BSP_EXPORT_TIMEOUT", nil, &o.timeout},
-	} {
-		s := os.Getenv(v.env)
-		if s == "" {
-			continue
+// newTracing builds the SDK pipeline around exp: the counting processor, then the batch
+// span processor.
+func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler, seg segmentOptions, exp sdktrace.SpanExporter,
+	bsp ...sdktrace.BatchSpanProcessorOption) *Tracing {
+	counts := &SpanCounts{}
+	s := bridgeSampler{sampler}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(s), sdktrace.WithIDGenerator(idGenerator{}),
+		sdktrace.WithSpanProcessor(countEnded{counts}), sdktrace.WithBatcher(countingExporter{exp, counts}, bsp...))
+	return &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
+		Enabled: true, Spans: counts, sampler: s, segment: seg, provider: tp}
+}
+
+const instrumentationName = "github.com/recordio-bridge/bridge"
+
+// samplerFromEnv reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG as the SDK does,
+// but fails on a value it does not know instead of falling back to the default: the
+// bridge asks the same sampler for each record before it starts a span.
+func samplerFromEnv() (sdktrace.Sampler, error) {
+	name := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")))
+	arg := strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER_ARG"))
+	ratio := func() (sdktrace.Sampler, error) {
+		if arg == "" {
+			return sdktrace.TraceIDRatioBased(1), nil
 		}
-		n, err := strconv.Atoi(s)
+		v, err := strconv.ParseFloat(arg, 64)
+		if err != nil || v < 0 || v > 1 {
+			return nil, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG %q: want a ratio from 0 to 1", arg)
+		}
+		return sdktrace.TraceIDRatioBased(v), nil
+	}
+	switch name {
+	case "", "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), nil
+	case "always_off":
+		return sdktrace.NeverSample(), nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+	case "traceidratio":
+		return ratio()
+	case "parentbased_traceidratio":
+		r, err := ratio()
+		if err != nil {
+			return nil, err
+		}
+		return sdktrace.ParentBased(r), nil
+	}
+	return nil, fmt.Errorf("OTEL_TRACES_SAMPLER %q: want always_on, always_off, traceidratio or parentbased_ one of those", name)
+}
+
+// segmentOptions say when a stream's segment span ends.
+type segmentOptions struct {
+	records  int64
+	interval time.Duration
+}
+
+func segmentFromEnv() (segmentOptions, error) {
+	o := segmentOptions{records: 10000, interval: time.Minute}
+	if s := os.Getenv("BRIDGE_TRACE_SEGMENT_RECORDS"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n <= 0 {
-			return o, fmt.Errorf("%s %q: want a positive integer", v.env, s)
+			return o, fmt.Errorf("BRIDGE_TRACE_SEGMENT_RECORDS %q: want a positive integer", s)
 		}
-		if v.n != nil {
-			*v.n = n
-		} else {
-			*v.d = time.Duration(n) * time.Millisecond
+		o.records = n
+	}
+	if s := os.Getenv("BRIDGE_TRACE_SEGMENT_INTERVAL"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return o, fmt.Errorf("BRIDGE_TRACE_SEGMENT_INTERVAL %q: want a positive duration such as 30s or 1m", s)
 		}
+		o.interval = d
 	}
 	return o, nil
 }
 
-// childFollowsParent: under sampler (OTEL_TRACES_SAMPLER), is a child of a sampled
-// parent always sampled?
-func childFollowsParent(sampler string) bool {
-	s := strings.ToLower(strings.TrimSpace(sampler))
-	return s == "" || s == "always_on" || strings.HasPrefix(s, "parentbased_")
+// SpanCounts counts sampled spans: ended, accepted by the exporter, and lost to failed
+// exports. Ended - exported - failed is what waits in the queue or was dropped because
+// the queue was full.
+type SpanCounts struct{ ended, exported, failed atomic.Int64 }
+
+// Ended is how many sampled spans have ended.
+func (c *SpanCounts) Ended() int64 { return c.ended.Load() }
+
+// Exported is how many spans the exporter accepted.
+func (c *SpanCounts) Exported() int64 { return c.exported.Load() }
+
+// Failed is how many spans were lost to failed exports.
+func (c *SpanCounts) Failed() int64 { return c.failed.Load() }
+
+// countEnded is a SpanProcessor that counts sampled spans as they end.
+type countEnded struct{ c *SpanCounts }
+
+func (countEnded) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (p countEnded) OnEnd(s sdktrace.ReadOnlySpan) {
+	if s.SpanContext().IsSampled() {
+		p.c.ended.Add(1)
+	}
+}
+func (countEnded) Shutdown(context.Context) error   { return nil }
+func (countEnded) ForceFlush(context.Context) error { return nil }
+
+// countingExporter counts what its exporter accepts and what it fails to export.
+type countingExporter struct {
+	sdktrace.SpanExporter
+	c *SpanCounts
+}
+
+func (e countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		e.c.failed.Add(int64(len(spans)))
+	} else {
+		e.c.exported.Add(int64(len(spans)))
+	}
+	return err
 }
 
 func tracingWanted() bool {

@@ -1,5 +1,6 @@
 // Command tracing measures what tracing costs ingress: the same records POSTed through
-// the bridge binary with tracing off, at 1 % sampling and at 100 % sampling (spans
+// the bridge binary with tracing off and with 1 %, 10 % and 100 % of the records sampled
+// (parentbased_traceidratio; each record is sampled on its own; spans
 // exported over OTLP/HTTP, or gRPC with -protocol grpc, to a sink in this process that
 // accepts and drops them), alternating in one run, the order rotated every round; the
 // median of the rounds for each mode, with the range. Two shapes: one stream at a time
@@ -36,7 +37,7 @@ func main() {
 	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
 	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
 	rounds := flag.Int("rounds", 7, "alternating rounds (the median of each mode is reported)")
-	streams := flag.Int("streams", 200, "streams per run (sampling is decided per stream)")
+	streams := flag.Int("streams", 200, "streams per run")
 	per := flag.Int("records", 1000, "records per stream")
 	size := flag.Int("size", 1024, "record size")
 	shapes := flag.String("parallel", "1,8", "streams open at once: one run of every round per value")
@@ -86,10 +87,14 @@ func main() {
 		env  []string
 	}{
 		{"off", nil},
-		{"1 %", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=" + *protocol,
-			"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.01"}},
-		{"100 %", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=" + *protocol,
-			"OTEL_TRACES_SAMPLER=parentbased_always_on"}},
+	}
+	for _, ratio := range []string{"0.01", "0.1", "1"} {
+		pct, _ := strconv.ParseFloat(ratio, 64)
+		modes = append(modes, struct {
+			name string
+			env  []string
+		}{fmt.Sprintf("%g %%", pct*100), []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=" + *protocol,
+			"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=" + ratio}})
 	}
 	cfg := fmt.Sprintf("pulsar:\n  url: %s\nroutes:\n  - name: bench\n    namespaces: [public/default]\n    default: {topic: \"{header:X-Topic}\"}\n", *url)
 	// The broker's process, when with-broker.sh started it, so that the CPU of every
@@ -187,25 +192,30 @@ func main() {
 			fmt.Printf("offered load: %d records/s\n\n", *rate)
 		}
 		fmt.Printf("%d rounds of %d streams (%d at once) × %d × %d B; medians (range)\n\n", *rounds, *streams, parallel, *per, *size)
-		fmt.Printf("| tracing | records/s | bridge CPU µs/record | all CPU µs/record | throughput cost (paired) | CPU cost (paired) | OTLP exports |\n|---|---|---|---|---|---|---|\n")
+		fmt.Printf("| tracing | records/s | bridge CPU µs/record | all CPU µs/record | throughput cost (paired) | bridge CPU cost (paired) | all CPU cost (paired) | OTLP exports |\n|---|---|---|---|---|---|---|---|\n")
 		for _, m := range modes {
 			r, rlo, rhi := median(m.name, perSec)
 			c, clo, chi := median(m.name, cpu)
 			var exports int64
 			// The cost in each round against the same round's run without tracing (the
 			// machine's speed drifts between rounds more than within one).
-			var costs, cpuCosts []float64
+			var costs, bridgeCosts, cpuCosts []float64
 			for i, x := range all[m.name] {
 				exports += x.exports
 				costs = append(costs, (perSec(all["off"][i])/perSec(x)-1)*100)
+				bridgeCosts = append(bridgeCosts, (cpu(x)/cpu(all["off"][i])-1)*100)
 				cpuCosts = append(cpuCosts, (allCPU(x)/allCPU(all["off"][i])-1)*100)
 			}
 			sort.Float64s(costs)
+			sort.Float64s(bridgeCosts)
 			sort.Float64s(cpuCosts)
 			a, alo, ahi := median(m.name, allCPU)
-			fmt.Printf("| %s | %.0f (%.0f-%.0f) | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %+.1f %% (%+.1f to %+.1f) | %+.1f %% (%+.1f to %+.1f) | %d |\n",
-				m.name, r, rlo, rhi, c, clo, chi, a, alo, ahi,
-				costs[len(costs)/2], costs[0], costs[len(costs)-1], cpuCosts[len(cpuCosts)/2], cpuCosts[0], cpuCosts[len(cpuCosts)-1], exports)
+			mid := func(v []float64) (float64, float64, float64) { return v[len(v)/2], v[0], v[len(v)-1] }
+			tc, tlo, thi := mid(costs)
+			bc, blo, bhi := mid(bridgeCosts)
+			ac, aclo, achi := mid(cpuCosts)
+			fmt.Printf("| %s | %.0f (%.0f-%.0f) | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %+.1f %% (%+.1f to %+.1f) | %+.1f %% (%+.1f to %+.1f) | %+.1f %% (%+.1f to %+.1f) | %d |\n",
+				m.name, r, rlo, rhi, c, clo, chi, a, alo, ahi, tc, tlo, thi, bc, blo, bhi, ac, aclo, achi, exports)
 		}
 		fmt.Println()
 	}

@@ -127,7 +127,7 @@ func New(o Options) (a *App, err error) {
 	undo = append(undo, a.shutdownTracing)
 	if a.tracing.Enabled {
 		log.Info("tracing on (OTLP)", "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")+os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
-		if err := a.metrics.ObserveSpans(a.tracing.Records); err != nil {
+		if err := a.metrics.ObserveSpans(a.tracing.Spans); err != nil {
 			return nil, err
 		}
 	}

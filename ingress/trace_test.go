@@ -1,0 +1,151 @@
+package ingress
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/recordio-bridge/bridge/recordio"
+	"github.com/recordio-bridge/bridge/telemetry"
+	"github.com/recordio-bridge/bridge/telemetry/telemetrytest"
+)
+
+// propsPublisher persists every message at once and keeps a copy of its properties.
+type propsPublisher struct {
+	mu    sync.Mutex
+	props []map[string]string
+}
+
+func (p *propsPublisher) PublishAsync(_ context.Context, m *Message, done func(string, error)) {
+	p.mu.Lock()
+	c := map[string]string{}
+	for k, v := range m.Properties {
+		c[k] = v
+	}
+	p.props = append(p.props, c)
+	n := len(p.props)
+	p.mu.Unlock()
+	done(fmt.Sprintf("1:%d:-1:-1", n), nil)
+}
+
+func (p *propsPublisher) PublishStream(context.Context, *Message, int64, io.Reader) (string, error) {
+	return "", nil
+}
+
+// TestRecordsAreTracedOnTheirOwn, with a sampler that samples no root: every message
+// carries its record's (unsampled) context; a failed record is traced all the same,
+// linked to its stream's segment; a record whose route gives it the client's sampled
+// context is that context's child; the record of a single-record request is a child of
+// the request's span.
+func TestRecordsAreTracedOnTheirOwn(t *testing.T) {
+	url, spans := telemetrytest.SpanSink(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
+	tr, err := telemetry.SetupTracing(context.Background(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &propsPublisher{}
+	s := New(pub, nil, nil, tr)
+	s.Update(table(t, `
+routes:
+  - name: r
+    namespaces: [public/default]
+    default: {topic: "t-{json:n}", properties: {traceparent: "{json:tp}"}}
+`), limits)
+	e := echo.New()
+	s.Register(e)
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	post := func(body []byte, header ...string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/publish/r", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/recordio")
+		req.Header.Set("Message-Content-Type", "application/json")
+		if body[0] == '{' {
+			req.Header.Del("Message-Content-Type")
+		}
+		for i := 0; i < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusUnprocessableEntity {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+	}
+	client := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	var body []byte
+	for _, r := range []string{`{"n":1}`, `{"n":2}`, `{"x":0}`, `{"n":3,"tp":"` + client + `"}`} {
+		body = recordio.AppendRecord(body, []byte(r))
+	}
+	post(body)
+	post([]byte(`{"n":4}`), "Content-Type", "application/json", "traceparent", "00-11111111111111111111111111111111-2222222222222222-01")
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	if len(pub.props) != 4 {
+		t.Fatalf("%d messages published, want 4", len(pub.props))
+	}
+	ctxs := make([]trace.SpanContext, 4)
+	for i, p := range pub.props {
+		sc, ok := telemetry.ParseTraceparent(p)
+		if !ok {
+			t.Fatalf("message %d carries no context: %v", i, p)
+		}
+		ctxs[i] = sc
+	}
+	if ctxs[0].IsSampled() || ctxs[1].IsSampled() || ctxs[0].TraceID() == ctxs[1].TraceID() {
+		t.Errorf("records 1 and 2: contexts %v and %v; want two unsampled traces of their own", ctxs[0], ctxs[1])
+	}
+	byName := map[string][]*tracepb.Span{}
+	for _, sp := range spans() {
+		byName[sp.Name] = append(byName[sp.Name], sp)
+	}
+	seg := byName["segment POST r"]
+	if len(seg) != 1 {
+		t.Fatalf("%d segment spans; spans %v", len(seg), byName)
+	}
+	var failed, child, single *tracepb.Span
+	for _, sp := range append(byName["publish"], byName["publish persistent://public/default/t-3"]...) {
+		switch {
+		case sp.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR:
+			failed = sp
+		case sp.Name != "publish":
+			child = sp
+		}
+	}
+	if sp := byName["publish persistent://public/default/t-4"]; len(sp) == 1 {
+		single = sp[0]
+	}
+	switch {
+	case failed == nil || !strings.Contains(failed.Status.Message, "t-{json:n}") || len(failed.Links) != 1 ||
+		!bytes.Equal(failed.Links[0].SpanId, seg[0].SpanId):
+		t.Errorf("the failed record's span: %v (segment %x)", failed, seg[0].SpanId)
+	case child == nil || fmt.Sprintf("%x", child.ParentSpanId) != "b7ad6b7169203331" || fmt.Sprintf("%x", child.TraceId) != "0af7651916cd43dd8448eb211c80319c":
+		t.Errorf("the record with the client's context: %v", child)
+	case ctxs[2].SpanID() != trace.SpanID(child.SpanId) || !ctxs[2].IsSampled():
+		t.Errorf("its message carries %v, not its span's context %x", ctxs[2], child.SpanId)
+	case single == nil || len(byName["POST r"]) != 1 || !bytes.Equal(single.ParentSpanId, byName["POST r"][0].SpanId):
+		t.Errorf("the single record's span %v is not a child of the request's %v", single, byName["POST r"])
+	case len(byName) != 5:
+		t.Errorf("spans %v; want the segment, 3 publish spans (failed, client's, single) and one POST (the sampled request)", byName)
+	}
+}

@@ -1,0 +1,385 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/hex"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// RecordSpan is one record's span: "publish <topic>" on ingress, "process <topic>" on
+// egress. Each record is sampled on its own: the configured sampler is asked about the
+// record's own trace id (a new root) or its parent (a context the client or the message
+// supplied), so at 1 % one record in a hundred is traced, whatever the streams. A record
+// whose span was not sampled still has a context (flag not sampled) to pass on, so every
+// hop after it makes the same decision. A sampled record's span is an ordinary SDK span,
+// started when the record is; an unsampled one costs the sampler's decision and its ids.
+//
+// A record that fails is always traced: End starts its span then, with the ids and the
+// start time it already had, through the same SDK pipeline.
+//
+// The zero RecordSpan (tracing off) is no span.
+type RecordSpan struct {
+	span    trace.Span        // the SDK's span, when recording
+	sc      trace.SpanContext // the record's context, sampled or not
+	parent  trace.SpanContext // the context the record continues, if any
+	link    trace.SpanContext // the stream's segment span
+	start   time.Time
+	size    int64
+	topic   string
+	group   string // process spans: the subscription
+	process bool
+}
+
+// SpanContext is the record's context (invalid with tracing off).
+func (r *RecordSpan) SpanContext() trace.SpanContext { return r.sc }
+
+// Recording reports whether the record's span was sampled.
+func (r *RecordSpan) Recording() bool { return r.span != nil }
+
+// Inject writes the record's context into a message's properties as traceparent (and
+// tracestate, when it has one), so its consumers continue the trace — and honour the
+// decision when it was not sampled. It does nothing with tracing off.
+func (r *RecordSpan) Inject(props map[string]string) {
+	if !r.sc.IsValid() {
+		return
+	}
+	var b [55]byte
+	b[0], b[1], b[2] = '0', '0', '-'
+	tid, sid := r.sc.TraceID(), r.sc.SpanID()
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52], b[53], b[54] = '-', '0', '0'
+	if r.sc.IsSampled() {
+		b[54] = '1'
+	}
+	props["traceparent"] = string(b[:])
+	if ts := r.sc.TraceState(); ts.Len() > 0 {
+		props["tracestate"] = ts.String()
+	}
+}
+
+// StartPublish begins the publish span of a record sent to topic, at start. parent is a
+// context the client supplied for this record (invalid for none: the span is then a root
+// of its own trace); link is the stream's segment span.
+func (t *Tracing) StartPublish(parent, link trace.SpanContext, topic string, size int64, start time.Time) RecordSpan {
+	if !t.Enabled {
+		return RecordSpan{}
+	}
+	r := RecordSpan{parent: parent, link: link, start: start, size: size, topic: topic}
+	t.startRecord(&r)
+	return r
+}
+
+// StartProcess begins the process span of a message delivered to an egress client: a
+// child of the context in its properties (a root of its own when it carries none),
+// linked to the stream's segment span.
+func (t *Tracing) StartProcess(props map[string]string, link trace.SpanContext, topic, subscription string, size int64, start time.Time) RecordSpan {
+	if !t.Enabled {
+		return RecordSpan{}
+	}
+	parent, _ := ParseTraceparent(props)
+	r := RecordSpan{parent: parent, link: link, start: start, size: size, topic: topic, group: subscription, process: true}
+	t.startRecord(&r)
+	return r
+}
+
+func (t *Tracing) startRecord(r *RecordSpan) {
+	pctx := context.Background()
+	var tid trace.TraceID
+	if r.parent.IsValid() {
+		tid = r.parent.TraceID()
+		pctx = trace.ContextWithSpanContext(pctx, r.parent)
+	} else {
+		tid = newTraceID()
+	}
+	sid := newSpanID()
+	kind := trace.SpanKindProducer
+	if r.process {
+		kind = trace.SpanKindConsumer
+	}
+	// The provider's own sampler, asked first so that an unsampled record costs no span.
+	// The SDK asks it again in Start, about the same ids, and decides the same.
+	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: pctx, TraceID: tid, Kind: kind})
+	if res.Decision == sdktrace.Drop {
+		r.sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceState: res.Tracestate, Remote: false})
+		return
+	}
+	r.span = t.startSDK(pctx, r, tid, sid, false)
+	r.sc = r.span.SpanContext()
+}
+
+// startSDK starts r's span in the SDK with the ids given; force records it whatever the
+// sampler says.
+func (t *Tracing) startSDK(pctx context.Context, r *RecordSpan, tid trace.TraceID, sid trace.SpanID, force bool) trace.Span {
+	ctx := context.WithValue(pctx, presetKey{}, &preset{traceID: tid, spanID: sid, force: force})
+	var attrs []attribute.KeyValue
+	name, kind := "publish", trace.SpanKindProducer
+	if r.process {
+		name, kind = "process", trace.SpanKindConsumer
+		attrs = []attribute.KeyValue{AttrSystemPulsar, AttrOpProcess, AttrOperationName("process"), AttrDestination(r.topic),
+			AttrBodySize(int(r.size)), AttrConsumerGroup(r.group)}
+	} else {
+		attrs = []attribute.KeyValue{AttrSystemPulsar, AttrOpPublish, AttrDestination(r.topic), AttrBodySize(int(r.size))}
+	}
+	if r.topic != "" {
+		name += " " + r.topic
+	}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(kind), trace.WithTimestamp(r.start), trace.WithAttributes(attrs...)}
+	if r.link.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: r.link}))
+	}
+	_, span := t.Tracer.Start(ctx, name, opts...)
+	return span
+}
+
+// EndRecord ends r: the record was persisted (or delivered) as messageID, or failed with
+// err. A failed record whose span was not sampled is traced now, as if it had been.
+func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
+	if r.span == nil {
+		if err == nil || !t.Enabled || !r.sc.IsValid() {
+			return
+		}
+		pctx := context.Background()
+		if r.parent.IsValid() {
+			pctx = trace.ContextWithSpanContext(pctx, r.parent)
+		}
+		r.span = t.startSDK(pctx, r, r.sc.TraceID(), r.sc.SpanID(), true)
+	}
+	if err != nil {
+		r.span.RecordError(err)
+		r.span.SetStatus(codes.Error, err.Error())
+	} else if messageID != "" {
+		r.span.SetAttributes(AttrMessageID(messageID))
+	}
+	r.span.End()
+	r.span = nil
+}
+
+// presetKey marks a context whose span must get these ids (and, with force, be
+// recorded whatever the sampler says): how the bridge makes the SDK start the span it
+// already decided on.
+type presetKey struct{}
+
+type preset struct {
+	traceID trace.TraceID
+	spanID  trace.SpanID
+	force   bool
+}
+
+func presetOf(ctx context.Context) *preset {
+	p, _ := ctx.Value(presetKey{}).(*preset)
+	return p
+}
+
+// bridgeSampler is the configured sampler, except that a forced span (a failed record,
+// a segment) is always recorded.
+type bridgeSampler struct{ sdktrace.Sampler }
+
+func (s bridgeSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	if pre := presetOf(p.ParentContext); pre != nil && pre.force {
+		return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample, Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
+	}
+	return s.Sampler.ShouldSample(p)
+}
+
+// idGenerator makes random ids, or the ones a preset context names.
+type idGenerator struct{}
+
+func (idGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if p := presetOf(ctx); p != nil && p.traceID.IsValid() {
+		return p.traceID, p.spanID
+	}
+	return newTraceID(), newSpanID()
+}
+
+func (idGenerator) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
+	if p := presetOf(ctx); p != nil && p.spanID.IsValid() {
+		return p.spanID
+	}
+	return newSpanID()
+}
+
+func newTraceID() (id trace.TraceID) {
+	for !id.IsValid() {
+		a, b := rand.Uint64(), rand.Uint64()
+		for i := range 8 {
+			id[i], id[8+i] = byte(a>>(8*i)), byte(b>>(8*i))
+		}
+	}
+	return id
+}
+
+func newSpanID() (id trace.SpanID) {
+	for !id.IsValid() {
+		v := rand.Uint64()
+		for i := range 8 {
+			id[i] = byte(v >> (8 * i))
+		}
+	}
+	return id
+}
+
+// ParseTraceparent reads the W3C trace context a message carries in its properties
+// (traceparent, tracestate) as OpenTelemetry's propagator does, without its context
+// allocations. ok is false when there is none or it is malformed.
+func ParseTraceparent(props map[string]string) (sc trace.SpanContext, ok bool) {
+	tp := props["traceparent"]
+	// version "00" is exactly 55 characters; a later version may append fields.
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' || (tp[:2] == "00" && len(tp) != 55) || tp[:2] == "ff" ||
+		(len(tp) > 55 && tp[55] != '-') {
+		return sc, false
+	}
+	var ver, flags [1]byte
+	var cfg trace.SpanContextConfig
+	if _, err := hex.Decode(ver[:], []byte(tp[:2])); err != nil {
+		return sc, false
+	}
+	if _, err := hex.Decode(cfg.TraceID[:], []byte(tp[3:35])); err != nil || !cfg.TraceID.IsValid() || !isLowerHex(tp[3:52]) {
+		return sc, false
+	}
+	if _, err := hex.Decode(cfg.SpanID[:], []byte(tp[36:52])); err != nil || !cfg.SpanID.IsValid() {
+		return sc, false
+	}
+	if _, err := hex.Decode(flags[:], []byte(tp[53:55])); err != nil {
+		return sc, false
+	}
+	cfg.TraceFlags = trace.TraceFlags(flags[0]) & trace.FlagsSampled
+	cfg.Remote = true
+	if st := props["tracestate"]; st != "" {
+		cfg.TraceState, _ = trace.ParseTraceState(st) // as OpenTelemetry's propagator: a bad one is dropped
+	}
+	return trace.NewSpanContext(cfg), true
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Segments cuts one stream's life into segment spans ("segment POST <route>", "segment
+// GET <stream>"), so an endless stream's traces complete while it lives: a segment ends
+// after BRIDGE_TRACE_SEGMENT_RECORDS records or BRIDGE_TRACE_SEGMENT_INTERVAL, whichever
+// comes first (an idle stream's segment ends on time too), carrying the counts of its
+// records and the stream's so far. Each segment is a root span linked to the stream's
+// span; each record's span links to its segment. Segments are always recorded (a few
+// spans a minute per stream), so the links of sampled records lead somewhere.
+//
+// A nil *Segments (tracing off) does nothing.
+type Segments struct {
+	t      *Tracing
+	name   string
+	stream trace.SpanContext
+
+	mu     sync.Mutex
+	span   trace.Span // the current segment, nil between segments
+	sc     trace.SpanContext
+	timer  *time.Timer
+	index  int64 // of the current (or next) segment
+	n      int64 // records in the current segment
+	bytes  int64
+	total  int64
+	closed bool
+
+	published, failed atomic.Int64 // the stream's records settled so far
+}
+
+// NewSegments cuts the stream whose span is stream into segments named "segment " + name.
+func (t *Tracing) NewSegments(name string, stream trace.SpanContext) *Segments {
+	if !t.Enabled {
+		return nil
+	}
+	return &Segments{t: t, name: "segment " + name, stream: stream}
+}
+
+// Next counts a record of size bytes into the current segment (beginning one if none
+// is open, or if the current one is full) and returns the segment's context, for the
+// record's span to link to.
+func (s *Segments) Next(size int64) trace.SpanContext {
+	if s == nil {
+		return trace.SpanContext{}
+	}
+	s.mu.Lock()
+	if s.span != nil && s.n >= s.t.segment.records {
+		s.endLocked()
+	}
+	if s.span == nil && !s.closed {
+		s.startLocked()
+	}
+	s.n++
+	s.bytes += size
+	s.total++
+	sc := s.sc
+	s.mu.Unlock()
+	return sc
+}
+
+// Settled counts one of the stream's records as published or failed.
+func (s *Segments) Settled(failed bool) {
+	if s == nil {
+		return
+	}
+	if failed {
+		s.failed.Add(1)
+	} else {
+		s.published.Add(1)
+	}
+}
+
+// Close ends the current segment: the stream ended.
+func (s *Segments) Close() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.closed = true
+	if s.span != nil {
+		s.endLocked()
+	}
+	s.mu.Unlock()
+}
+
+func (s *Segments) startLocked() {
+	ctx := context.WithValue(context.Background(), presetKey{}, &preset{force: true})
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attribute.Int64("bridge.segment.index", s.index))}
+	if s.stream.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: s.stream}))
+	}
+	_, s.span = s.t.Tracer.Start(ctx, s.name, opts...)
+	s.sc = s.span.SpanContext()
+	index := s.index
+	s.timer = time.AfterFunc(s.t.segment.interval, func() { s.expire(index) })
+}
+
+// expire ends segment index when its time is up, if it is still the current one.
+func (s *Segments) expire(index int64) {
+	s.mu.Lock()
+	if s.span != nil && s.index == index {
+		s.endLocked()
+	}
+	s.mu.Unlock()
+}
+
+func (s *Segments) endLocked() {
+	s.timer.Stop()
+	s.span.SetAttributes(attribute.Int64("bridge.segment.records", s.n), attribute.Int64("bridge.segment.bytes", s.bytes),
+		attribute.Int64("bridge.stream.records", s.total), attribute.Int64("bridge.stream.published", s.published.Load()),
+		attribute.Int64("bridge.stream.failed", s.failed.Load()))
+	s.span.End()
+	s.span = nil
+	s.n, s.bytes = 0, 0
+	s.index++
+}

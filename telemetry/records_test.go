@@ -1,0 +1,283 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// testTracing is the bridge's SDK pipeline around an in-memory exporter.
+func testTracing(t testing.TB, sampler sdktrace.Sampler, seg segmentOptions) (*Tracing, *tracetest.InMemoryExporter) {
+	exp := tracetest.NewInMemoryExporter()
+	tr := newTracing("v1", resource.NewSchemaless(), sampler, seg, exp)
+	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	return tr, exp
+}
+
+func flushed(t *testing.T, tr *Tracing, exp *tracetest.InMemoryExporter) tracetest.SpanStubs {
+	t.Helper()
+	if err := tr.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return exp.GetSpans()
+}
+
+var bigSegments = segmentOptions{records: 1 << 40, interval: time.Hour}
+
+// Each record of a stream is sampled on its own, as the sampler decides for its own trace
+// id; the message carries its context either way, and the span exported is the one the
+// message names.
+func TestRecordsAreSampledOnTheirOwn(t *testing.T) {
+	ratio := sdktrace.TraceIDRatioBased(0.25)
+	tr, exp := testTracing(t, sdktrace.ParentBased(ratio), bigSegments)
+	segs := tr.NewSegments("POST r", trace.SpanContext{})
+	const n = 2000
+	sampled := map[trace.SpanID]trace.SpanContext{}
+	for range n {
+		r := tr.StartPublish(trace.SpanContext{}, segs.Next(1), "persistent://public/default/t", 1, time.Now())
+		props := map[string]string{}
+		r.Inject(props)
+		sc, ok := ParseTraceparent(props)
+		if !ok || sc.TraceID() != r.SpanContext().TraceID() || sc.SpanID() != r.SpanContext().SpanID() {
+			t.Fatalf("properties %v do not carry the record's context %v", props, r.SpanContext())
+		}
+		want := ratio.ShouldSample(sdktrace.SamplingParameters{ParentContext: context.Background(), TraceID: sc.TraceID()}).Decision == sdktrace.RecordAndSample
+		if sc.IsSampled() != want || r.Recording() != want {
+			t.Fatalf("record %v: sampled %v, recording %v; the ratio sampler says %v", sc, sc.IsSampled(), r.Recording(), want)
+		}
+		if want {
+			sampled[sc.SpanID()] = sc
+		}
+		tr.EndRecord(&r, "1:2:-1:0", nil)
+	}
+	segs.Close()
+	if len(sampled) < n/4-150 || len(sampled) > n/4+150 {
+		t.Fatalf("%d of %d records sampled at 25 %%", len(sampled), n)
+	}
+	var seg trace.SpanContext
+	publish := 0
+	for _, s := range flushed(t, tr, exp) {
+		if s.Name == "segment POST r" {
+			seg = s.SpanContext
+		}
+	}
+	for _, s := range exp.GetSpans() {
+		if s.Name != "publish persistent://public/default/t" {
+			continue
+		}
+		publish++
+		if _, ok := sampled[s.SpanContext.SpanID()]; !ok || s.Parent.IsValid() || s.SpanKind != trace.SpanKindProducer {
+			t.Errorf("span %v (parent %v, kind %v) is not one of the sampled records' roots", s.SpanContext, s.Parent, s.SpanKind)
+		}
+		if len(s.Links) != 1 || s.Links[0].SpanContext.SpanID() != seg.SpanID() {
+			t.Errorf("span %v links %v, want the segment %v", s.SpanContext, s.Links, seg)
+		}
+	}
+	if publish != len(sampled) {
+		t.Fatalf("%d publish spans exported for %d sampled records", publish, len(sampled))
+	}
+}
+
+// A record that fails is traced even when it was not sampled, under the ids its message
+// would have carried; one that succeeds unsampled leaves no span.
+func TestFailedRecordsAreAlwaysTraced(t *testing.T) {
+	tr, exp := testTracing(t, sdktrace.ParentBased(sdktrace.NeverSample()), bigSegments)
+	ok := tr.StartPublish(trace.SpanContext{}, trace.SpanContext{}, "t", 1, time.Now())
+	tr.EndRecord(&ok, "1:1:-1:0", nil)
+	start := time.Now().Add(-time.Second)
+	bad := tr.StartPublish(trace.SpanContext{}, trace.SpanContext{}, "t", 1, start)
+	if bad.Recording() || bad.SpanContext().IsSampled() {
+		t.Fatal("always_off sampled a record")
+	}
+	tr.EndRecord(&bad, "", errors.New("broker said no"))
+	spans := flushed(t, tr, exp)
+	if len(spans) != 1 {
+		t.Fatalf("%d spans; want the failed record's only", len(spans))
+	}
+	s := spans[0]
+	if s.SpanContext.TraceID() != bad.SpanContext().TraceID() || s.SpanContext.SpanID() != bad.SpanContext().SpanID() ||
+		s.Status.Code != codes.Error || s.Status.Description != "broker said no" || !s.StartTime.Equal(start) ||
+		len(s.Events) != 1 || s.Events[0].Name != "exception" {
+		t.Fatalf("failed record's span %+v", s)
+	}
+}
+
+// A context the client gave the record is its span's parent, and its decision counts.
+func TestARecordContinuesItsClientsContext(t *testing.T) {
+	tr, exp := testTracing(t, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0)), bigSegments)
+	ts, _ := trace.ParseTraceState("vendor=x")
+	client := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2}, SpanID: trace.SpanID{3}, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
+	r := tr.StartPublish(client, trace.SpanContext{}, "t", 1, time.Now())
+	props := map[string]string{}
+	r.Inject(props)
+	tr.EndRecord(&r, "1:1:-1:0", nil)
+	unsampled := tr.StartPublish(client.WithTraceFlags(0), trace.SpanContext{}, "t", 1, time.Now())
+	tr.EndRecord(&unsampled, "1:2:-1:0", nil)
+	spans := flushed(t, tr, exp)
+	if len(spans) != 1 {
+		t.Fatalf("%d spans; want one (the client's unsampled context is honoured)", len(spans))
+	}
+	if s := spans[0]; s.Parent.SpanID() != client.SpanID() || s.SpanContext.TraceID() != client.TraceID() || !s.Parent.IsRemote() {
+		t.Fatalf("span %v parent %v; want a child of %v", s.SpanContext, s.Parent, client)
+	}
+	back := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(props)))
+	if back.SpanID() != spans[0].SpanContext.SpanID() || back.TraceState().Get("vendor") != "x" || !back.IsSampled() {
+		t.Fatalf("properties %v; want the span's context with the client's tracestate", props)
+	}
+}
+
+// A stream's segments end after so many records, when their time is up and when the
+// stream ends, each with its counts.
+func TestSegmentsEndByCountTimeAndClose(t *testing.T) {
+	tr, exp := testTracing(t, sdktrace.NeverSample(), segmentOptions{records: 3, interval: time.Hour})
+	stream := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{5}, SpanID: trace.SpanID{6}})
+	segs := tr.NewSegments("POST r", stream)
+	var ids []trace.SpanID
+	for range 7 {
+		ids = append(ids, segs.Next(10).SpanID())
+		segs.Settled(false)
+	}
+	segs.Close()
+	spans := flushed(t, tr, exp)
+	if len(spans) != 3 {
+		t.Fatalf("%d segment spans, want 3 (3 + 3 + 1 records)", len(spans))
+	}
+	for i, s := range spans {
+		a := map[attribute.Key]int64{}
+		for _, kv := range s.Attributes {
+			a[kv.Key] = kv.Value.AsInt64()
+		}
+		want := []int64{3, 3, 1}[i]
+		if a["bridge.segment.index"] != int64(i) || a["bridge.segment.records"] != want || a["bridge.segment.bytes"] != 10*want ||
+			a["bridge.stream.records"] != int64(min(3*(i+1), 7)) || s.Parent.IsValid() || len(s.Links) != 1 || s.Links[0].SpanContext.SpanID() != stream.SpanID() ||
+			s.SpanContext.SpanID() != ids[3*i] {
+			t.Errorf("segment %d: %v, links %v", i, a, s.Links)
+		}
+	}
+
+	// An idle stream's segment ends on time.
+	tr2, exp2 := testTracing(t, sdktrace.NeverSample(), segmentOptions{records: 100, interval: 20 * time.Millisecond})
+	idle := tr2.NewSegments("GET s", trace.SpanContext{})
+	defer idle.Close()
+	idle.Next(1)
+	deadline := time.Now().Add(10 * time.Second)
+	for tr2.Spans.Ended() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle stream's segment did not end on time")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if spans := flushed(t, tr2, exp2); len(spans) != 1 || spans[0].Name != "segment GET s" {
+		t.Fatalf("spans %v", spans)
+	}
+}
+
+func TestSamplerAndSegmentsFromTheEnvironment(t *testing.T) {
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+	t.Setenv("OTEL_TRACES_SAMPLER_ARG", "0.1")
+	if s, err := samplerFromEnv(); err != nil || !strings.Contains(s.Description(), "TraceIDRatioBased{0.1}") {
+		t.Fatalf("%v %v", s, err)
+	}
+	t.Setenv("OTEL_TRACES_SAMPLER_ARG", "lots")
+	if _, err := samplerFromEnv(); err == nil || !strings.Contains(err.Error(), `"lots"`) {
+		t.Fatalf("error %v", err)
+	}
+	t.Setenv("OTEL_TRACES_SAMPLER", "jaeger_remote")
+	if _, err := samplerFromEnv(); err == nil {
+		t.Fatal("an unknown sampler was accepted")
+	}
+	t.Setenv("BRIDGE_TRACE_SEGMENT_RECORDS", "500")
+	t.Setenv("BRIDGE_TRACE_SEGMENT_INTERVAL", "30s")
+	if o, err := segmentFromEnv(); err != nil || o.records != 500 || o.interval != 30*time.Second {
+		t.Fatalf("%+v %v", o, err)
+	}
+	t.Setenv("BRIDGE_TRACE_SEGMENT_INTERVAL", "0s")
+	if _, err := segmentFromEnv(); err == nil || !strings.Contains(err.Error(), "BRIDGE_TRACE_SEGMENT_INTERVAL") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+// ParseTraceparent reads a message's context as OpenTelemetry's W3C propagator does.
+func TestParseTraceparentAgreesWithThePropagator(t *testing.T) {
+	const tid, sid = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	cases := []map[string]string{
+		{"traceparent": "00-" + tid + "-" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-" + sid + "-00"},
+		{"traceparent": "00-" + tid + "-" + sid + "-01", "tracestate": "vendor=a,other=b"},
+		{"traceparent": "00-" + tid + "-" + sid + "-01", "tracestate": "not a tracestate!"},
+		{"traceparent": "01-" + tid + "-" + sid + "-01-extra"},
+		{"traceparent": "ff-" + tid + "-" + sid + "-01"},
+		{"traceparent": "00-" + strings.ToUpper(tid) + "-" + sid + "-01"},
+		{"traceparent": "00-00000000000000000000000000000000-" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-0000000000000000-01"},
+		{"traceparent": "00-" + tid + "-" + sid + "-01x"},
+		{"traceparent": "00-" + tid + "-" + sid},
+		{"traceparent": "00_" + tid + "-" + sid + "-01"},
+		{"traceparent": "zz-" + tid + "-" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-" + sid + "-0g"},
+		{},
+	}
+	for _, props := range cases {
+		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(props)))
+		got, ok := ParseTraceparent(props)
+		if ok != want.IsValid() || (ok && !got.Equal(want)) {
+			t.Errorf("%v: %v (ok %v); the propagator: %v", props, got, ok, want)
+		}
+	}
+}
+
+// BenchmarkRecordSpan is a record's span at each sampling rate: the sampler's decision and
+// ids always, the SDK's span (start, end, batch queue, OTLP export) for the sampled ones.
+func BenchmarkRecordSpan(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		ratio float64
+	}{{"0pct", 0}, {"1pct", 0.01}, {"10pct", 0.1}, {"100pct", 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			exp, err := otlptrace.New(context.Background(), discardClient{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr := newTracing("v", resource.NewSchemaless(), sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.ratio)), bigSegments,
+				exp, sdktrace.WithMaxQueueSize(16384), sdktrace.WithMaxExportBatchSize(4096))
+			defer tr.Shutdown(context.Background())
+			seg := tr.NewSegments("POST r", trace.SpanContext{})
+			defer seg.Close()
+			props := map[string]string{}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				r := tr.StartPublish(trace.SpanContext{}, seg.Next(1024), "persistent://public/default/t", 1024, time.Now())
+				r.Inject(props)
+				tr.EndRecord(&r, "123:456:-1:0", nil)
+				if i%4096 == 0 {
+					_ = tr.ForceFlush(context.Background()) // measure the export too, not drops
+				}
+			}
+		})
+	}
+}
+
+// discardClient marshals what the OTLP exporter gives it, as a real client would, and
+// drops it.
+type discardClient struct{}
+
+func (discardClient) Start(context.Context) error { return nil }
+func (discardClient) Stop(context.Context) error  { return nil }
+func (discardClient) UploadTraces(_ context.Context, rs []*tracepb.ResourceSpans) error {
+	_, err := proto.Marshal(&coltracepb.ExportTraceServiceRequest{ResourceSpans: rs})
+	return err
+}
