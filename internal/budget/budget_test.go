@@ -1,0 +1,92 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestNilBudgetIsUnlimited(t *testing.T) {
+	var b *Budget = New(0)
+	if b != nil {
+		t.Fatal("New(0) is not the unlimited nil budget")
+	}
+	if err := b.Acquire(context.Background(), 1<<40); err != nil || !b.TryAcquire(1<<40) {
+		t.Fatal("an unlimited budget refused")
+	}
+	b.Release(1 << 40)
+	b.Close()
+}
+
+func TestAcquireWaitsForRelease(t *testing.T) {
+	b := New(100)
+	if err := b.Acquire(context.Background(), 60); err != nil {
+		t.Fatal(err)
+	}
+	if b.TryAcquire(50) {
+		t.Fatal("110 of 100 bytes granted")
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.Acquire(context.Background(), 50) }()
+	b.Release(60)
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.Used != 50 || st.Peak != 60 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestAcquireEndsWithItsContext(t *testing.T) {
+	b := New(10)
+	if !b.TryAcquire(10) {
+		t.Fatal("an empty budget refused its whole size")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := b.Acquire(ctx, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	if st := b.Stats(); st.Waits != 1 || st.Used != 10 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestALargerRequestThanTheBudgetGoesAlone(t *testing.T) {
+	b := New(10)
+	if err := b.Acquire(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	if b.TryAcquire(1) {
+		t.Fatal("a byte granted beside an oversized request")
+	}
+	b.Release(100)
+	if !b.TryAcquire(1) {
+		t.Fatal("nothing held, yet refused")
+	}
+}
+
+func TestCloseFailsWaiters(t *testing.T) {
+	b := New(1)
+	b.TryAcquire(1)
+	got := make(chan error, 1)
+	go func() { got <- b.Acquire(context.Background(), 1) }()
+	b.Close()
+	if err := <-got; !errors.Is(err, ErrClosed) {
+		t.Fatalf("err = %v", err)
+	}
+	b.Release(1)
+}
+
+func TestOverReleasePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("releasing more than was acquired went unnoticed")
+		}
+	}()
+	New(5).Release(1)
+}
