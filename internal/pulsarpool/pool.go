@@ -40,13 +40,13 @@ type Pool struct {
 	o      Options
 	log    *slog.Logger
 
-	mu     sync.Mutex
-	m      map[string]*producerEntry
-	live   int           // entries creating or holding a producer
+	mu   sync.Mutex
+	m    map[string]*producerEntry
+	live int // entries creating or holding a producer
 	// Retired producers still to be closed (something was in flight on them).
 	retiring map[*producerEntry]struct{}
-	room   chan struct{} // closed and replaced when an entry becomes idle or leaves
-	closed bool
+	room     chan struct{} // closed and replaced when an entry becomes idle or leaves
+	closed   bool
 	// Reconnects counted by producers closed since, so the metric never goes back.
 	retiredReconnects int64
 	stop              chan struct{}
