@@ -211,8 +211,8 @@ func TestImageHoldsOnlyTheBinaryAndTheCABundle(t *testing.T) {
 	if c.Config.User != "65532:65532" {
 		t.Errorf("user %q, want 65532:65532 (the manifests' runAsUser and runAsGroup)", c.Config.User)
 	}
-	if !slices.Equal(c.Config.Entrypoint, []string{"/bridge"}) || !slices.Equal(c.Config.Cmd, []string{"run", "-config", "/etc/bridge/config.yaml"}) {
-		t.Errorf("entrypoint %q, cmd %q", c.Config.Entrypoint, c.Config.Cmd)
+	if !slices.Equal(c.Config.Entrypoint, []string{"/bridge"}) || !slices.Equal(c.Config.Cmd, bridgeDeployment(t).Args) {
+		t.Errorf("entrypoint %q, cmd %q; want /bridge and the Deployment's args %q", c.Config.Entrypoint, c.Config.Cmd, bridgeDeployment(t).Args)
 	}
 	for _, p := range []string{"8080/tcp", "9090/tcp"} {
 		if _, ok := c.Config.ExposedPorts[p]; !ok {
@@ -332,23 +332,19 @@ type container struct {
 	OpsURL  string
 }
 
-// runImage starts the image the way the Deployment runs it, with the extra podman flags
-// given (mounts, environment), and the manifest's arguments.
-func runImage(t *testing.T, img string, dataPort, opsPort int, flags ...string) *container {
+// runImage starts the image the way k8s/base/deployment.yaml runs the bridge (its security
+// context, memory limit, environment, volume mounts from the host directories given by volume
+// name, and args), with extra podman flags.
+func runImage(t *testing.T, img string, dataPort, opsPort int, volumes map[string]string, extra ...string) *container {
 	t.Helper()
+	dep := bridgeDeployment(t)
 	c := &container{name: broker.Name("bridge-image-test"), logs: &syncBuffer{}, exited: make(chan struct{}),
 		DataURL: fmt.Sprintf("http://127.0.0.1:%d", dataPort), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", opsPort)}
-	args := []string{"run", "--rm", "--name", c.name,
-		// securityContext: runAsUser/runAsGroup 65532 (fsGroup 65532 as a supplementary group),
-		// readOnlyRootFilesystem (and no tmpfs podman would add), capabilities drop ALL,
-		// allowPrivilegeEscalation false; podman's default seccomp profile is RuntimeDefault.
-		"--user", "65532:65532", "--group-add", "65532", "--read-only", "--read-only-tmpfs=false",
-		"--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-		// resources.limits.memory 512Mi, and GOMEMLIMIT from it as the downward API gives it.
-		"--memory", "512m", "-e", "GOMEMLIMIT=536870912", "-e", "CONTAINER_NAME=bridge"}
+	args := append([]string{"run", "--rm", "--name", c.name}, dep.Flags...)
 	args = append(args, sandboxRunFlags()...)
-	args = append(args, flags...)
-	args = append(args, img, "run", "-config", "/etc/bridge/config.yaml")
+	args = append(args, dep.volumes(t, volumes)...)
+	args = append(args, extra...)
+	args = append(append(args, img), dep.Args...)
 	c.cmd = podmanCmd(args...)
 	c.cmd.Stdout, c.cmd.Stderr = c.logs, c.logs
 	if err := c.cmd.Start(); err != nil {
@@ -435,10 +431,10 @@ func (c *container) terminate(t *testing.T, wait time.Duration) int {
 	return c.cmd.ProcessState.ExitCode()
 }
 
-// checkRunsLikeTheManifest reads the bridge's process from the host's /proc: user and group
-// 65532, no capabilities in any set, no_new_privs, a seccomp filter, and the root filesystem
-// and both volumes mounted read-only.
-func checkRunsLikeTheManifest(t *testing.T, pid int, volumes ...string) {
+// checkRunsLikeTheManifest reads the bridge's process from the host's /proc: the
+// Deployment's user, group and supplementary groups, no capabilities in any set, no_new_privs,
+// a seccomp filter, and the root filesystem and every volume mounted read-only.
+func checkRunsLikeTheManifest(t *testing.T, pid int, dep deploymentRun) {
 	t.Helper()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -450,8 +446,18 @@ func checkRunsLikeTheManifest(t *testing.T, pid int, volumes ...string) {
 			fields[k] = strings.Join(strings.Fields(v), " ")
 		}
 	}
+	flags := strings.Join(dep.Flags, " ")
+	if !strings.Contains(flags, "--cap-drop ALL") || strings.Contains(flags, "--cap-add") ||
+		!strings.Contains(flags, "no-new-privileges") || !strings.Contains(flags, "--read-only ") {
+		t.Fatalf("the Deployment no longer drops every capability, forbids privilege escalation and mounts the root read-only (%s): say here what the process must look like instead", flags)
+	}
+	var groups []string
+	for _, g := range dep.Groups {
+		groups = append(groups, strconv.FormatInt(g, 10))
+	}
+	uid, gid := strconv.FormatInt(dep.UID, 10), strconv.FormatInt(dep.GID, 10)
 	want := map[string]string{
-		"Uid": "65532 65532 65532 65532", "Gid": "65532 65532 65532 65532", "Groups": "65532",
+		"Uid": strings.Repeat(uid+" ", 3) + uid, "Gid": strings.Repeat(gid+" ", 3) + gid, "Groups": strings.Join(groups, " "),
 		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
 		"CapBnd": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2",
 	}
@@ -471,7 +477,11 @@ func checkRunsLikeTheManifest(t *testing.T, pid int, volumes ...string) {
 			opts[f[4]] = f[5] // mount point -> per-mount options (the last mount on a point wins)
 		}
 	}
-	for _, mp := range append([]string{"/"}, volumes...) {
+	mounts := []string{"/"}
+	for _, mp := range dep.Mounts {
+		mounts = append(mounts, mp)
+	}
+	for _, mp := range mounts {
 		o, ok := opts[mp]
 		if !ok {
 			t.Errorf("nothing mounted on %s in the container", mp)
@@ -520,13 +530,16 @@ func TestImageRunsAsTheManifestsRunIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	const drainTimeout = 10 * time.Second
+	dep := bridgeDeployment(t)
+	cfgVolume, cfgName := dep.configFile(t)
+	tokenFile := path.Join(dep.mountPath(t, "pulsar-token"), "token") // the Secret's key: k8s/base/kustomization.yaml
 	config := func(topic string) string {
 		return fmt.Sprintf(`listen:
   data: 127.0.0.1:%d
   ops: 127.0.0.1:%d
 pulsar:
   url: pulsar://%s
-  token: file:/var/run/secrets/pulsar/token
+  token: file:%s
 ingress:
   drainTimeout: %s
 routes:
@@ -536,22 +549,21 @@ streams:
   - name: events
     topics: [%s]
     position: earliest
-`, ports[0], ports[1], sniffer.Addr(), drainTimeout, topic, first)
+`, ports[0], ports[1], sniffer.Addr(), tokenFile, drainTimeout, topic, first)
 	}
 	tokenBytes := make([]byte, 24)
 	if _, err := rand.Read(tokenBytes); err != nil {
 		t.Fatal(err)
 	}
 	token := hex.EncodeToString(tokenBytes)
-	cfgDir := volumeDir(t, map[string]string{"config.yaml": config(first)})
+	cfgDir := volumeDir(t, map[string]string{cfgName: config(first)})
 	tokenDir := volumeDir(t, map[string]string{"token": token + "\n"})
 
-	c := runImage(t, img, ports[0], ports[1],
-		"-v", cfgDir+":/etc/bridge:ro", "-v", tokenDir+":/var/run/secrets/pulsar:ro")
+	c := runImage(t, img, ports[0], ports[1], map[string]string{cfgVolume: cfgDir, "pulsar-token": tokenDir})
 	c.waitOps(t, "/healthz", 200)
 	c.waitOps(t, "/readyz", 200)
 	pid := c.pid(t)
-	checkRunsLikeTheManifest(t, pid, "/etc/bridge", "/var/run/secrets/pulsar")
+	checkRunsLikeTheManifest(t, pid, dep)
 
 	auths := sniffer.Auths()
 	if len(auths) == 0 {
@@ -605,7 +617,7 @@ streams:
 
 	// The kubelet's ConfigMap update: a new generation directory and the ..data symlink renamed
 	// onto it, seen inside the container through the read-only bind mount.
-	swapGeneration(t, cfgDir, 2, map[string]string{"config.yaml": config(second)})
+	swapGeneration(t, cfgDir, 2, map[string]string{cfgName: config(second)})
 	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(scrape(t, c.OpsURL), `bridge_config_reloads_total{result="applied"`) {
 		if time.Now().After(deadline) {
@@ -678,19 +690,23 @@ func TestImageOverTLSToTheBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dep := bridgeDeployment(t)
+	cfgVolume, cfgName := dep.configFile(t)
+	tokenFile := path.Join(dep.mountPath(t, "pulsar-token"), "token")
 	config := func(dataPort, opsPort int, topic, tls string) string {
 		return fmt.Sprintf(`listen:
   data: 127.0.0.1:%d
   ops: 127.0.0.1:%d
 pulsar:
   url: %s
+  token: file:%s
 %s
 ingress:
   drainTimeout: 5s
 routes:
   - name: events
     default: {topic: %s}
-`, dataPort, opsPort, b.TLSURL, tls, topic)
+`, dataPort, opsPort, b.TLSURL, tokenFile, tls, topic)
 	}
 	publishOne := func(t *testing.T, c *container, topic string) {
 		t.Helper()
@@ -709,8 +725,11 @@ routes:
 			t.Fatal(err)
 		}
 		topic := b.Topic(t, "image-tls")
-		dir := volumeDir(t, map[string]string{"config.yaml": config(ports[0], ports[1], topic, tls)})
-		c := runImage(t, img, ports[0], ports[1], append([]string{"-v", dir + ":/etc/bridge:ro"}, flags...)...)
+		volumes := map[string]string{
+			cfgVolume:      volumeDir(t, map[string]string{cfgName: config(ports[0], ports[1], topic, tls)}),
+			"pulsar-token": volumeDir(t, map[string]string{"token": "not-checked-by-this-broker"}),
+		}
+		c := runImage(t, img, ports[0], ports[1], volumes, flags...)
 		c.waitOps(t, "/healthz", 200)
 		return c, topic
 	}
