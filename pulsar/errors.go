@@ -36,6 +36,9 @@ var (
 	ErrInvalidTopic = errors.New("pulsar: invalid topic name")
 	// ErrInvalidOptions: options that cannot work together or are out of range.
 	ErrInvalidOptions = errors.New("pulsar: invalid options")
+	// ErrSequence: a message without a valid SequenceID for a producer with Deduplication,
+	// or with one for a producer without it.
+	ErrSequence = errors.New("pulsar: invalid sequence id")
 )
 
 // ServerError is an error reported by the broker, with its code.

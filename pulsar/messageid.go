@@ -23,6 +23,11 @@ func (id MessageID) String() string {
 	return fmt.Sprintf("%d:%d:%d:%d", id.LedgerID, id.EntryID, id.Partition, id.BatchIndex)
 }
 
+// Duplicate reports whether the broker answered the message as one it had already
+// persisted from the same producer name (deduplication): it stored nothing new, and
+// the id (-1:-1) names no message.
+func (id MessageID) Duplicate() bool { return id.LedgerID == -1 && id.EntryID == -1 }
+
 // ParseMessageID reads the form String writes.
 func ParseMessageID(s string) (MessageID, error) {
 	parts := strings.Split(s, ":")

@@ -68,6 +68,17 @@ type ProducerOptions struct {
 	MaxChunkedMessageSize int64
 	// Backoff is the reconnect schedule.
 	Backoff Backoff
+	// Deduplication makes the producer number its messages with the sequence ids the
+	// caller gives (ProducerMessage.SequenceID, required then), for the broker's
+	// deduplication; it needs a Name, which must stay the same across restarts. The broker
+	// drops an entry whose first sequence id is not above the highest it has seen from that
+	// name, so a message whose id is not above every id this producer has sent, nor above
+	// the broker's last one at registration, goes in an entry of its own instead of
+	// opening a batch that would hide newer messages behind it. A send timeout fails the
+	// producer for good (with ErrSendTimeout) together with everything queued behind the
+	// message that timed out: nothing queued after a lost message may be persisted before
+	// it is sent again, or the broker would take the resent one for a duplicate.
+	Deduplication bool
 }
 
 func (o ProducerOptions) withDefaults() (ProducerOptions, error) {
@@ -100,6 +111,8 @@ func (o ProducerOptions) withDefaults() (ProducerOptions, error) {
 		return o, fmt.Errorf("%w: batching limits must be positive", ErrInvalidOptions)
 	case o.ChunkSize < 0 || (o.ChunkSize > 0 && o.ChunkSize < 1024):
 		return o, fmt.Errorf("%w: ChunkSize %d must be at least 1024 bytes", ErrInvalidOptions, o.ChunkSize)
+	case o.Deduplication && o.Name == "":
+		return o, fmt.Errorf("%w: Deduplication needs a producer Name", ErrInvalidOptions)
 	case o.Compression < NoCompression || o.Compression > Snappy:
 		return o, fmt.Errorf("%w: unknown compression %d", ErrInvalidOptions, o.Compression)
 	}
@@ -116,4 +129,7 @@ type ProducerMessage struct {
 	Properties  map[string]string
 	// EventTime is the application's time of the event (zero: unset).
 	EventTime time.Time
+	// SequenceID is the message's sequence id, given by the caller of a producer with
+	// Deduplication (and only there): 0 to 2^63-1.
+	SequenceID *int64
 }

@@ -101,6 +101,10 @@ type partitionProducer struct {
 	progress       chan struct{} // closed and replaced when pending shrinks
 	reconnects     int
 	resent         int // frames sent again after a reconnect
+	// dedupFloor (Deduplication only) is the highest sequence id this producer has
+	// queued or the broker reported at registration, -1 for none: a message at or below
+	// it goes in an entry of its own (see ProducerOptions.Deduplication).
+	dedupFloor int64
 
 	reconnectCh chan struct{}
 	done        chan struct{}
@@ -120,6 +124,7 @@ func newPartitionProducer(c *Client, topic string, partition int32, opts Produce
 		name:        opts.Name,
 		maxMsgSize:  frame.DefaultMaxMessageSize,
 		progress:    make(chan struct{}),
+		dedupFloor:  -1,
 		reconnectCh: make(chan struct{}, 1),
 		done:        make(chan struct{}),
 	}
@@ -199,6 +204,9 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		if last := ps.GetLastSequenceId(); last >= 0 {
 			p.seq = uint64(last) + 1
 		}
+	}
+	if p.opts.Deduplication {
+		p.dedupFloor = max(p.dedupFloor, ps.GetLastSequenceId())
 	}
 	p.cn = cn
 	p.maxMsgSize = cn.MaxMessageSize()
@@ -372,16 +380,20 @@ func (p *partitionProducer) sendError(cn *conn.Conn, e *pb.CommandSendError) {
 }
 
 // fail stops the producer for good: every pending and future message fails with err.
-func (p *partitionProducer) fail(err error) {
+func (p *partitionProducer) fail(err error) { p.failAfter(nil, err) }
+
+// failAfter is fail, failing first the items taken off the queue already.
+func (p *partitionProducer) failAfter(first []*pendingItem, err error) {
 	p.mu.Lock()
 	if p.failed != nil {
 		p.mu.Unlock()
+		p.failItems(first, err)
 		return
 	}
 	p.failed = err
 	cn := p.cn
 	p.cn = nil
-	items := p.takeAllLocked()
+	items := append(first, p.takeAllLocked()...)
 	p.mu.Unlock()
 	if cn != nil {
 		cn.RemoveProducer(p.id)
@@ -431,9 +443,17 @@ func (p *partitionProducer) failTimedOut(now time.Time) {
 		p.popLocked()
 	}
 	p.mu.Unlock()
-	if len(expired) > 0 {
-		p.failItems(expired, fmt.Errorf("%w: %s without a receipt from %s", ErrSendTimeout, p.opts.SendTimeout, p.topic))
+	if len(expired) == 0 {
+		return
 	}
+	err := fmt.Errorf("%w: %s without a receipt from %s", ErrSendTimeout, p.opts.SendTimeout, p.topic)
+	if p.opts.Deduplication {
+		// Nothing queued behind a message that may be lost may reach the broker before it
+		// is sent again: the broker would then drop the resent one as a duplicate.
+		p.failAfter(expired, fmt.Errorf("%w; the producer stops, failing what was queued behind it", err))
+		return
+	}
+	p.failItems(expired, err)
 }
 
 // errLocked says why a send cannot be accepted now.
@@ -503,10 +523,18 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		p.complete(cb, direct, err)
 		return
 	}
-	seq := p.seq
-	p.seq++
+	seq, alone, err := p.nextSeqLocked(m)
+	if err != nil {
+		p.mu.Unlock()
+		p.limiter.release(1, len(m.Payload))
+		p.complete(cb, direct, err)
+		return
+	}
 	req := sendRequest{callback: cb, direct: direct}
-	if p.opts.DisableBatching {
+	if p.opts.DisableBatching || alone {
+		if len(p.batch.reqs) > 0 {
+			p.flushBatchLocked() // sequence ids leave in the order they came
+		}
 		p.enqueueSingleLocked(seq, m, req)
 		p.mu.Unlock()
 		return
@@ -538,6 +566,31 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		p.flushBatchLocked()
 	}
 	p.mu.Unlock()
+}
+
+// nextSeqLocked chooses m's sequence id: the next one, or (Deduplication) the caller's.
+// alone says the message must not share an entry: its id is not above every id the
+// broker may already hold from this producer's name, and the broker judges a batch as
+// a duplicate by its first id.
+func (p *partitionProducer) nextSeqLocked(m *ProducerMessage) (seq uint64, alone bool, err error) {
+	if !p.opts.Deduplication {
+		if m.SequenceID != nil {
+			return 0, false, fmt.Errorf("%w: %s: a SequenceID needs a producer with Deduplication", ErrSequence, p.topic)
+		}
+		seq = p.seq
+		p.seq++
+		return seq, false, nil
+	}
+	if m.SequenceID == nil || *m.SequenceID < 0 {
+		return 0, false, fmt.Errorf("%w: %s: a producer with Deduplication needs a SequenceID from 0 to 2^63-1 on every message", ErrSequence, p.topic)
+	}
+	id := *m.SequenceID
+	alone = id <= p.dedupFloor
+	p.dedupFloor = max(p.dedupFloor, id)
+	if uint64(id) >= p.seq {
+		p.seq = uint64(id) + 1 // flush waits for everything below p.seq
+	}
+	return uint64(id), alone, nil
 }
 
 // complete reports a result for a message that never entered the queue.
@@ -699,12 +752,15 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 	if chunkSize == 0 || chunkSize > p.maxMsgSize-metadataRoom {
 		chunkSize = p.maxMsgSize - metadataRoom
 	}
+	seq, _, err := p.nextSeqLocked(m) // a chunk is always an entry of its own
+	if err != nil {
+		p.mu.Unlock()
+		return MessageID{}, err
+	}
 	// Whatever is in the open batch goes first, so sequence ids stay in order.
 	if len(p.batch.reqs) > 0 {
 		p.flushBatchLocked()
 	}
-	seq := p.seq
-	p.seq++
 	uuid := fmt.Sprintf("%s-%d", p.name, seq)
 	p.mu.Unlock()
 

@@ -173,6 +173,20 @@ func (p *Producer) Close() error {
 	return nil
 }
 
+// Err says why the producer stopped for good (nil while it works): a broker's
+// permanent refusal or, with Deduplication, a send timeout. Every later send fails with it.
+func (p *Producer) Err() error {
+	for _, pp := range p.parts {
+		pp.mu.Lock()
+		err := pp.failed
+		pp.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Stats are a producer's counters.
 type ProducerStats struct {
 	PendingMessages int
