@@ -58,9 +58,16 @@ args=(--build-arg "VERSION=$version" --build-arg "REVISION=$revision" --build-ar
   -f Dockerfile -t "$image")
 case "$builder" in
   docker)
-    say "building $image with docker"
-    # BuildKit takes SOURCE_DATE_EPOCH for the created time and history.
-    DOCKER_BUILDKIT=1 docker build --build-arg "SOURCE_DATE_EPOCH=$epoch" "${args[@]}" "$ctx" >&2
+    if docker buildx version >/dev/null 2>&1; then
+      say "building $image with docker buildx (BuildKit)"
+      # BuildKit (0.11 and later) takes SOURCE_DATE_EPOCH for the created time and history.
+      docker buildx build --load --build-arg "SOURCE_DATE_EPOCH=$epoch" "${args[@]}" "$ctx" >&2
+    else
+      # Without the buildx plugin the docker client refuses BuildKit builds; the legacy builder
+      # makes the same files and layer, but stamps the image with the build's time.
+      say "building $image with docker's legacy builder (no buildx plugin: the created time is now, so the digest differs per build)"
+      DOCKER_BUILDKIT=0 docker build "${args[@]}" "$ctx" >&2
+    fi
     id=$(docker image inspect --format '{{.Id}}' "$image")
     size=$(docker image inspect --format '{{.Size}}' "$image")
     layers=$(docker image inspect --format '{{len .RootFS.Layers}}' "$image")
