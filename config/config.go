@@ -47,6 +47,7 @@ type Pulsar struct {
 	TLS              TLS      `yaml:"tls"`              // used with pulsar+ssl://
 	OperationTimeout Duration `yaml:"operationTimeout"` // 30s: lookups, producer and consumer creation
 	KeepAlive        Duration `yaml:"keepAlive"`        // 30s
+	WriteTimeout     Duration `yaml:"writeTimeout"`     // 30s: a broker that stops reading for this long is dropped
 	// Compression of what the bridge publishes: none, lz4, zlib, zstd or snappy.
 	Compression string `yaml:"compression"` // none
 	// ProducerIdleTimeout closes the producer of a topic no stream has used for this long.
@@ -81,7 +82,7 @@ func Default() Config {
 	return Config{
 		Listen: Listen{Data: "127.0.0.1:8080", Ops: "127.0.0.1:9090"},
 		Pulsar: Pulsar{URL: "pulsar://127.0.0.1:6650", OperationTimeout: Duration(30 * time.Second), KeepAlive: Duration(30 * time.Second),
-			Compression: "none", ProducerIdleTimeout: Duration(10 * time.Minute)},
+			WriteTimeout: Duration(30 * time.Second), Compression: "none", ProducerIdleTimeout: Duration(10 * time.Minute)},
 		Ingress: Ingress{
 			MaxRecordBytes: 4 << 20, BufferRecordBytes: 4 << 20, MaxStreams: 1000, IdleTimeout: Duration(5 * time.Minute), PublishTimeout: Duration(30 * time.Second),
 			PendingRecords: 1000, PendingBytes: 16 << 20, DrainTimeout: Duration(30 * time.Second),
@@ -170,6 +171,7 @@ func (c Config) Validate() error {
 	}
 	positive("pulsar.operationTimeout", int64(c.Pulsar.OperationTimeout))
 	positive("pulsar.keepAlive", int64(c.Pulsar.KeepAlive))
+	positive("pulsar.writeTimeout", int64(c.Pulsar.WriteTimeout))
 	in := c.Ingress
 	positive("ingress.maxRecordBytes", int64(in.MaxRecordBytes))
 	positive("ingress.maxStreams", int64(in.MaxStreams))

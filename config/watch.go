@@ -112,6 +112,7 @@ func RestartNeeded(old, cur Config) []string {
 	diff("pulsar.tls", old.Pulsar.TLS, cur.Pulsar.TLS)
 	diff("pulsar.operationTimeout", old.Pulsar.OperationTimeout, cur.Pulsar.OperationTimeout)
 	diff("pulsar.keepAlive", old.Pulsar.KeepAlive, cur.Pulsar.KeepAlive)
+	diff("pulsar.writeTimeout", old.Pulsar.WriteTimeout, cur.Pulsar.WriteTimeout)
 	diff("pulsar.compression", old.Pulsar.Compression, cur.Pulsar.Compression)
 	diff("pulsar.producerIdleTimeout", old.Pulsar.ProducerIdleTimeout, cur.Pulsar.ProducerIdleTimeout)
 	diff("ingress.publishTimeout", old.Ingress.PublishTimeout, cur.Ingress.PublishTimeout)

@@ -40,7 +40,10 @@ type ClientOptions struct {
 	ConnectTimeout time.Duration
 	// KeepAlive is the ping interval; a broker silent for two intervals is dead (default 30 s).
 	KeepAlive time.Duration
-	Logger    *slog.Logger
+	// WriteTimeout bounds every write to a broker; one that stops reading (frozen,
+	// black-holed) has its connection closed and everything on it retried (default 30 s).
+	WriteTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // Client holds the connections to a Pulsar cluster.
@@ -87,6 +90,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		ClientVersion:  "recordio-bridge",
 		ConnectTimeout: opts.ConnectTimeout,
 		KeepAlive:      opts.KeepAlive,
+		WriteTimeout:   opts.WriteTimeout,
 		Logger:         opts.Logger,
 	}
 	if useTLS {

@@ -17,6 +17,9 @@ var (
 	ErrHandshake = conn.ErrHandshake
 	// ErrKeepAliveTimeout: the broker stopped answering pings.
 	ErrKeepAliveTimeout = conn.ErrKeepAliveTimeout
+	// ErrWriteTimeout: the broker stopped reading (a write outlasted WriteTimeout); the
+	// connection was closed, so errors wrapping it also match ErrConnectionClosed.
+	ErrWriteTimeout = conn.ErrWriteTimeout
 	// ErrFrameTooLarge: a frame above the broker's size limit.
 	ErrFrameTooLarge = frame.ErrTooLarge
 	// ErrProducerClosed: the producer was closed before the message was persisted.

@@ -102,7 +102,7 @@ func New(o Options) (a *App, err error) {
 	}
 	copts := pulsar.ClientOptions{URL: cfg.Pulsar.URL, TLSCAFile: cfg.Pulsar.TLS.CAFile, TLSCertFile: cfg.Pulsar.TLS.CertFile,
 		TLSKeyFile: cfg.Pulsar.TLS.KeyFile, TLSServerName: cfg.Pulsar.TLS.ServerName, OperationTimeout: cfg.Pulsar.OperationTimeout.D(),
-		KeepAlive: cfg.Pulsar.KeepAlive.D(), Logger: log.With("component", "pulsar")}
+		KeepAlive: cfg.Pulsar.KeepAlive.D(), WriteTimeout: cfg.Pulsar.WriteTimeout.D(), Logger: log.With("component", "pulsar")}
 	if f := cfg.Pulsar.Token.File(); f != "" {
 		copts.TokenFile = f
 	} else {

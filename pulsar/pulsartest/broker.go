@@ -200,7 +200,7 @@ func (b *Broker) accept() {
 		if err != nil {
 			return
 		}
-		c := &serverConn{b: b, nc: nc, producers: map[uint64]string{}}
+		c := &serverConn{b: b, nc: nc, producers: map[uint64]string{}, gone: make(chan struct{})}
 		b.mu.Lock()
 		b.conns[c] = struct{}{}
 		b.mu.Unlock()
@@ -219,6 +219,18 @@ func (b *Broker) SetPartitions(topic string, n int) {
 // SetDeduplication emulates broker deduplication: a SEND whose sequence id is not above
 // the producer's highest persisted one is answered with ledger and entry -1 and not stored.
 func (b *Broker) SetDeduplication(on bool) { b.mu.Lock(); b.dedup = on; b.mu.Unlock() }
+
+// StopReading freezes every open connection, as a stopped JVM or a black-holed network
+// would: nothing more is read from it (the client's socket buffers fill and its writes
+// block) and nothing more is sent on it, until the client or Close ends it.
+// Connections made later are served normally.
+func (b *Broker) StopReading() {
+	b.mu.Lock()
+	for c := range b.conns {
+		c.frozen = true
+	}
+	b.mu.Unlock()
+}
 
 // SetIgnorePings makes the broker stop answering PING (a dead peer).
 func (b *Broker) SetIgnorePings(on bool) { b.mu.Lock(); b.ignorePings = on; b.mu.Unlock() }
@@ -265,7 +277,7 @@ func (b *Broker) DropConnections() {
 	b.held = nil
 	b.mu.Unlock()
 	for _, c := range conns {
-		c.nc.Close()
+		c.kill()
 	}
 }
 
@@ -318,12 +330,35 @@ type serverConn struct {
 	wmu       sync.Mutex
 	producers map[uint64]string // id -> topic; guarded by b.mu
 	received  int
+	frozen    bool // StopReading; guarded by b.mu
+	gone      chan struct{}
+	killOnce  sync.Once
+}
+
+func (c *serverConn) kill() {
+	c.killOnce.Do(func() {
+		close(c.gone)
+		c.nc.Close()
+	})
+}
+
+func (c *serverConn) isFrozen() bool {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	return c.frozen
 }
 
 func (c *serverConn) write(cmd *pb.BaseCommand) {
 	buf, err := frame.AppendCommand(nil, cmd)
 	if err != nil {
 		panic(err)
+	}
+	c.writeRaw(buf)
+}
+
+func (c *serverConn) writeRaw(buf []byte) {
+	if c.isFrozen() {
+		return
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -333,7 +368,7 @@ func (c *serverConn) write(cmd *pb.BaseCommand) {
 func (c *serverConn) serve() {
 	defer c.b.wg.Done()
 	defer func() {
-		c.nc.Close()
+		c.kill()
 		c.b.mu.Lock()
 		delete(c.b.conns, c)
 		kept := c.b.subs[:0]
@@ -349,6 +384,10 @@ func (c *serverConn) serve() {
 	for {
 		var prefix [4]byte
 		if _, err := io.ReadFull(br, prefix[:]); err != nil {
+			return
+		}
+		if c.isFrozen() {
+			<-c.gone // read nothing more until the connection ends
 			return
 		}
 		n := binary.BigEndian.Uint32(prefix[:])

@@ -184,8 +184,6 @@ func (b *Broker) dispatch() {
 	}
 	b.mu.Unlock()
 	for _, s := range sends {
-		s.c.wmu.Lock()
-		_, _ = s.c.nc.Write(s.buf)
-		s.c.wmu.Unlock()
+		s.c.writeRaw(s.buf)
 	}
 }

@@ -1,7 +1,9 @@
 // Package conn is one multiplexed connection to a Pulsar broker: the CONNECT
 // handshake, a reader goroutine that decodes and dispatches frames, a writer goroutine
-// that coalesces queued frames into few syscalls and keeps the connection alive, and
-// request correlation. Closing is idempotent and fails every waiter with one error.
+// that coalesces queued frames into few syscalls (each write under a deadline), a
+// keep-alive goroutine that pings an idle broker and closes the connection when it
+// falls silent (as yamux does), and request correlation. Closing is idempotent and
+// fails every waiter with one error.
 package conn
 
 import (
@@ -42,7 +44,11 @@ type Options struct {
 	ClientVersion    string
 	ConnectTimeout   time.Duration // default 10 s
 	KeepAlive        time.Duration // default 30 s; the peer is dead after two silent intervals
-	Logger           *slog.Logger
+	// WriteTimeout bounds every socket write (default 30 s): a broker that stops
+	// reading (a frozen JVM, data stuck in a partition) closes the connection instead
+	// of blocking the writer for ever.
+	WriteTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // ProducerHandler receives the frames addressed to one producer. Its methods run on the
@@ -80,6 +86,7 @@ type Conn struct {
 	tail       []byte
 	spareQueue [][]byte // writer-owned buffers, reused between writes
 	spareTail  []byte
+	spareWrite [][]byte // writeAll's scratch
 	requests   map[uint64]chan *pb.BaseCommand
 	producers  map[uint64]ProducerHandler
 	consumers  map[uint64]ConsumerHandler
@@ -89,6 +96,7 @@ type Conn struct {
 	done         chan struct{}
 	closeErr     error
 	lastReceived atomic.Int64 // unix nanos
+	lastSent     atomic.Int64 // unix nanos: when the writer last finished a write
 	wg           sync.WaitGroup
 }
 
@@ -99,6 +107,9 @@ func Dial(ctx context.Context, opts Options) (*Conn, error) {
 	}
 	if opts.KeepAlive <= 0 {
 		opts.KeepAlive = 30 * time.Second
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 30 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -140,10 +151,13 @@ func Dial(ctx context.Context, opts Options) (*Conn, error) {
 		nc.Close()
 		return nil, err
 	}
-	c.lastReceived.Store(time.Now().UnixNano())
-	c.wg.Add(2)
+	now := time.Now().UnixNano()
+	c.lastReceived.Store(now)
+	c.lastSent.Store(now)
+	c.wg.Add(3)
 	go c.readLoop(br)
 	go c.writeLoop()
+	go c.keepAlive()
 	return c, nil
 }
 
@@ -575,27 +589,80 @@ func (c *Conn) takeConsumer(id uint64) ConsumerHandler {
 	return h
 }
 
-// writeLoop drains the queued frames, many at a time, and keeps the connection alive.
+// keepAlive watches the connection from its own goroutine, so a writer blocked on a
+// peer that stopped reading cannot blind it: it pings when nothing was sent or received
+// for an interval and closes the connection when nothing arrived for two.
+func (c *Conn) keepAlive() {
+	defer c.wg.Done()
+	interval := c.opts.KeepAlive
+	ticker := time.NewTicker(max(interval/4, time.Millisecond))
+	defer ticker.Stop()
+	lastPing := time.Time{}
+	for {
+		select {
+		case <-c.done:
+			return
+		case now := <-ticker.C:
+			silent := now.Sub(time.Unix(0, c.lastReceived.Load()))
+			if silent > 2*interval {
+				c.closeWith(fmt.Errorf("%w: nothing for %s", ErrKeepAliveTimeout, silent.Round(time.Millisecond)))
+				return
+			}
+			idle := now.Sub(time.Unix(0, c.lastSent.Load()))
+			if (silent >= interval || idle >= interval) && now.Sub(lastPing) >= interval {
+				// Queued, never written from here: this goroutine must not block.
+				_ = c.Send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+				lastPing = now
+			}
+		}
+	}
+}
+
+// writeChunk is how much one write may carry under one deadline: the write timeout
+// bounds a stall, not the time a large backlog takes on a slow link.
+const writeChunk = 1 << 20
+
+// writeAll writes bufs with writev, at most writeChunk bytes per call, each call under
+// a fresh deadline. bufs itself is left as it was (the caller reuses it).
+func (c *Conn) writeAll(bufs [][]byte) (int64, error) {
+	var written int64
+	piece := c.spareWrite[:0]
+	defer func() { clear(piece[:cap(piece)]); c.spareWrite = piece[:0] }()
+	i, off := 0, 0 // the next byte to write is bufs[i][off]
+	for i < len(bufs) {
+		piece = piece[:0]
+		size := 0
+		for i < len(bufs) && size < writeChunk {
+			b := bufs[i][off:]
+			if room := writeChunk - size; len(b) > room {
+				piece = append(piece, b[:room])
+				off += room
+				size += room
+				break
+			}
+			piece = append(piece, b)
+			size += len(b)
+			i, off = i+1, 0
+		}
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
+		nb := net.Buffers(piece)
+		n, err := nb.WriteTo(c.nc)
+		written += n
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, nil
+}
+
+// writeLoop drains the queued frames, many at a time, each write under a deadline.
 func (c *Conn) writeLoop() {
 	defer c.wg.Done()
-	ticker := time.NewTicker(c.opts.KeepAlive)
-	defer ticker.Stop()
-	lastSent := time.Now()
 	for {
 		select {
 		case <-c.done:
 			return
 		case <-c.kick:
-		case now := <-ticker.C:
-			silent := now.Sub(time.Unix(0, c.lastReceived.Load()))
-			if silent > 2*c.opts.KeepAlive {
-				c.closeWith(fmt.Errorf("%w: nothing for %s", ErrKeepAliveTimeout, silent.Round(time.Second)))
-				return
-			}
-			if silent >= c.opts.KeepAlive || now.Sub(lastSent) >= c.opts.KeepAlive {
-				_ = c.Send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
-			}
-			continue
 		}
 		// Take what is queued; producers go on appending to fresh buffers meanwhile.
 		c.mu.Lock()
@@ -610,12 +677,16 @@ func (c *Conn) writeLoop() {
 			c.spareQueue, c.spareTail = bufs, tail
 			continue
 		}
-		nb := net.Buffers(bufs)
-		if _, err := nb.WriteTo(c.nc); err != nil {
-			c.closeWith(fmt.Errorf("writing to the broker: %w", err))
+		if n, err := c.writeAll(bufs); err != nil {
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+				err = fmt.Errorf("%w: no progress for %s after %d bytes: %v", ErrWriteTimeout, c.opts.WriteTimeout, n, err)
+			} else {
+				err = fmt.Errorf("writing to the broker: %w", err)
+			}
+			c.closeWith(err)
 			return
 		}
-		lastSent = time.Now()
+		c.lastSent.Store(time.Now().UnixNano())
 		clear(bufs) // drop references to frames the producers own
 		if cap(tail) > 4<<20 {
 			tail = nil // don't pin a burst's buffer forever

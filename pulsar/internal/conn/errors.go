@@ -12,6 +12,9 @@ var (
 	ErrClosed = errors.New("pulsar: connection closed")
 	// ErrKeepAliveTimeout: nothing arrived from the broker for two keep-alive intervals.
 	ErrKeepAliveTimeout = errors.New("pulsar: broker stopped answering (keep-alive timeout)")
+	// ErrWriteTimeout: a write to the broker did not complete within the write timeout
+	// (the broker stopped reading); the connection is closed.
+	ErrWriteTimeout = errors.New("pulsar: broker stopped reading (write timeout)")
 	// ErrHandshake: CONNECT was refused or answered with something other than CONNECTED.
 	ErrHandshake = errors.New("pulsar: handshake failed")
 )
