@@ -603,8 +603,11 @@ func (c *Conn) keepAlive() {
 		case <-c.done:
 			return
 		case now := <-ticker.C:
-			silent := now.Sub(time.Unix(0, c.lastReceived.Load()))
-			if silent > 2*interval {
+			last := time.Unix(0, c.lastReceived.Load())
+			silent := now.Sub(last)
+			// Dead only once a ping went unanswered for an interval: a late tick must
+			// not condemn a peer that was never asked.
+			if silent > 2*interval && lastPing.After(last) && now.Sub(lastPing) >= interval {
 				c.closeWith(fmt.Errorf("%w: nothing for %s", ErrKeepAliveTimeout, silent.Round(time.Millisecond)))
 				return
 			}
