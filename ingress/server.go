@@ -38,6 +38,10 @@ type Message struct {
 	Key        string
 	Properties map[string]string
 	Payload    []byte // nil for PublishStream
+	// Producer and Sequence are set for a named stream's record (NamedPublisher): the
+	// producer name and the record's sequence number; Producer is "" otherwise.
+	Producer string
+	Sequence int64
 }
 
 // Publisher is what ingress needs from a Pulsar producer pool.
@@ -179,6 +183,10 @@ func (s *Server) Handle(c echo.Context) error {
 		}
 		return answerError(c, status, err.Error(), 0)
 	}
+	named, err := parseNamedStream(req.Header, route.Name())
+	if err != nil {
+		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+	}
 	if n := s.active.Add(1); n > int64(st.limits.MaxStreams) {
 		s.active.Add(-1)
 		return answerError(c, http.StatusTooManyRequests, "too many concurrent streams (ingress.maxStreams is "+strconv.Itoa(st.limits.MaxStreams)+")", 1)
@@ -192,6 +200,13 @@ func (s *Server) Handle(c echo.Context) error {
 		return answerError(c, http.StatusNotAcceptable, nerr.Error(), 0)
 	}
 	streaming := nerr == nil && resp.Streaming
+	if named != nil {
+		release, status, err := s.claim(named)
+		if err != nil {
+			return answerError(c, status, err.Error(), 0)
+		}
+		defer release()
+	}
 
 	// The stream's server span continues the client's trace (W3C traceparent/tracestate).
 	ctx := s.tr.Propagator.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
@@ -199,6 +214,7 @@ func (s *Server) Handle(c echo.Context) error {
 		trace.WithAttributes(telemetry.AttrHTTPMethod.String(http.MethodPost), telemetry.AttrHTTPRoute(req.URL.Path)))
 	defer span.End()
 	sm := newStream(s, c, ctx, route.Name(), route.NewRequest(format.RecordType, req.Header, params), st.limits, streaming, format.Streaming)
+	sm.named = named
 	s.mu.Lock()
 	if s.drain {
 		s.mu.Unlock()

@@ -64,12 +64,16 @@ type stream struct {
 	streamSpan        trace.SpanContext   // the POST span
 	segments          *telemetry.Segments // of a RecordIO stream, with tracing on
 	traceProps        map[string]string   // reused for records whose route sets no properties
+	named             *namedStream        // Stream-Name; nil for an unnamed stream
+	duplicates        int64               // named: records the broker already had (counted in published)
+	resume            *int64              // named: the sequence number of the first record to resend
 }
 
 type failure struct {
-	Seq    int64  `json:"seq"`
-	Status int    `json:"status"`
-	Error  string `json:"error"`
+	Seq      int64  `json:"seq"`
+	Sequence *int64 `json:"sequence,omitempty"` // a named stream's record
+	Status   int    `json:"status"`
+	Error    string `json:"error"`
 }
 
 // entry is one record between its publication and its receipt.
@@ -83,6 +87,8 @@ type entry struct {
 	err      error
 	complete func(id string, err error) // e.settle, made once per pooled entry
 	span     telemetry.RecordSpan       // the record's publish span (zero with tracing off)
+	sequence int64                      // a named stream's sequence number, else -1
+	dup      bool                       // named: the broker already had it
 }
 
 var entryPool = sync.Pool{New: func() any {
@@ -170,6 +176,15 @@ func (st *stream) run() int {
 
 	status, msg, retry := st.outcome(endErr)
 	sum := summary{Summary: true, Records: records, Published: st.published, Failed: st.failed, Status: status, Error: msg}
+	if st.named != nil {
+		sum.Duplicates = &st.duplicates
+		if st.resume == nil {
+			if n, ok := st.named.sequenceOf(records); ok {
+				st.resume = &n // every record was answered: the next one
+			}
+		}
+		sum.ResumeSequence = st.resume
+	}
 	if re := (*recordio.Error)(nil); errors.As(endErr, &re) && isFraming(re.Err) {
 		off := re.Offset
 		sum.Offset = &off
@@ -231,6 +246,10 @@ type summary struct {
 	Error      string `json:"error,omitempty"`
 	Offset     *int64 `json:"offset,omitempty"`
 	RetryAfter int    `json:"retryAfter,omitempty"`
+	// Named streams: records the broker already had, and the sequence number to send
+	// next: the first record that failed for now, else the one after the last record.
+	Duplicates     *int64 `json:"duplicates,omitempty"`
+	ResumeSequence *int64 `json:"resumeSequence,omitempty"`
 }
 
 type answer struct {
@@ -371,13 +390,25 @@ func (st *stream) publish(rec recordio.Record) error {
 	if err != nil {
 		return st.publishFailed(rec.Index, http.StatusUnprocessableEntity, err)
 	}
+	sequence := int64(-1)
+	if st.named != nil {
+		n, ok := st.named.sequenceOf(rec.Index)
+		if !ok {
+			return st.publishFailed(rec.Index, http.StatusBadRequest, fmt.Errorf("the record's sequence number would pass %d: sequence numbers must increase", int64(1<<63-1)))
+		}
+		sequence = n
+	}
 	if err := st.budget.acquire(st.ctx, rec.Size, st.abandonC); err != nil {
 		return err
 	}
 	e := entryPool.Get().(*entry)
 	e.seq, e.size, e.start, e.topic, e.id, e.err = rec.Index, rec.Size, time.Now(), tg.Topic, "", nil
+	e.sequence, e.dup = sequence, false
 	m := &st.msg // PublishAsync does not keep it
 	*m = Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
+	if st.named != nil {
+		m.Producer, m.Sequence = st.named.producer, sequence
+	}
 	if tr := st.srv.tr; tr.Enabled {
 		// Each record is sampled on its own; the message carries its context (sampled or
 		// not), so consumers continue the trace and honour the decision.
@@ -440,6 +471,12 @@ func (st *stream) publishFailed(seq int64, status int, err error) error {
 	e := entryPool.Get().(*entry)
 	e.seq, e.size, e.start, e.topic, e.id = seq, 0, time.Now(), "", ""
 	e.err = &statusError{status: status, err: err}
+	e.sequence, e.dup = -1, false
+	if st.named != nil {
+		if n, ok := st.named.sequenceOf(seq); ok {
+			e.sequence = n
+		}
+	}
 	if tr := st.srv.tr; tr.Enabled {
 		// Failed records are always traced (EndRecord records the span if it was not sampled).
 		e.span = tr.StartPublish(st.recordParent(nil), st.segments.Next(0), "", 0, e.start)
@@ -523,7 +560,7 @@ func (st *stream) collect() {
 				// The drain timeout passed: the outcome is unknown. The publisher's
 				// callback will still come; the entry is not reused.
 				st.budget.release(e.size)
-				st.settle(&entry{seq: e.seq, span: e.span, err: &statusError{status: http.StatusServiceUnavailable,
+				st.settle(&entry{seq: e.seq, sequence: e.sequence, span: e.span, err: &statusError{status: http.StatusServiceUnavailable,
 					err: errors.New("not confirmed by the broker before the drain timeout; outcome unknown")}}, &buf)
 				continue
 			}
@@ -545,9 +582,20 @@ func (st *stream) fail(err error) {
 // settle accounts one record and appends its receipt.
 func (st *stream) settle(e *entry, buf *[]byte) {
 	status := http.StatusOK
+	if errors.Is(e.err, ErrDuplicate) && e.sequence >= 0 {
+		e.err, e.dup = nil, true
+		st.duplicates++
+	}
 	if e.err != nil {
 		status = statusOf(e.err)
 		f := failure{Seq: e.seq, Status: status, Error: e.err.Error()}
+		if e.sequence >= 0 {
+			f.Sequence = &e.sequence
+			if st.resume == nil && !refusedForGood(status) {
+				n := e.sequence
+				st.resume = &n
+			}
+		}
 		st.failed++
 		if st.firstFailure == nil {
 			st.firstFailure = &f
@@ -566,10 +614,12 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 		}
 	} else {
 		st.published++
-		if st.firstID == "" {
+		if st.firstID == "" && !e.dup {
 			st.firstID = e.id
 		}
-		st.lastID = e.id
+		if !e.dup {
+			st.lastID = e.id
+		}
 		if st.streaming {
 			*buf = appendReceipt(*buf, e)
 		}
@@ -611,6 +661,14 @@ func appendReceipt(b []byte, e *entry) []byte {
 	r = strconv.AppendInt(r, e.seq, 10)
 	r = append(r, `,"status":200,"topic":`...)
 	r = appendJSONString(r, e.topic)
+	if e.sequence >= 0 {
+		r = append(r, `,"sequence":`...)
+		r = strconv.AppendInt(r, e.sequence, 10)
+	}
+	if e.dup {
+		r = append(r, `,"duplicate":true}`...)
+		return recordio.AppendRecord(b, r)
+	}
 	r = append(r, `,"messageId":`...)
 	r = appendJSONString(r, e.id)
 	r = append(r, '}')

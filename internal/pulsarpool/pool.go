@@ -51,10 +51,19 @@ type Pool struct {
 	retiredReconnects int64
 	stop              chan struct{}
 	wg                sync.WaitGroup
+	// claims are the named streams being published, by producer name.
+	claims map[string]*claim
+}
+
+// claim is one request's hold on a named stream.
+type claim struct {
+	// dead holds, by topic, the temporary failure that stopped the stream there.
+	dead map[string]error
 }
 
 type producerEntry struct {
 	topic    string
+	name     string        // a named stream's producer name (deduplication); "" for the topic's shared producer
 	ready    chan struct{} // closed once p or err is set
 	p        *pulsar.Producer
 	err      error     // the creation's error
@@ -64,6 +73,16 @@ type producerEntry struct {
 	lastUse  time.Time // under Pool.mu
 	retired  bool      // out of the map; closed once nothing is in flight
 	closing  bool
+}
+
+// key is e's key in Pool.m.
+func (e *producerEntry) key() string { return entryKey(e.topic, e.name) }
+
+func entryKey(topic, name string) string {
+	if name == "" {
+		return topic
+	}
+	return topic + "\x00" + name
 }
 
 // Options configure a Pool.
@@ -105,7 +124,7 @@ func New(client *pulsar.Client, o Options) *Pool {
 		o.hook = func(string, string) {}
 	}
 	ps := &Pool{client: client, opts: o.Producer, o: o, log: o.Logger,
-		m: map[string]*producerEntry{}, retiring: map[*producerEntry]struct{}{}, room: make(chan struct{}), stop: make(chan struct{})}
+		m: map[string]*producerEntry{}, claims: map[string]*claim{}, retiring: map[*producerEntry]struct{}{}, room: make(chan struct{}), stop: make(chan struct{})}
 	ps.wg.Add(1)
 	go ps.reap()
 	return ps
@@ -113,20 +132,27 @@ func New(client *pulsar.Client, o Options) *Pool {
 
 var errShuttingDown = fmt.Errorf("%w: the bridge is shutting down", ingress.ErrUnavailable)
 
-// acquire returns the topic's producer, creating it if needed, and counts one use that
-// release ends.
-func (ps *Pool) acquire(ctx context.Context, topic string) (*producerEntry, error) {
+// acquire returns the topic's producer (name: a named stream's, which must be claimed),
+// creating it if needed, and counts one use that release ends.
+func (ps *Pool) acquire(ctx context.Context, topic, name string) (*producerEntry, error) {
 	var capTimer <-chan time.Time
+	key := entryKey(topic, name)
 	for {
 		ps.mu.Lock()
 		if ps.closed {
 			ps.mu.Unlock()
 			return nil, errShuttingDown
 		}
-		e, ok := ps.m[topic]
+		if name != "" {
+			if err := ps.claimErrLocked(topic, name); err != nil {
+				ps.mu.Unlock()
+				return nil, err
+			}
+		}
+		e, ok := ps.m[key]
 		if ok && e.err != nil && !ps.o.now().Before(e.retryAt) {
 			// The failed creation's backoff is over: try again.
-			delete(ps.m, topic)
+			delete(ps.m, key)
 			ok = false
 		}
 		if !ok {
@@ -148,12 +174,12 @@ func (ps *Pool) acquire(ctx context.Context, topic string) (*producerEntry, erro
 						ingress.ErrUnavailable, ps.o.MaxProducers, ps.o.CreateTimeout)
 				}
 			}
-			n := &producerEntry{topic: topic, ready: make(chan struct{})}
+			n := &producerEntry{topic: topic, name: name, ready: make(chan struct{})}
 			if e != nil {
 				n.failures = e.failures
 			}
 			e = n
-			ps.m[topic] = e
+			ps.m[key] = e
 			ps.live++
 			ps.wg.Add(1)
 			ps.o.hook("create", topic)
@@ -203,8 +229,8 @@ func (ps *Pool) retireLocked(e *producerEntry) {
 		return
 	}
 	e.retired = true
-	if ps.m[e.topic] == e {
-		delete(ps.m, e.topic)
+	if ps.m[e.key()] == e {
+		delete(ps.m, e.key())
 	}
 	ps.live--
 	ps.wakeLocked()
@@ -283,6 +309,9 @@ func (ps *Pool) create(e *producerEntry) {
 	}()
 	opts := ps.opts
 	opts.Topic = e.topic
+	if e.name != "" {
+		opts.Name, opts.Deduplication = e.name, true
+	}
 	p, err := ps.client.CreateProducer(ctx, opts)
 	ps.mu.Lock()
 	if err != nil {
@@ -320,13 +349,13 @@ func (ps *Pool) create(e *producerEntry) {
 func (ps *Pool) PublishAsync(ctx context.Context, m *ingress.Message, done func(string, error)) {
 	size := int64(len(m.Payload))
 	if err := ps.o.Budget.Acquire(ctx, size); err != nil {
-		done("", budgetErr(err))
+		done("", ps.stopNamed(m, budgetErr(err)))
 		return
 	}
-	e, err := ps.acquire(ctx, m.Topic)
+	e, err := ps.acquire(ctx, m.Topic, m.Producer)
 	if err != nil {
 		ps.o.Budget.Release(size)
-		done("", err)
+		done("", ps.stopNamed(m, err))
 		return
 	}
 	payload, props := m.Payload, m.Properties
@@ -338,17 +367,32 @@ func (ps *Pool) PublishAsync(ctx context.Context, m *ingress.Message, done func(
 	}
 	pm := messagePool.Get().(*pulsar.ProducerMessage)
 	*pm = pulsar.ProducerMessage{Payload: payload, Key: m.Key, Properties: props}
+	var seq *int64
+	if m.Producer != "" {
+		seq = &m.Sequence
+		pm.SequenceID = seq
+	}
+	producer, topic := m.Producer, m.Topic // m is not kept
 	e.p.SendAsync(ctx, pm, func(id pulsar.MessageID, err error) {
 		ps.o.Budget.Release(size)
-		if err != nil && failed(err) {
+		if err != nil {
+			err = Classify(err)
+			if producer != "" {
+				err = ps.stopNamedAt(producer, topic, err) // before the eviction, so no new producer takes the next record
+			}
+		}
+		if err != nil && (failed(err) || e.p.Err() != nil) {
 			ps.evict(e, err)
 		}
 		ps.release(e)
-		if err != nil {
-			done("", Classify(err))
-			return
+		switch {
+		case err != nil:
+			done("", err)
+		case id.Duplicate():
+			done("", ingress.ErrDuplicate)
+		default:
+			done(FormatID(id), nil)
 		}
-		done(FormatID(id), nil)
 	})
 	*pm = pulsar.ProducerMessage{}
 	messagePool.Put(pm) // SendAsync does not keep it
@@ -378,17 +422,26 @@ func (ps *Pool) PublishStream(ctx context.Context, m *ingress.Message, size int6
 		return "", budgetErr(err)
 	}
 	defer ps.o.Budget.Release(charge)
-	e, err := ps.acquire(ctx, m.Topic)
+	e, err := ps.acquire(ctx, m.Topic, m.Producer)
 	if err != nil {
-		return "", err
+		return "", ps.stopNamed(m, err)
 	}
 	defer ps.release(e)
-	id, err := e.p.SendStream(ctx, &pulsar.ProducerMessage{Key: m.Key, Properties: m.Properties}, size, r)
+	pm := &pulsar.ProducerMessage{Key: m.Key, Properties: m.Properties}
+	if m.Producer != "" {
+		seq := m.Sequence
+		pm.SequenceID = &seq
+	}
+	id, err := e.p.SendStream(ctx, pm, size, r)
 	if err != nil {
-		if failed(err) {
+		cerr := ps.stopNamed(m, Classify(err))
+		if failed(err) || e.p.Err() != nil {
 			ps.evict(e, err)
 		}
-		return "", Classify(err)
+		return "", cerr
+	}
+	if id.Duplicate() {
+		return "", ingress.ErrDuplicate
 	}
 	return FormatID(id), nil
 }
@@ -529,4 +582,75 @@ func (ps *Pool) Close() {
 	ps.wakeLocked()
 	ps.mu.Unlock()
 	ps.wg.Wait()
+}
+
+// ClaimStream implements ingress.NamedPublisher: one request at a time publishes a
+// named stream; the next may start as soon as release is called.
+func (ps *Pool) ClaimStream(producer string) (func(), error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.closed {
+		return nil, errShuttingDown
+	}
+	if _, held := ps.claims[producer]; held {
+		return nil, fmt.Errorf("%w: another request is publishing %s", ingress.ErrStreamBusy, producer)
+	}
+	c := &claim{}
+	ps.claims[producer] = c
+	return sync.OnceFunc(func() {
+		ps.mu.Lock()
+		if ps.claims[producer] == c {
+			delete(ps.claims, producer)
+		}
+		ps.mu.Unlock()
+	}), nil
+}
+
+// claimErrLocked says why a named stream's record may not be published on topic: the
+// stream is not claimed, or an earlier record failed there temporarily.
+func (ps *Pool) claimErrLocked(topic, producer string) error {
+	c := ps.claims[producer]
+	if c == nil {
+		return fmt.Errorf("%w: the named stream %s is not claimed", ingress.ErrUnavailable, producer)
+	}
+	if err := c.dead[topic]; err != nil {
+		return fmt.Errorf("%w: not sent, since an earlier record of the stream failed on %s (resend from that one): %w",
+			ingress.ErrUnavailable, topic, err)
+	}
+	return nil
+}
+
+// stopNamed is stopNamedAt for m (a no-op for an unnamed record).
+func (ps *Pool) stopNamed(m *ingress.Message, err error) error {
+	if m.Producer == "" {
+		return err
+	}
+	return ps.stopNamedAt(m.Producer, m.Topic, err)
+}
+
+// stopNamedAt records a temporary failure of a named stream's record on topic: the
+// claim's later records for that topic fail without being sent, so none is persisted
+// before the failed one is resent (deduplication would then drop the resent one). A
+// permanent refusal stops nothing: that record is skipped, never resent. It returns err.
+func (ps *Pool) stopNamedAt(producer, topic string, err error) error {
+	if !temporary(err) {
+		return err
+	}
+	ps.mu.Lock()
+	if c := ps.claims[producer]; c != nil {
+		if c.dead == nil {
+			c.dead = map[string]error{}
+		}
+		if c.dead[topic] == nil {
+			c.dead[topic] = err
+		}
+	}
+	ps.mu.Unlock()
+	return err
+}
+
+// temporary reports whether a record that failed with err may be resent: anything but
+// a refusal for good (too large, refused by the broker).
+func temporary(err error) bool {
+	return !errors.Is(err, ingress.ErrTooLarge) && !errors.Is(err, ingress.ErrRefused)
 }

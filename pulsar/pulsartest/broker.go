@@ -46,7 +46,7 @@ type Broker struct {
 	entry          uint64
 	partitions     map[string]int
 	dedup          bool
-	highest        map[string]uint64 // producer name -> highest persisted sequence id
+	highest        map[string]uint64 // topic and producer name (dedupKey) -> highest persisted sequence id
 	ignorePings    bool
 	holdReceipts   bool
 	held           []func()
@@ -499,7 +499,7 @@ func (c *serverConn) handle(f *frame.Frame) {
 		}
 		c.producers[r.GetProducerId()] = r.GetTopic()
 		last := int64(-1)
-		if h, ok := b.highest[name]; ok && b.dedup {
+		if h, ok := b.highest[dedupKey(r.GetTopic(), name)]; ok && b.dedup {
 			last = int64(h)
 		}
 		b.mu.Unlock()
@@ -550,13 +550,13 @@ func (c *serverConn) send(f *frame.Frame) {
 		highest = s.GetHighestSequenceId()
 	}
 	var ledger, entry uint64
-	if h, seen := b.highest[md.GetProducerName()]; b.dedup && seen && highest <= h && !(s.GetIsChunk() && md.GetChunkId() > 0 && highest == h) {
+	if h, seen := b.highest[dedupKey(topic, md.GetProducerName())]; b.dedup && seen && highest <= h && !(s.GetIsChunk() && md.GetChunkId() > 0 && highest == h) {
 		ledger, entry = ^uint64(0), ^uint64(0)
 	} else {
 		b.entry++
 		ledger, entry = 1, b.entry
 		if !s.GetIsChunk() || md.GetChunkId() == md.GetNumChunksFromMsg()-1 {
-			b.highest[md.GetProducerName()] = highest
+			b.highest[dedupKey(topic, md.GetProducerName())] = highest
 		}
 		b.messages = append(b.messages, decodeMessages(topic, md, f.Payload, ledger, entry)...)
 	}
@@ -581,6 +581,9 @@ func (c *serverConn) send(f *frame.Frame) {
 	}
 	b.mu.Unlock()
 }
+
+// dedupKey keys deduplication state, per topic (partition) and producer name, as the broker does.
+func dedupKey(topic, producer string) string { return topic + "\x00" + producer }
 
 func decodeMessages(topic string, md *pb.MessageMetadata, payload []byte, ledger, entry uint64) []Message {
 	chunk := -1
