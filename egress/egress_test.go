@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +32,7 @@ type fakeSub struct {
 	nacked []string
 	closed bool
 	ackErr map[string]error // Ack fails once for these ids
+	endErr error            // what Receive returns once feed is closed [ErrEndOfTopic]
 }
 
 func (f *fakeSub) Subscribe(ctx context.Context, o SubscribeOptions) (Subscription, error) {
@@ -41,6 +43,11 @@ func (f *fakeSub) Receive(ctx context.Context) (*Delivery, error) {
 	select {
 	case d, ok := <-f.feed:
 		if !ok {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.endErr != nil {
+				return nil, f.endErr
+			}
 			return nil, ErrEndOfTopic
 		}
 		return d, nil
@@ -141,6 +148,9 @@ func TestHeartbeatsWhenIdleAndACleanEndOfTopic(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the stream did not end cleanly: %v", err)
 		}
+	}
+	if got := resp.Trailer.Get("Stream-Error"); got != "" {
+		t.Fatalf("a clean end of topic has a Stream-Error trailer: %q", got)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -250,5 +260,116 @@ func TestAckClientWithoutEnvelopeIsRefused(t *testing.T) {
 	req = httptest.NewRequest(http.MethodGet, "/v1/streams/s?ack=client&envelope=json", nil)
 	if o, err := resolveQuery(def, req); err != nil || o.ack != "client" || o.envelope != "json" {
 		t.Fatalf("ack=client, envelope=json: %+v %v", o, err)
+	}
+}
+
+// get opens a stream and returns the response and its record reader.
+func get(t *testing.T, url string) (*http.Response, *recordio.Reader) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Accept", "application/recordio")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	return resp, recordio.NewReader(resp.Body, recordio.MaxRecordSize(16<<20))
+}
+
+// chunked is a reassembled chunked message: its payload in pieces, read through Body.
+type chunked struct {
+	pieces [][]byte
+	r      io.Reader
+}
+
+func newChunked(n, size int) (*chunked, []byte) {
+	c := &chunked{}
+	var whole []byte
+	var rs []io.Reader
+	for i := range n {
+		p := bytes.Repeat([]byte{byte('a' + i)}, size)
+		c.pieces = append(c.pieces, p)
+		whole = append(whole, p...)
+		rs = append(rs, bytes.NewReader(p))
+	}
+	c.r = io.MultiReader(rs...)
+	return c, whole
+}
+
+// TestAStreamedBodyIsWrittenWhole: a message delivered as a Body (a reassembled chunked
+// message, never joined) reaches the client byte for byte, bare and in the JSON envelope
+// (as payloadBase64), and is acknowledged once written.
+func TestAStreamedBodyIsWrittenWhole(t *testing.T) {
+	for _, env := range []string{"none", "json"} {
+		t.Run(env, func(t *testing.T) {
+			f := &fakeSub{feed: make(chan *Delivery, 10)}
+			url := serveStreams(t, f, "streams:\n  - name: s\n    topics: [t]\n    envelope: "+env+"\n")
+			_, rd := get(t, url+"/v1/streams/s")
+			c, whole := newChunked(5, 300<<10)
+			f.feed <- &Delivery{ID: "1:0:-1:-1", Payload: []byte(`{"small":1}`)}
+			f.feed <- &Delivery{ID: "1:1:-1:-1", Body: c.r, Size: int64(len(whole))}
+			f.feed <- &Delivery{ID: "1:2:-1:-1", Payload: bytes.Repeat([]byte("z"), 100<<10)}
+			close(f.feed)
+			var got [][]byte
+			for {
+				rec, err := rd.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, bytes.Clone(rec))
+			}
+			if len(got) != 3 {
+				t.Fatalf("%d records", len(got))
+			}
+			payload := got[1]
+			if env == "json" {
+				var e struct {
+					MessageID     string `json:"messageId"`
+					PayloadBase64 []byte `json:"payloadBase64"`
+				}
+				if err := json.Unmarshal(payload, &e); err != nil || e.MessageID != "1:1:-1:-1" {
+					t.Fatalf("%v %q", err, e.MessageID)
+				}
+				payload = e.PayloadBase64
+			}
+			if !bytes.Equal(payload, whole) {
+				t.Fatalf("the streamed message: %d bytes, want %d", len(payload), len(whole))
+			}
+			if env == "none" && (string(got[0]) != `{"small":1}` || len(got[2]) != 100<<10) {
+				t.Fatalf("the records around it: %q, %d bytes", got[0], len(got[2]))
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.acked) != 3 {
+				t.Fatalf("acked %v", f.acked)
+			}
+		})
+	}
+}
+
+// TestAFailedConsumerEndsTheStreamWithItsReason: the consumer reports a terminal error;
+// what was delivered before it reaches the client, and the stream ends with the reason in
+// its Stream-Error trailer (an end of topic has none).
+func TestAFailedConsumerEndsTheStreamWithItsReason(t *testing.T) {
+	f := &fakeSub{feed: make(chan *Delivery, 10), endErr: errors.New("pulsar: consumer failed: the subscription was deleted")}
+	url := serveStreams(t, f, "streams:\n  - name: s\n    topics: [t]\n")
+	resp, rd := get(t, url+"/v1/streams/s")
+	f.feed <- &Delivery{ID: "1:0:-1:-1", Payload: []byte("before")}
+	close(f.feed)
+	if rec, err := rd.Next(); err != nil || string(rec) != "before" {
+		t.Fatalf("%q %v", rec, err)
+	}
+	if _, err := rd.Next(); err != io.EOF {
+		t.Fatalf("after the failure: %v", err)
+	}
+	if got := resp.Trailer.Get("Stream-Error"); !strings.Contains(got, "the subscription was deleted") {
+		t.Fatalf("Stream-Error trailer %q", got)
 	}
 }

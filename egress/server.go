@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -51,8 +52,21 @@ type Delivery struct {
 	PublishTime  time.Time
 	EventTime    time.Time
 	Redeliveries uint32
-	Payload      []byte
-	Handle       any // the Subscription's own message, for Ack and Nack
+	// Payload is the message's bytes when they are in one piece; nil when Body is set.
+	Payload []byte
+	// Body streams a payload that is not held in one piece (a reassembled chunked
+	// message), Size bytes, so it is written to the client without being joined in memory.
+	Body   io.Reader
+	Size   int64
+	Handle any // the Subscription's own message, for Ack and Nack
+}
+
+// Len is the payload's length in bytes.
+func (d *Delivery) Len() int64 {
+	if d.Body != nil {
+		return d.Size
+	}
+	return int64(len(d.Payload))
 }
 
 // Subscription is one consumer on a subscription.

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -87,6 +88,9 @@ type stream struct {
 	recordType string
 	limits     Limits
 
+	writeErr error // a record could not be written whole
+	direct   int64 // bytes written through since the last flush
+
 	mu       sync.Mutex
 	unacked  map[string]*unackedEntry // ack=client: delivered, not acknowledged
 	ackWake  chan struct{}
@@ -122,6 +126,7 @@ func (st *stream) run() int64 {
 	h.Set("Content-Type", recordio.MediaRecordIO)
 	h.Set("Message-Content-Type", st.recordType)
 	h.Set("Stream-Id", st.id)
+	h.Set("Trailer", trailerStreamError)
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	res.WriteHeader(http.StatusOK)
@@ -163,6 +168,7 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 			if err := st.flush(); err != nil {
 				return err
 			}
+			st.direct = 0
 			if pendingN > 0 {
 				st.srv.obs.RecordsWritten(st.def.Name, pendingN, pendingBytes, time.Since(newest))
 				pendingN, pendingBytes = 0, 0
@@ -221,6 +227,12 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 					_ = sendBuf(true)
 					return written, "end of topic"
 				}
+				if ctx.Err() == nil {
+					// The consumer failed for good: what was written goes out, then the
+					// stream ends with the reason in its Stream-Error trailer.
+					_ = sendBuf(true)
+					st.failed(rerr)
+				}
 				return written, rerr.Error()
 			}
 		}
@@ -233,17 +245,25 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		}
 		// The process span continues the context the message carries (or is a root of
 		// its own), sampled on its own, linked to the stream's segment.
-		size := int64(len(d.Payload))
+		size := d.Len()
 		span := st.srv.tr.StartProcess(d.Properties, st.segments.Next(size), d.Topic, st.opts.subscription, size, time.Now())
 		buf = st.appendRecord(buf, d)
 		st.srv.tr.EndRecord(&span, d.ID, nil)
+		if st.writeErr != nil {
+			return written, "write: " + st.writeErr.Error()
+		}
+		if st.opts.ack == "client" {
+			// Written: the stream keeps only what acknowledging it needs.
+			d.Payload, d.Body = nil, nil
+		}
 		written++
 		pendingN++
-		pendingBytes += int64(len(d.Payload))
+		pendingBytes += d.Len()
 		newest = d.PublishTime
-		if len(buf) >= 64<<10 {
+		if int64(len(buf))+st.direct >= flushBytes {
 			// A busy stream flushes (and acknowledges) every 64 KiB, so acks never wait
-			// for the consumer's queue to run dry.
+			// for the consumer's queue to run dry, and what it holds between flushes is
+			// bounded in bytes: large records are written through, not buffered.
 			if err := sendBuf(true); err != nil {
 				return written, "write: " + err.Error()
 			}
@@ -332,15 +352,92 @@ type envelope struct {
 	PayloadBase64   string            `json:"payloadBase64,omitempty"` // otherwise
 }
 
+// flushBytes is what a stream writes between flushes (and acknowledgements) at most,
+// besides one record written through.
+const flushBytes = 64 << 10
+
+// writeThrough is the payload size from which a record is written to the connection
+// directly instead of being copied into the stream's buffer.
+const writeThrough = 32 << 10
+
+// appendRecord appends d's record to buf. A large record (and every streamed Body) is
+// written through instead: buf first, then the record, straight to the connection; it
+// returns buf emptied, and a write error is kept in st.writeErr.
 func (st *stream) appendRecord(buf []byte, d *Delivery) []byte {
-	if st.opts.envelope != "json" {
-		return recordio.AppendRecord(buf, d.Payload)
+	if d.Body == nil && len(d.Payload) < writeThrough {
+		return st.appendSmall(buf, d)
 	}
+	if st.writeErr != nil {
+		return buf[:0]
+	}
+	w := deadlineWriter{st}
+	if _, err := w.Write(buf); err != nil {
+		st.writeErr = err
+		return buf[:0]
+	}
+	buf = buf[:0]
+	body := d.Body
+	if body == nil {
+		body = bytes.NewReader(d.Payload)
+	}
+	var head []byte
+	size := d.Len()
+	var tail string
+	if st.opts.envelope == "json" {
+		// The payload is not looked at as a whole, so it goes as payloadBase64 (whose
+		// length is known before it is written) even when it is JSON.
+		b, _ := json.Marshal(st.envelope(d))
+		head = append(b[:len(b)-1:len(b)-1], `,"payloadBase64":"`...)
+		tail = `"}`
+		size = int64(len(head)) + int64(base64.StdEncoding.EncodedLen(int(size))) + int64(len(tail))
+	}
+	var hdr [24]byte
+	n, err := w.Write(append(strconv.AppendInt(hdr[:0], size, 10), '\n'))
+	if err == nil {
+		_, err = w.Write(head)
+	}
+	if err == nil {
+		var copied int64
+		if st.opts.envelope == "json" {
+			enc := base64.NewEncoder(base64.StdEncoding, w)
+			copied, err = io.Copy(enc, body)
+			if cerr := enc.Close(); err == nil {
+				err = cerr
+			}
+		} else {
+			copied, err = io.Copy(w, body)
+		}
+		if err == nil && copied != d.Len() {
+			err = fmt.Errorf("message %s: its body gave %d of its %d bytes", d.ID, copied, d.Len())
+		}
+	}
+	if err == nil {
+		_, err = io.WriteString(w, tail)
+	}
+	if err != nil {
+		// A record cut short cannot be finished: the stream ends here, and the message is
+		// not acknowledged (it is redelivered).
+		st.writeErr = err
+		return buf
+	}
+	st.direct += int64(n) + size
+	return buf
+}
+
+func (st *stream) envelope(d *Delivery) envelope {
 	e := envelope{MessageID: d.ID, Topic: d.Topic, Key: d.Key, Properties: d.Properties,
 		PublishTime: d.PublishTime.UTC().Format(time.RFC3339Nano), RedeliveryCount: d.Redeliveries}
 	if !d.EventTime.IsZero() {
 		e.EventTime = d.EventTime.UTC().Format(time.RFC3339Nano)
 	}
+	return e
+}
+
+func (st *stream) appendSmall(buf []byte, d *Delivery) []byte {
+	if st.opts.envelope != "json" {
+		return recordio.AppendRecord(buf, d.Payload)
+	}
+	e := st.envelope(d)
 	if json.Valid(d.Payload) {
 		e.Payload = d.Payload
 	} else {
@@ -349,6 +446,28 @@ func (st *stream) appendRecord(buf []byte, d *Delivery) []byte {
 	b, _ := json.Marshal(e)
 	return recordio.AppendRecord(buf, b)
 }
+
+// deadlineWriter writes to the stream's connection, each write within WriteTimeout, so a
+// large record may take as long as the client keeps taking its bytes.
+type deadlineWriter struct{ st *stream }
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	_ = w.st.rc.SetWriteDeadline(time.Now().Add(w.st.limits.WriteTimeout))
+	return w.st.c.Response().Write(p)
+}
+
+// failed records why the consumer ended the stream, for its Stream-Error trailer.
+func (st *stream) failed(err error) {
+	st.c.Response().Header().Set(trailerStreamError, err.Error())
+	st.srv.log.WarnContext(st.ctx, "egress stream ended: the consumer failed", "stream", st.def.Name, "streamId", st.id, "error", err.Error())
+}
+
+// trailerStreamError is the trailer that says why a stream ended early; a stream that
+// ends without it ended cleanly (the topic was terminated and drained) or was cut.
+const trailerStreamError = "Stream-Error"
 
 // HandleAck serves POST <stream path>/ack: the message ids to acknowledge, as RecordIO
 // records or a JSON array, for the stream named by the Stream-Id header.
