@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -381,4 +382,66 @@ func fastStream(t testing.TB, b *broker.Broker, p *bridgeProc, topic string, n i
 		}
 	}
 	return float64(n) / time.Since(start).Seconds()
+}
+
+// TestEgressStreamsAChunkedMessageWhole: a 20 MiB message (the broker's limit is 5 MiB)
+// published in chunks by the official client, between small ones, reaches the HTTP
+// client byte for byte, bare and in the JSON envelope; the bridge writes it from the
+// reassembled chunks without joining them.
+func TestEgressStreamsAChunkedMessageWhole(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "chunked-egress")
+	c := newOfficialClient(t, b)
+	prod, err := c.CreateProducer(official.ProducerOptions{Topic: topic, EnableChunking: true, DisableBatching: true, ChunkMaxMessageSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 20<<20)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range big {
+		big[i] = byte(rng.IntN(256))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, payload := range [][]byte{[]byte(`{"n":0}`), big, []byte(`{"n":2}`)} {
+		if _, err := prod.Send(ctx, &official.ProducerMessage{Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prod.Close()
+	p := startBridge(t, fmt.Sprintf("pulsar:\n  url: %s\nstreams:\n  - name: out\n    topics: [%s]\n    position: earliest\n    overrides: [envelope, subscription]\n", b.URL, topic))
+	for _, env := range []string{"none", "json"} {
+		resp := egressGet(t, ctx, p.DataURL+"/v1/streams/out?subscription=check-"+env+"&envelope="+env, nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", env, resp.StatusCode)
+		}
+		rd := recordio.NewReader(resp.Body, recordio.MaxRecordSize(64<<20))
+		for i := range 3 {
+			rec, err := rd.Next()
+			if err != nil {
+				t.Fatalf("%s: record %d: %v", env, i, err)
+			}
+			if env == "json" {
+				var e struct {
+					Payload       json.RawMessage `json:"payload"`
+					PayloadBase64 []byte          `json:"payloadBase64"`
+				}
+				if err := json.Unmarshal(rec, &e); err != nil {
+					t.Fatalf("record %d: %v", i, err)
+				}
+				rec = e.PayloadBase64
+				if e.Payload != nil {
+					rec = e.Payload
+				}
+			}
+			want := big
+			if i != 1 {
+				want = []byte(fmt.Sprintf(`{"n":%d}`, i))
+			}
+			if !bytes.Equal(rec, want) {
+				t.Errorf("%s: record %d: %d bytes, want %d (%.40q, want %.40q)", env, i, len(rec), len(want), rec, want)
+			}
+		}
+		resp.Body.Close()
+	}
 }

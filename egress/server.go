@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/recordio-bridge/bridge/admission"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -101,12 +103,10 @@ type Server struct {
 	obs   Observer
 	state atomic.Pointer[state]
 
-	active atomic.Int64
-	mu     sync.Mutex
-	open   map[string]*stream // by Stream-Id
-	drain  bool
-	stop   chan struct{} // closed by Drain: streams end
-	wg     sync.WaitGroup
+	gate admission.Gate
+	mu   sync.Mutex
+	open map[string]*stream // by Stream-Id
+	stop chan struct{}      // closed by Drain: streams end
 }
 
 type state struct {
@@ -151,7 +151,7 @@ func New(sub Subscriber, log *slog.Logger, obs Observer, tr *telemetry.Tracing) 
 func (s *Server) Update(t *mapping.Table, l Limits) { s.state.Store(&state{table: t, limits: l}) }
 
 // Active reports how many streams are open.
-func (s *Server) Active() int { return int(s.active.Load()) }
+func (s *Server) Active() int { return s.gate.Active() }
 
 // IsAck reports whether path is the acknowledgement endpoint of a configured stream.
 func (s *Server) IsAck(path string) bool {
@@ -166,20 +166,10 @@ func (s *Server) IsAck(path string) bool {
 // Drain ends every stream (each flushes, acknowledges what it wrote and closes its
 // consumer) and refuses new ones; it waits until they are gone or ctx ends.
 func (s *Server) Drain(ctx context.Context) error {
-	s.mu.Lock()
-	if !s.drain {
-		s.drain = true
+	if s.gate.Drain() {
 		close(s.stop)
 	}
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return s.gate.Wait(ctx)
 }
 
 // Handle serves GET <stream path>.
@@ -189,7 +179,7 @@ func (s *Server) Handle(c echo.Context) error {
 	if st == nil {
 		return answerError(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
-	if err := st.table.Authenticate(mapping.BearerToken(req.Header)); err != nil {
+	if err := admission.Authenticate(st.table, req.Header); err != nil {
 		return deny(c, err)
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
@@ -199,7 +189,7 @@ func (s *Server) Handle(c echo.Context) error {
 		}
 		return answerError(c, http.StatusNotFound, "no stream at "+strconv.Quote(req.URL.Path), 0)
 	}
-	if _, err := st.table.Authorize(mapping.BearerToken(req.Header), mapping.Read, def.Name); err != nil {
+	if err := admission.Authorize(st.table, req.Header, mapping.Read, def.Name); err != nil {
 		return deny(c, err)
 	}
 	opts, err := resolveQuery(def, req)
@@ -218,19 +208,14 @@ func (s *Server) Handle(c echo.Context) error {
 		}
 		return answerError(c, http.StatusNotAcceptable, msg, 0)
 	}
-	if n := s.active.Add(1); n > int64(st.limits.MaxStreams) {
-		s.active.Add(-1)
-		return answerError(c, http.StatusTooManyRequests, "too many concurrent streams (egress.maxStreams is "+strconv.Itoa(st.limits.MaxStreams)+")", 1)
+	leave, err := s.gate.Enter(st.limits.MaxStreams)
+	if err != nil {
+		if errors.Is(err, admission.ErrDraining) {
+			return answerError(c, http.StatusServiceUnavailable, err.Error(), 5)
+		}
+		return answerError(c, http.StatusTooManyRequests, fmt.Sprintf("%v (egress.maxStreams is %d)", err, st.limits.MaxStreams), 1)
 	}
-	defer s.active.Add(-1)
-	s.mu.Lock()
-	if s.drain {
-		s.mu.Unlock()
-		return answerError(c, http.StatusServiceUnavailable, "the bridge is shutting down", 5)
-	}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	defer s.wg.Done()
+	defer leave()
 
 	// The response span continues the client's trace; each message's process span links to it.
 	ctx := s.tr.Propagator.Extract(req.Context(), propagation.HeaderCarrier(req.Header))

@@ -19,6 +19,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/recordio-bridge/bridge/admission"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -474,14 +475,17 @@ const trailerStreamError = "Stream-Error"
 func (s *Server) HandleAck(c echo.Context) error {
 	req := c.Request()
 	st := s.state.Load()
-	if err := st.table.Authenticate(mapping.BearerToken(req.Header)); err != nil {
+	if st == nil {
+		return answerError(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
+	}
+	if err := admission.Authenticate(st.table, req.Header); err != nil {
 		return deny(c, err)
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || !isAck {
 		return answerError(c, http.StatusNotFound, "no acknowledgement endpoint at "+strconv.Quote(req.URL.Path), 0)
 	}
-	if _, err := st.table.Authorize(mapping.BearerToken(req.Header), mapping.Read, def.Name); err != nil {
+	if err := admission.Authorize(st.table, req.Header, mapping.Read, def.Name); err != nil {
 		return deny(c, err)
 	}
 	sid := req.Header.Get("Stream-Id")

@@ -3,6 +3,7 @@ package ingress
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/recordio-bridge/bridge/admission"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -88,11 +90,9 @@ type Server struct {
 	tr    *telemetry.Tracing
 	state atomic.Pointer[state]
 
-	active atomic.Int64
-	mu     sync.Mutex
-	drain  bool
-	open   map[*stream]struct{}
-	wg     sync.WaitGroup
+	gate admission.Gate
+	mu   sync.Mutex
+	open map[*stream]struct{}
 }
 
 type state struct {
@@ -127,35 +127,33 @@ func (s *Server) Register(e *echo.Echo) {
 }
 
 // Active reports how many streams are open.
-func (s *Server) Active() int { return int(s.active.Load()) }
+func (s *Server) Active() int { return s.gate.Active() }
 
 // Drain stops new streams (503), stops reading the bodies of open ones, and waits until
 // every open stream has written its summary or ctx ends; records still unsettled then
 // are answered as failed (their outcome unknown).
 func (s *Server) Drain(ctx context.Context) error {
+	s.gate.Drain()
+	// A stream admitted before the drain is either in open now, or sees the drain when
+	// it registers (both under s.mu).
 	s.mu.Lock()
-	s.drain = true
 	for st := range s.open {
 		st.stopReading(errDraining)
 	}
 	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
+	err := s.gate.Wait(ctx)
+	if err != nil {
 		s.mu.Lock()
 		for st := range s.open {
 			st.abandon()
 		}
 		s.mu.Unlock()
-		<-done
-		return ctx.Err()
+		_ = s.gate.Wait(context.Background())
 	}
+	return err
 }
 
-var errDraining = errors.New("the bridge is shutting down")
+var errDraining = admission.ErrDraining
 
 // Handle is the echo handler of every ingress route.
 func (s *Server) Handle(c echo.Context) error {
@@ -165,14 +163,14 @@ func (s *Server) Handle(c echo.Context) error {
 		return answerError(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
 	// Unauthenticated callers learn nothing, not even whether the route exists.
-	if err := st.table.Authenticate(mapping.BearerToken(req.Header)); err != nil {
+	if err := admission.Authenticate(st.table, req.Header); err != nil {
 		return deny(c, err)
 	}
 	route, params, ok := st.table.Lookup(req.URL.Path)
 	if !ok {
 		return answerError(c, http.StatusNotFound, "no route for "+strconv.Quote(req.URL.Path), 0)
 	}
-	if _, err := st.table.Authorize(mapping.BearerToken(req.Header), mapping.Write, route.Name()); err != nil {
+	if err := admission.Authorize(st.table, req.Header, mapping.Write, route.Name()); err != nil {
 		return deny(c, err)
 	}
 	format, err := recordio.ParseRequest(req.Header.Get("Content-Type"), req.Header.Get("Message-Content-Type"), route.ContentTypes())
@@ -187,11 +185,11 @@ func (s *Server) Handle(c echo.Context) error {
 	if err != nil {
 		return answerError(c, http.StatusBadRequest, err.Error(), 0)
 	}
-	if n := s.active.Add(1); n > int64(st.limits.MaxStreams) {
-		s.active.Add(-1)
-		return answerError(c, http.StatusTooManyRequests, "too many concurrent streams (ingress.maxStreams is "+strconv.Itoa(st.limits.MaxStreams)+")", 1)
+	leave, err := s.gate.Enter(st.limits.MaxStreams)
+	if err != nil {
+		return refuse(c, err, "ingress.maxStreams", st.limits.MaxStreams)
 	}
-	defer s.active.Add(-1)
+	defer leave()
 	resp, nerr := recordio.NegotiateResponse(req.Header.Get("Accept"), req.Header.Get("Message-Accept"),
 		[]string{recordio.MediaJSON}, []string{recordio.MediaJSON})
 	if me := (*recordio.MediaError)(nil); errors.As(nerr, &me) && me.Header == "Message-Accept" {
@@ -216,18 +214,16 @@ func (s *Server) Handle(c echo.Context) error {
 	sm := newStream(s, c, ctx, route.Name(), route.NewRequest(format.RecordType, req.Header, params), st.limits, streaming, format.Streaming)
 	sm.named = named
 	s.mu.Lock()
-	if s.drain {
+	if s.gate.Draining() {
 		s.mu.Unlock()
-		return answerError(c, http.StatusServiceUnavailable, errDraining.Error(), 5)
+		return refuse(c, errDraining, "", 0)
 	}
 	s.open[sm] = struct{}{}
-	s.wg.Add(1)
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.open, sm)
 		s.mu.Unlock()
-		s.wg.Done()
 	}()
 	s.obs.StreamStarted(route.Name())
 	status := sm.run()
@@ -255,6 +251,15 @@ func (nopObserver) StreamEnded(string, int)                  {}
 func (nopObserver) RecordsSettled(string, int, int64, int64) {}
 func (nopObserver) PublishLatency(string, time.Duration)     {}
 func (nopObserver) DecodeError(string)                       {}
+
+// refuse answers a stream the gate did not admit: 503 while draining, 429 over the limit
+// (named by key).
+func refuse(c echo.Context, err error, key string, limit int) error {
+	if errors.Is(err, admission.ErrDraining) {
+		return answerError(c, http.StatusServiceUnavailable, err.Error(), 5)
+	}
+	return answerError(c, http.StatusTooManyRequests, fmt.Sprintf("%v (%s is %d)", err, key, limit), 1)
+}
 
 // deny answers an authorization error: 403 when the token does not grant the access,
 // 401 (with the challenge) when there is no valid token.

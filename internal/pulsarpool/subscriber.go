@@ -85,9 +85,19 @@ type subscription struct {
 	owner *Subscriber
 }
 
+// streamFrom is the payload size from which a message goes to egress as a Body: a
+// reassembled chunked message is then written from its chunks, never joined in memory.
+const streamFrom = 32 << 10
+
 func delivery(m *pulsar.Message) *egress.Delivery {
-	return &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
-		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, Payload: m.Payload(), Handle: m}
+	d := &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
+		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, Handle: m}
+	if m.Size() >= streamFrom {
+		d.Body, d.Size = m.Body(), int64(m.Size())
+	} else {
+		d.Payload = m.Payload()
+	}
+	return d
 }
 
 func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {

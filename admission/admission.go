@@ -1,0 +1,107 @@
+// Package admission decides whether a request may open a stream, for ingress and egress
+// alike: the bearer token (authenticated before anything is looked up, then authorized
+// for what the request names), the limit on concurrent streams, and the drain that
+// refuses new streams and waits for the open ones. It chooses no HTTP status: its errors
+// are values that ingress and egress answer each in their own way.
+package admission
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+
+	"github.com/recordio-bridge/bridge/mapping"
+)
+
+// Errors of Gate.Enter. (Authentication errors are mapping's: ErrUnauthenticated and
+// ErrForbidden.)
+var (
+	// ErrTooManyStreams: the server's limit of concurrent streams is reached.
+	ErrTooManyStreams = errors.New("too many concurrent streams")
+	// ErrDraining: the server is shutting down and opens no stream.
+	ErrDraining = errors.New("the bridge is shutting down")
+)
+
+// Authenticate checks the request's bearer token against the table's tokens, before the
+// request's path is looked up, so an unauthenticated caller learns nothing of what exists.
+// Its error wraps mapping.ErrUnauthenticated.
+func Authenticate(t *mapping.Table, h http.Header) error {
+	return t.Authenticate(mapping.BearerToken(h))
+}
+
+// Authorize checks that the request's token grants access to the named route or stream.
+// Its error wraps mapping.ErrUnauthenticated or mapping.ErrForbidden.
+func Authorize(t *mapping.Table, h http.Header, access mapping.Access, name string) error {
+	_, err := t.Authorize(mapping.BearerToken(h), access, name)
+	return err
+}
+
+// Gate counts a server's open streams, refuses new ones beyond a limit or once draining,
+// and lets Wait see them all end. The zero value is an open gate.
+type Gate struct {
+	mu       sync.Mutex
+	active   int
+	draining bool
+	wg       sync.WaitGroup
+}
+
+// Enter admits one stream when fewer than max are open and the gate is not draining; the
+// stream calls leave (once) when it ends. It fails with ErrDraining or ErrTooManyStreams.
+func (g *Gate) Enter(max int) (leave func(), err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.draining:
+		return nil, ErrDraining
+	case g.active >= max:
+		return nil, ErrTooManyStreams
+	}
+	g.active++
+	g.wg.Add(1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			g.active--
+			g.mu.Unlock()
+			g.wg.Done()
+		})
+	}, nil
+}
+
+// Drain refuses every stream from now on; it reports whether this call started the drain.
+func (g *Gate) Drain() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	first := !g.draining
+	g.draining = true
+	return first
+}
+
+// Draining reports whether Drain was called.
+func (g *Gate) Draining() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.draining
+}
+
+// Active reports how many streams are open.
+func (g *Gate) Active() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.active
+}
+
+// Wait returns when every admitted stream has left, or with ctx's error when ctx ends
+// first. (The goroutine that watches the streams ends when they do.)
+func (g *Gate) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
