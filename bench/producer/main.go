@@ -1,19 +1,24 @@
 // Command producer publishes the same messages with the bridge's own Pulsar producer
 // and with the official pulsar-client-go, one after the other on the same broker, and
 // prints a Markdown table: messages/s, MB/s, send latency p50/p99, and client CPU per
-// message (user+system time of this process while the run lasted).
+// message. Each run is a process of its own (this command run again with -child), so
+// its CPU time (user+system of that process while it sent) bills one client only: in
+// one process the garbage one client left behind was collected during the other's run.
 //
 //	go run ./producer -url pulsar://127.0.0.1:6650 -rounds 3
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -37,7 +42,13 @@ func main() {
 	only := flag.Int("size", 0, "run only this message size (100, 1024 or 65536)")
 	n := flag.Int("n", 0, "messages per run (default: 200 000, 100 000 and 4 000 by size)")
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the bridge's runs to this file")
+	child := flag.String("child", "", "internal: run one client (bridge or official) once on -topic and print its result")
+	topicFlag := flag.String("topic", "", "internal: the -child run's topic")
 	flag.Parse()
+	if *child != "" {
+		runChild(*child, *url, *topicFlag, *only, *n, *profile)
+		return
+	}
 	if *url == "" {
 		log.Fatal("no broker: set -url or PULSAR_URL (make bench starts one)")
 	}
@@ -54,23 +65,11 @@ func main() {
 		for r := range *rounds {
 			for _, c := range []string{"bridge", "official"} {
 				topic := fmt.Sprintf("persistent://public/default/bench-%s-%d-%d-%d", c, s.size, r, time.Now().UnixNano())
-				var res result
-				var err error
+				prof := ""
 				if c == "bridge" {
-					if *profile != "" {
-						f, ferr := os.Create(*profile)
-						if ferr != nil {
-							log.Fatal(ferr)
-						}
-						_ = pprof.StartCPUProfile(f)
-					}
-					res, err = runOurs(*url, topic, s.size, s.count)
-					if *profile != "" {
-						pprof.StopCPUProfile()
-					}
-				} else {
-					res, err = runOfficial(*url, topic, s.size, s.count)
+					prof = *profile
 				}
+				res, err := spawn(c, *url, topic, s.size, s.count, prof)
 				if err != nil {
 					log.Fatalf("%s %d B: %v", c, s.size, err)
 				}
@@ -89,6 +88,52 @@ func main() {
 		b, o := best["bridge"], best["official"]
 		fmt.Printf("| ratio bridge/official | %d B | | %.2fx | | | | %.2fx |\n", s.size,
 			o.elapsed.Seconds()/b.elapsed.Seconds(), (float64(b.cpu)/float64(b.count))/(float64(o.cpu)/float64(o.count)))
+	}
+}
+
+// childResult is what a -child run prints: its timings, CPU and latencies.
+type childResult struct {
+	Elapsed time.Duration
+	CPU     time.Duration
+	Lat     []time.Duration
+}
+
+// spawn runs one client once in a process of its own.
+func spawn(client, url, topic string, size, count int, profile string) (result, error) {
+	cmd := exec.Command(os.Args[0], "-child", client, "-url", url, "-topic", topic, "-size", strconv.Itoa(size),
+		"-n", strconv.Itoa(count), "-cpuprofile", profile)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return result{}, fmt.Errorf("the %s run: %w", client, err)
+	}
+	var cr childResult
+	if err := json.Unmarshal(out, &cr); err != nil {
+		return result{}, fmt.Errorf("the %s run printed %q: %w", client, out, err)
+	}
+	return result{client: client, size: size, count: count, elapsed: cr.Elapsed, cpu: cr.CPU, lat: cr.Lat}, nil
+}
+
+// runChild is a -child process: one run of one client, its result as JSON on stdout.
+func runChild(client, url, topic string, size, count int, profile string) {
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	run := runOfficial
+	if client == "bridge" {
+		run = runOurs
+	}
+	res, err := run(url, topic, size, count)
+	if err != nil {
+		log.Fatalf("%s %d B: %v", client, size, err)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(childResult{Elapsed: res.elapsed, CPU: res.cpu, Lat: res.lat}); err != nil {
+		log.Fatal(err)
 	}
 }
 
