@@ -634,7 +634,7 @@ streams:
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(scrape(t, c.OpsURL), `bridge_config_reloads_total{result="applied"`) {
+	for !strings.Contains(grepLines(scrape(t, c.OpsURL), "bridge_config_reloads_total{"), `result="applied"`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the ..data swap was not applied within a minute; /readyz: %s", readyzOf(c))
 		}
@@ -705,6 +705,7 @@ func TestImageOverTLSToTheBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const drainTimeout = 10 * time.Second
 	dep := bridgeDeployment(t)
 	cfgVolume, cfgName := dep.configFile(t)
 	tokenFile := path.Join(dep.mountPath(t, "pulsar-token"), "token")
@@ -717,11 +718,11 @@ pulsar:
   token: file:%s
 %s
 ingress:
-  drainTimeout: 5s
+  drainTimeout: %s
 routes:
   - name: events
     default: {topic: %s}
-`, dataPort, opsPort, b.TLSURL, tokenFile, tls, topic)
+`, dataPort, opsPort, b.TLSURL, tokenFile, tls, drainTimeout, topic)
 	}
 	publishOne := func(t *testing.T, c *container, topic string) {
 		t.Helper()
@@ -754,7 +755,7 @@ routes:
 		c, topic := run(t, "  tls: {caFile: /var/run/secrets/pulsar-ca/ca.crt}", "-v", caDir+":/var/run/secrets/pulsar-ca:ro")
 		c.waitOps(t, "/readyz", 200)
 		publishOne(t, c, topic)
-		if code := c.terminate(t, 5*time.Second); code != 0 {
+		if code := c.terminate(t, drainTimeout); code != 0 {
 			t.Fatalf("exit code %d after SIGTERM", code)
 		}
 	})
@@ -765,7 +766,7 @@ routes:
 		if !strings.Contains(body, "x509") && !strings.Contains(body, "certificate") {
 			t.Fatalf("/readyz with the image's bundle: %s; want a certificate error", body)
 		}
-		if code := c.terminate(t, 5*time.Second); code != 0 {
+		if code := c.terminate(t, drainTimeout); code != 0 {
 			t.Fatalf("exit code %d after SIGTERM", code)
 		}
 	})
@@ -784,7 +785,7 @@ routes:
 		c, topic := run(t, "", "-v", extended+":/etc/ssl/certs/ca-certificates.crt:ro")
 		c.waitOps(t, "/readyz", 200)
 		publishOne(t, c, topic)
-		if code := c.terminate(t, 5*time.Second); code != 0 {
+		if code := c.terminate(t, drainTimeout); code != 0 {
 			t.Fatalf("exit code %d after SIGTERM", code)
 		}
 	})
