@@ -20,6 +20,7 @@ type Config struct {
 	Pulsar  Pulsar  `yaml:"pulsar"`
 	Ingress Ingress `yaml:"ingress"`
 	Egress  Egress  `yaml:"egress"`
+	Memory  Memory  `yaml:"memory"`
 	Auth    Auth    `yaml:"auth"`
 	Routes  []Route `yaml:"routes"` // none: every POST gets 404
 	// Streams are the egress endpoints; none: every GET gets 404.
@@ -30,6 +31,8 @@ type Config struct {
 type Listen struct {
 	Data string `yaml:"data"` // 127.0.0.1:8080: ingress and egress
 	Ops  string `yaml:"ops"`  // 127.0.0.1:9090: /healthz, /readyz, /metrics
+	// Pprof serves net/http/pprof's /debug/pprof/ on the ops listener.
+	Pprof bool `yaml:"pprof"` // false
 	// TLS on the data listener (HTTP/1.1 and HTTP/2); the files are re-read when they change.
 	TLS ListenTLS `yaml:"tls"` // off
 }
@@ -52,6 +55,21 @@ type Pulsar struct {
 	Compression string `yaml:"compression"` // none
 	// ProducerIdleTimeout closes the producer of a topic no stream has used for this long.
 	ProducerIdleTimeout Duration `yaml:"producerIdleTimeout"` // 10m
+	// MaxProducers caps the live producers (one per topic a templated route reaches); a
+	// new topic at the cap closes the idle producer used least recently, or waits.
+	MaxProducers int `yaml:"maxProducers"` // 1000
+}
+
+// Memory bounds the process as a whole (see the README's memory model).
+type Memory struct {
+	// Budget bounds the bytes the bridge holds for its clients, across every stream:
+	// records read from ingress bodies and not yet receipted (ingress stops reading when
+	// it is spent) and messages handed to egress streams and not yet acknowledged.
+	Budget Size `yaml:"budget"` // 128MiB
+	// Limit is the Go runtime's soft memory limit (GOMEMLIMIT); 0 takes 90 % of the
+	// POD_MEMORY_LIMIT environment variable (the container's limit in bytes) when set.
+	// A GOMEMLIMIT environment variable wins over both.
+	Limit Size `yaml:"limit"` // 0
 }
 
 // TLS configures pulsar+ssl:// connections.
@@ -82,12 +100,13 @@ func Default() Config {
 	return Config{
 		Listen: Listen{Data: "127.0.0.1:8080", Ops: "127.0.0.1:9090"},
 		Pulsar: Pulsar{URL: "pulsar://127.0.0.1:6650", OperationTimeout: Duration(30 * time.Second), KeepAlive: Duration(30 * time.Second),
-			WriteTimeout: Duration(30 * time.Second), Compression: "none", ProducerIdleTimeout: Duration(10 * time.Minute)},
+			WriteTimeout: Duration(30 * time.Second), Compression: "none", ProducerIdleTimeout: Duration(10 * time.Minute), MaxProducers: 1000},
 		Ingress: Ingress{
 			MaxRecordBytes: 4 << 20, BufferRecordBytes: 4 << 20, MaxStreams: 1000, IdleTimeout: Duration(5 * time.Minute), PublishTimeout: Duration(30 * time.Second),
 			PendingRecords: 1000, PendingBytes: 16 << 20, DrainTimeout: Duration(30 * time.Second),
 		},
 		Egress: Egress{MaxStreams: 1000, WriteTimeout: Duration(30 * time.Second)},
+		Memory: Memory{Budget: 128 << 20},
 	}
 }
 
@@ -182,6 +201,13 @@ func (c Config) Validate() error {
 	positive("ingress.drainTimeout", int64(in.DrainTimeout))
 	positive("ingress.bufferRecordBytes", int64(in.BufferRecordBytes))
 	positive("pulsar.producerIdleTimeout", int64(c.Pulsar.ProducerIdleTimeout))
+	positive("pulsar.maxProducers", int64(c.Pulsar.MaxProducers))
+	positive("memory.budget", int64(c.Memory.Budget))
+	if c.Memory.Limit < 0 {
+		add("memory.limit: %d must not be negative (0 derives it from POD_MEMORY_LIMIT)", c.Memory.Limit)
+	} else if c.Memory.Limit > 0 && c.Memory.Budget > c.Memory.Limit/2 {
+		add("memory.budget: %d bytes is more than half of memory.limit (%d); the rest is the process's own (buffers, copies, the runtime)", c.Memory.Budget, c.Memory.Limit)
+	}
 	switch c.Pulsar.Compression {
 	case "none", "lz4", "zlib", "zstd", "snappy":
 	default:

@@ -116,6 +116,9 @@ func RestartNeeded(old, cur Config) []string {
 	diff("pulsar.compression", old.Pulsar.Compression, cur.Pulsar.Compression)
 	diff("pulsar.producerIdleTimeout", old.Pulsar.ProducerIdleTimeout, cur.Pulsar.ProducerIdleTimeout)
 	diff("ingress.publishTimeout", old.Ingress.PublishTimeout, cur.Ingress.PublishTimeout)
+	diff("pulsar.maxProducers", old.Pulsar.MaxProducers, cur.Pulsar.MaxProducers)
+	diff("memory.budget", old.Memory.Budget, cur.Memory.Budget)
+	diff("memory.limit", old.Memory.Limit, cur.Memory.Limit)
 	return out
 }
 

@@ -76,3 +76,19 @@ func TestValidateCompilesTheRoutes(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errb.String())
 	}
 }
+
+func TestValidateChecksTheMemoryKeys(t *testing.T) {
+	bad := t.TempDir() + "/memory.yaml"
+	if err := os.WriteFile(bad, []byte("memory:\n  budget: 300MiB\n  limit: 512MiB\npulsar:\n  maxProducers: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"validate", "-config", bad}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	for _, want := range []string{"memory.budget: 314572800 bytes is more than half of memory.limit", "pulsar.maxProducers: 0 must be greater than zero"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr %q lacks %q", errb.String(), want)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,7 @@ import (
 	"github.com/recordio-bridge/bridge/config"
 	"github.com/recordio-bridge/bridge/egress"
 	"github.com/recordio-bridge/bridge/ingress"
+	"github.com/recordio-bridge/bridge/internal/budget"
 	"github.com/recordio-bridge/bridge/internal/pulsarpool"
 	"github.com/recordio-bridge/bridge/pulsar"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -50,6 +52,7 @@ type App struct {
 	lastErr atomic.Pointer[string] // the last reload's problem, shown by /readyz
 
 	client   *pulsar.Client
+	budget   *budget.Budget
 	prods    *pulsarpool.Pool
 	subs     *pulsarpool.Subscriber
 	ingress  *ingress.Server
@@ -81,6 +84,7 @@ func New(o Options) (a *App, err error) {
 		return nil, err
 	}
 	cfg := snap.cfg
+	setMemoryLimit(cfg.Memory, log)
 	a = &App{path: o.ConfigPath, version: o.Version, log: log, running: cfg,
 		shutdownStarted: make(chan struct{}), shutdownDone: make(chan struct{})}
 	a.snap.Store(snap)
@@ -112,12 +116,15 @@ func New(o Options) (a *App, err error) {
 		return nil, err
 	}
 	undo = append(undo, func() { a.client.Close() })
+	a.budget = budget.New(int64(cfg.Memory.Budget))
+	undo = append(undo, a.budget.Close)
 	a.prods = pulsarpool.New(a.client, pulsarpool.Options{
 		Producer: pulsar.ProducerOptions{
 			SendTimeout: cfg.Ingress.PublishTimeout.D(), Compression: compressions[cfg.Pulsar.Compression],
 			MaxPendingMessages: 10000, MaxPendingBytes: 64 << 20,
 		},
 		CreateTimeout: cfg.Pulsar.OperationTimeout.D(), IdleTimeout: cfg.Pulsar.ProducerIdleTimeout.D(),
+		MaxProducers: cfg.Pulsar.MaxProducers, Budget: a.budget,
 		Logger: log.With("component", "producers"),
 	})
 	undo = append(undo, a.prods.Close)
@@ -133,7 +140,7 @@ func New(o Options) (a *App, err error) {
 	}
 	a.ingress = ingress.New(a.prods, log.With("component", "ingress"), a.metrics, a.tracing)
 	a.ingress.Update(snap.table, limitsOf(cfg))
-	a.subs = pulsarpool.NewSubscriber(a.client)
+	a.subs = pulsarpool.NewSubscriber(a.client, a.budget)
 	a.egress = egress.New(a.subs, log.With("component", "egress"), a.metrics, a.tracing)
 	if err := a.metrics.ObservePulsar(func() telemetry.PulsarStats {
 		s := a.prods.Stats()
@@ -325,10 +332,12 @@ func (a *App) Reload(why string) error {
 	defer a.reload.Unlock()
 	raw, err := os.ReadFile(a.path)
 	cur := a.snap.Load()
-	if err == nil && bytes.Equal(raw, cur.raw) {
+	if err == nil && bytes.Equal(raw, cur.raw) && a.lastErr.Load() == nil {
 		a.metrics.Reload("unchanged")
 		return nil
 	}
+	// The same bytes as the running configuration after a refused file are a reload too
+	// (the usual way to undo a bad ConfigMap): applied again, clearing lastReloadError.
 	var next *snapshot
 	if err == nil {
 		next, err = parseSnapshot(a.path, raw)
@@ -368,6 +377,11 @@ func (a *App) opsHandler() http.Handler {
 		if p := a.lastErr.Load(); p != nil {
 			detail["lastReloadError"] = *p
 		}
+		if a.budget != nil {
+			st := a.budget.Stats()
+			detail["memoryBudget"] = map[string]int64{"limit": st.Limit, "used": st.Used, "peak": st.Peak, "waits": st.Waits}
+		}
+		detail["producers"] = a.prods.Live()
 		ready := true
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -389,5 +403,21 @@ func (a *App) opsHandler() http.Handler {
 		_ = json.NewEncoder(w).Encode(detail)
 	})
 	mux.Handle("GET /metrics", a.metrics.Handler())
+	// Profiles only while listen.pprof is on (checked per request, so a reload turns
+	// them on or off); off, the paths are 404 like any unknown one.
+	pprofOn := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if !a.snap.Load().cfg.Listen.Pprof {
+				http.NotFound(w, r)
+				return
+			}
+			h(w, r)
+		}
+	}
+	mux.HandleFunc("/debug/pprof/", pprofOn(pprof.Index))
+	mux.HandleFunc("/debug/pprof/cmdline", pprofOn(pprof.Cmdline))
+	mux.HandleFunc("/debug/pprof/profile", pprofOn(pprof.Profile))
+	mux.HandleFunc("/debug/pprof/symbol", pprofOn(pprof.Symbol))
+	mux.HandleFunc("/debug/pprof/trace", pprofOn(pprof.Trace))
 	return mux
 }

@@ -84,6 +84,19 @@ func (b *Budget) TryAcquire(n int64) bool {
 	return true
 }
 
+// Charge takes n bytes whether they fit or not: for bytes already in hand that cannot be
+// refused (the overshoot is bounded by the caller). Later acquisitions wait until the
+// budget is back under its limit.
+func (b *Budget) Charge(n int64) {
+	if b == nil || n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used += n
+	b.peak = max(b.peak, b.used)
+	b.mu.Unlock()
+}
+
 // Release returns n bytes taken by Acquire or TryAcquire.
 func (b *Budget) Release(n int64) {
 	if b == nil || n <= 0 {

@@ -8,23 +8,28 @@ import (
 	"time"
 
 	"github.com/recordio-bridge/bridge/egress"
+	"github.com/recordio-bridge/bridge/internal/budget"
 	"github.com/recordio-bridge/bridge/pulsar"
 	"github.com/recordio-bridge/bridge/telemetry"
 )
 
 // Subscriber is the egress Subscriber: one consumer of the bridge's client per stream
-// (they share the client's broker connections).
+// (they share the client's broker connections). Each message handed to egress is charged
+// to the budget (its payload's bytes) until it is acknowledged, negatively acknowledged
+// or its subscription closes; Receive waits for room, so a spent budget pauses egress
+// deliveries as it pauses ingress reads.
 type Subscriber struct {
 	client *pulsar.Client
+	budget *budget.Budget
 	mu     sync.Mutex
 	open   map[*subscription]struct{}
 	// What closed consumers counted, so the metrics' counters never go back.
 	retiredReconnects, retiredPermits int64
 }
 
-// NewSubscriber returns the egress Subscriber of c.
-func NewSubscriber(c *pulsar.Client) *Subscriber {
-	return &Subscriber{client: c, open: map[*subscription]struct{}{}}
+// NewSubscriber returns the egress Subscriber of c, charging b (nil: no budget).
+func NewSubscriber(c *pulsar.Client, b *budget.Budget) *Subscriber {
+	return &Subscriber{client: c, budget: b, open: map[*subscription]struct{}{}}
 }
 
 // AddStats adds the egress consumers' figures to st.
@@ -73,7 +78,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		// temporary, as it is for producers.
 		return nil, fmt.Errorf("%w: %w", egress.ErrUnavailable, err)
 	}
-	sub := &subscription{c: c, owner: s}
+	sub := &subscription{c: c, owner: s, held: map[*handle]struct{}{}}
 	s.mu.Lock()
 	s.open[sub] = struct{}{}
 	s.mu.Unlock()
@@ -83,21 +88,53 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 type subscription struct {
 	c     *pulsar.Consumer
 	owner *Subscriber
+
+	mu     sync.Mutex
+	held   map[*handle]struct{} // delivered, charged to the budget, not yet settled
+	closed bool
 }
 
 // streamFrom is the payload size from which a message goes to egress as a Body: a
 // reassembled chunked message is then written from its chunks, never joined in memory.
 const streamFrom = 32 << 10
 
-func delivery(m *pulsar.Message) *egress.Delivery {
+// handle is a Delivery's Handle: the message and what it was charged.
+type handle struct {
+	m    *pulsar.Message
+	size int64
+}
+
+func (s *subscription) delivery(m *pulsar.Message, size int64) *egress.Delivery {
+	h := &handle{m: m, size: size}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.owner.budget.Release(size)
+	} else {
+		s.held[h] = struct{}{}
+		s.mu.Unlock()
+	}
 	d := &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
-		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, Handle: m}
+		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, Handle: h}
 	if m.Size() >= streamFrom {
 		d.Body, d.Size = m.Body(), int64(m.Size())
 	} else {
 		d.Payload = m.Payload()
 	}
 	return d
+}
+
+// settle releases what d was charged, once.
+func (s *subscription) settle(d *egress.Delivery) *pulsar.Message {
+	h := d.Handle.(*handle)
+	s.mu.Lock()
+	_, ok := s.held[h]
+	delete(s.held, h)
+	s.mu.Unlock()
+	if ok {
+		s.owner.budget.Release(h.size)
+	}
+	return h.m
 }
 
 func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {
@@ -108,21 +145,43 @@ func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {
 		}
 		return nil, err
 	}
-	return delivery(m), nil
+	size := int64(m.Size())
+	if err := s.owner.budget.Acquire(ctx, size); err != nil {
+		s.c.Nack(m) // not handed over: delivered again later
+		if errors.Is(err, budget.ErrClosed) {
+			return nil, fmt.Errorf("%w: the bridge is shutting down", egress.ErrUnavailable)
+		}
+		return nil, err
+	}
+	return s.delivery(m, size), nil
 }
 
+// TryReceive returns a buffered message without waiting, for the budget too: what it
+// takes from the consumer's queue is charged even beyond the budget (by at most the
+// stream's receiver queue), since it cannot be put back.
 func (s *subscription) TryReceive() (*egress.Delivery, bool) {
 	m, ok := s.c.TryReceive()
 	if !ok {
 		return nil, false
 	}
-	return delivery(m), true
+	size := int64(m.Size())
+	s.owner.budget.Charge(size)
+	return s.delivery(m, size), true
 }
 
-func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(d.Handle.(*pulsar.Message)) }
-func (s *subscription) Nack(d *egress.Delivery)      { s.c.Nack(d.Handle.(*pulsar.Message)) }
+func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(s.settle(d)) }
+func (s *subscription) Nack(d *egress.Delivery)      { s.c.Nack(s.settle(d)) }
 func (s *subscription) Close() error {
 	err := s.c.Close()
+	s.mu.Lock()
+	s.closed = true
+	var held int64
+	for h := range s.held {
+		held += h.size
+	}
+	s.held = nil
+	s.mu.Unlock()
+	s.owner.budget.Release(held)
 	cs := s.c.Stats()
 	o := s.owner
 	o.mu.Lock()

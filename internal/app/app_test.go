@@ -1,0 +1,119 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fsnotify's and OpenTelemetry's package-level goroutines, started once per process.
+		goleak.IgnoreAnyFunction("go.opentelemetry.io/otel/sdk/metric.(*PeriodicReader).run"))
+}
+
+const baseConfig = `listen:
+  data: 127.0.0.1:0
+  ops: localhost:0
+%s
+routes:
+  - name: r
+    default: {topic: t}
+`
+
+// newApp starts an App on loopback ports against a fake broker; extra is YAML put
+// after the listen block (for example "  pprof: true").
+func newApp(t *testing.T, extra string) (*App, string) {
+	t.Helper()
+	b, err := pulsartest.NewBroker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	path := filepath.Join(t.TempDir(), "bridge.yaml")
+	writeConfig(t, path, b.URL(), extra)
+	a, err := New(Options{ConfigPath: path, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.Shutdown(ctx)
+	})
+	return a, path
+}
+
+func writeConfig(t *testing.T, path, url, extra string) {
+	t.Helper()
+	cfg := strings.Replace(baseConfig, "%s", extra+"\npulsar:\n  url: "+url, 1)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, h http.Handler, path string) (int, map[string]any) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	var body map[string]any
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	return rec.Code, body
+}
+
+// Putting the good file back after a refused one is how a bad ConfigMap is undone: it
+// must be a reload that clears lastReloadError, not "unchanged".
+func TestReloadOfTheGoodFileAfterARefusedOneClearsTheError(t *testing.T) {
+	a, path := newApp(t, "")
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := a.opsHandler()
+	if err := os.WriteFile(path, []byte("ingress:\n  maxStreams: -1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload("test"); err == nil {
+		t.Fatal("a bad file was accepted")
+	}
+	if _, body := get(t, ops, "/readyz"); body["lastReloadError"] == nil {
+		t.Fatalf("/readyz %v lacks the refused reload's error", body)
+	}
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(t, ops, "/readyz"); body["lastReloadError"] != nil || code != http.StatusOK {
+		t.Fatalf("/readyz %d %v after the good file came back", code, body)
+	}
+}
+
+func TestPprofIsOffByDefaultAndFollowsReload(t *testing.T) {
+	a, path := newApp(t, "")
+	ops := a.opsHandler()
+	if code, _ := get(t, ops, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/ answered %d with listen.pprof off", code)
+	}
+	writeConfig(t, path, a.running.Pulsar.URL, "  pprof: true")
+	if err := a.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, ops, "/debug/pprof/"); code != http.StatusOK {
+		t.Fatalf("/debug/pprof/ answered %d with listen.pprof on", code)
+	}
+	if code, _ := get(t, ops, "/debug/pprof/cmdline"); code != http.StatusOK {
+		t.Fatalf("/debug/pprof/cmdline answered %d", code)
+	}
+}
