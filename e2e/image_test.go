@@ -272,8 +272,8 @@ func TestImageHoldsOnlyTheBinaryAndTheCABundle(t *testing.T) {
 	if !strings.HasPrefix(out, "bridge "+labels["org.opencontainers.image.version"]+" ") {
 		t.Errorf("`bridge version` in the image says %q; the version label is %q", out, labels["org.opencontainers.image.version"])
 	}
-	t.Logf("%s: 1 layer of %d bytes (%s compressed in the registry's terms: %d bytes); %s", img,
-		files["/bridge"].hdr.Size+files["/etc/ssl/certs/ca-certificates.crt"].hdr.Size, s.manifest.Layers[0].MediaType, s.manifest.Layers[0].Size, out)
+	t.Logf("%s: 1 layer, %d bytes of files, %d bytes as saved (%s); %s", img,
+		files["/bridge"].hdr.Size+files["/etc/ssl/certs/ca-certificates.crt"].hdr.Size, s.manifest.Layers[0].Size, s.manifest.Layers[0].MediaType, out)
 }
 
 // TestImageIsReproducible builds the binary again with `make build` from the same sources and
@@ -396,23 +396,23 @@ func get(url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// waitOps polls path on the ops listener until it answers want, the container exits, or a
+// waitOps polls endpoint on the ops listener until it answers want, the container exits, or a
 // minute passes (the first start copies the image's layer).
-func (c *container) waitOps(t *testing.T, path string, want int) string {
+func (c *container) waitOps(t *testing.T, endpoint string, want int) string {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		code, body := get(c.OpsURL + path)
+		code, body := get(c.OpsURL + endpoint)
 		if code == want {
 			return body
 		}
 		select {
 		case <-c.exited:
-			t.Fatalf("the container exited (%v) before %s answered %d", c.exitErr, path, want)
+			t.Fatalf("the container exited (%v) before %s answered %d", c.exitErr, endpoint, want)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s answered %d %q, not %d, for a minute", path, code, body, want)
+			t.Fatalf("%s answered %d %q, not %d, for a minute", endpoint, code, body, want)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
