@@ -44,6 +44,10 @@ type ClientOptions struct {
 	// black-holed) has its connection closed and everything on it retried (default 30 s).
 	WriteTimeout time.Duration
 	Logger       *slog.Logger
+	// Dialer, when set, opens every TCP connection to a broker (before TLS), instead of
+	// a net.Dialer: to go through a SOCKS proxy or a custom network, or for tests that
+	// cut connections.
+	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Client holds the connections to a Pulsar cluster.
@@ -92,6 +96,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		KeepAlive:      opts.KeepAlive,
 		WriteTimeout:   opts.WriteTimeout,
 		Logger:         opts.Logger,
+		Dial:           opts.Dialer,
 	}
 	if useTLS {
 		cfg, err := tlsConfig(opts, u.Hostname())

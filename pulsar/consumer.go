@@ -19,6 +19,11 @@ var ErrAckDeferred = errors.New("pulsar: acknowledgement deferred until the rest
 // ErrConsumerClosed: the consumer was closed.
 var ErrConsumerClosed = errors.New("pulsar: consumer closed")
 
+// ErrConsumerFailed: the broker refused to (re)subscribe for a reason retrying cannot
+// cure (authorization, topic or subscription not found, ...). Receive returns it, wrapping
+// the *ServerError, once the messages already received are taken; the consumer is done.
+var ErrConsumerFailed = errors.New("pulsar: consumer failed")
+
 // Consumer receives from one subscription on one or more topics (and their partitions).
 // Messages of one partition arrive in order; flow permits are granted as the
 // application takes messages, so at most ReceiverQueueSize messages per partition wait
@@ -33,6 +38,7 @@ type Consumer struct {
 	queue  []*Message
 	head   int
 	ended  int
+	failed error // the first partition's permanent failure
 	closed bool
 	avail  chan struct{}
 	done   chan struct{}
@@ -122,6 +128,15 @@ func (c *Consumer) removeFrom(pc *partitionConsumer) int {
 	return permits
 }
 
+func (c *Consumer) partitionFailed(err error) {
+	c.mu.Lock()
+	if c.failed == nil {
+		c.failed = err
+	}
+	c.mu.Unlock()
+	c.signal()
+}
+
 func (c *Consumer) partitionEnded() {
 	c.mu.Lock()
 	c.ended++
@@ -148,17 +163,25 @@ func (c *Consumer) TryReceive() (*Message, bool) {
 }
 
 // Receive waits for the next message. It returns ErrEndOfTopic once every topic was
-// terminated and drained, ErrConsumerClosed after Close, or the context's error.
+// terminated and drained, ErrConsumerFailed (wrapping the broker's error) once a
+// partition was refused for good and the queue is drained, ErrConsumerClosed after
+// Close, or the context's error.
 func (c *Consumer) Receive(ctx context.Context) (*Message, error) {
 	for {
 		if m, ok := c.TryReceive(); ok {
 			return m, nil
 		}
 		c.mu.Lock()
-		ended, closed := c.ended == len(c.parts) && len(c.parts) > 0, c.closed
+		ended, closed, failed := c.ended == len(c.parts) && len(c.parts) > 0, c.closed, c.failed
 		c.mu.Unlock()
 		if closed {
 			return nil, ErrConsumerClosed
+		}
+		if failed != nil {
+			if m, ok := c.TryReceive(); ok {
+				return m, nil
+			}
+			return nil, failed
 		}
 		if ended {
 			if m, ok := c.TryReceive(); ok {

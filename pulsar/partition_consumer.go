@@ -74,9 +74,15 @@ type partitionConsumer struct {
 	id        uint64
 	log       *slog.Logger
 
-	mu               sync.Mutex
-	cn               *conn.Conn
-	permitsTaken     int // permits the application (or a discard) freed since the last FLOW
+	mu sync.Mutex
+	// state, reg and cn are the registration's state machine (see regState).
+	state            regState
+	reg              *consumerHandle
+	cn               *conn.Conn // set only when ready
+	readyAt          time.Time
+	progressed       bool // a message arrived since the registration became ready
+	attempts         int  // failed attempts since the last stable registration
+	permitsTaken     int  // permits the application (or a discard) freed since the last FLOW
 	permitsGranted   int
 	chunks           map[string]*chunkCtx
 	chunkOrder       []string
@@ -110,21 +116,30 @@ func newPartitionConsumer(c *Consumer, topic string, partition int32) *partition
 }
 
 func (p *partitionConsumer) start(ctx context.Context) error {
-	if err := p.connect(ctx); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		err := p.connect(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errLostWhileRegistering) || attempt == maxRegistrationRaces {
+			return err
+		}
 	}
 	p.wg.Add(1)
 	go p.run()
 	return nil
 }
 
+// consumerHandle routes one registration's frames to the partition consumer; see
+// handle (the producer's) for why every attempt has its own.
 type consumerHandle struct {
-	p  *partitionConsumer
-	cn *conn.Conn
+	p    *partitionConsumer
+	cn   *conn.Conn
+	lost error // set (under p.mu) when the connection closed while subscribing
 }
 
 func (h *consumerHandle) HandleMessage(cmd *pb.CommandMessage, f *frame.Frame, frameErr error) {
-	h.p.message(h.cn, cmd, f, frameErr)
+	h.p.message(h, cmd, f, frameErr)
 }
 func (h *consumerHandle) HandleEndOfTopic() { h.p.endOfTopic() }
 func (h *consumerHandle) HandleActiveChange(active bool) {
@@ -133,7 +148,17 @@ func (h *consumerHandle) HandleActiveChange(active bool) {
 		h.p.c.events.push(completion{cb: func(MessageID, error) { f(topic, active) }})
 	}
 }
-func (h *consumerHandle) HandleClose(reason error) { h.p.connectionLost(h.cn, reason) }
+func (h *consumerHandle) HandleClose(reason error) { h.p.connectionLost(h, reason) }
+
+// detachLocked forgets h as the current registration and unregisters it from its connection.
+func (p *partitionConsumer) detachLocked(h *consumerHandle) {
+	if p.reg != h {
+		return
+	}
+	p.reg = nil
+	p.cn = nil
+	h.cn.RemoveConsumer(p.id)
+}
 
 func (p *partitionConsumer) connect(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.client.opts.OperationTimeout)
@@ -146,9 +171,18 @@ func (p *partitionConsumer) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := cn.AddConsumer(p.id, &consumerHandle{p: p, cn: cn}); err != nil {
+	h := &consumerHandle{p: p, cn: cn}
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return ErrConsumerClosed
+	}
+	if err := cn.AddConsumer(p.id, h); err != nil {
+		p.mu.Unlock()
 		return err
 	}
+	p.reg, p.state = h, stateRegistering
+	p.mu.Unlock()
 	reqID := p.client.nextRequestID()
 	sub := &pb.CommandSubscribe{
 		Topic:           proto.String(p.topic),
@@ -168,17 +202,35 @@ func (p *partitionConsumer) connect(ctx context.Context) error {
 	if p.opts.Type == KeyShared {
 		sub.KeySharedMeta = &pb.KeySharedMeta{KeySharedMode: pb.KeySharedMode_AUTO_SPLIT.Enum()}
 	}
-	if _, err := cn.Request(ctx, reqID, &pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: sub}); err != nil {
-		cn.RemoveConsumer(p.id)
-		return fmt.Errorf("pulsar: subscribing %q to %s: %w", p.opts.Subscription, p.topic, err)
-	}
+	_, err = cn.Request(ctx, reqID, &pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: sub})
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err == nil && h.lost != nil {
+		// Subscribed, but the connection closed before we could record it: a failed
+		// attempt, retried on a new connection.
+		err = fmt.Errorf("%w: %w", errLostWhileRegistering, h.lost)
+	}
+	if err == nil && p.reg != h {
+		err = errLostWhileRegistering
+	}
+	if err != nil {
+		p.detachLocked(h)
+		if p.closing {
+			return ErrConsumerClosed
+		}
+		if p.state == stateRegistering {
+			p.state = stateReconnecting
+		}
+		return fmt.Errorf("pulsar: subscribing %q to %s: %w", p.opts.Subscription, p.topic, err)
+	}
 	if p.closing {
-		cn.RemoveConsumer(p.id)
+		p.detachLocked(h)
 		return ErrConsumerClosed
 	}
 	p.cn = cn
+	p.state = stateReady
+	p.readyAt = time.Now()
+	p.progressed = false
 	p.permitsTaken = 0
 	// A fresh subscription: the whole window is open again.
 	p.flowLocked(p.opts.ReceiverQueueSize)
@@ -227,12 +279,14 @@ func (p *partitionConsumer) discardLocked(cn *conn.Conn, id *pb.MessageIdData, p
 
 // message decodes one MESSAGE frame on the connection's reader goroutine. Whatever the
 // frame holds, it costs at most one discarded message: delivery.Parse validates it.
-func (p *partitionConsumer) message(cn *conn.Conn, cmd *pb.CommandMessage, f *frame.Frame, frameErr error) {
+func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f *frame.Frame, frameErr error) {
 	p.mu.Lock()
-	if p.cn != cn {
+	if p.reg != h || p.state != stateReady {
 		p.mu.Unlock()
 		return // from a connection we left
 	}
+	cn := h.cn
+	p.progressed = true
 	id := cmd.GetMessageId()
 	e, err := delivery.Parse(f.Metadata, f.Payload, cmd.GetAckSet(), p.limitsLocked())
 	if frameErr != nil {
@@ -602,22 +656,32 @@ func (p *partitionConsumer) redeliverAll() {
 	p.returnPermitsLocked(freed)
 }
 
-func (p *partitionConsumer) connectionLost(cn *conn.Conn, reason error) {
+func (p *partitionConsumer) connectionLost(h *consumerHandle, reason error) {
 	p.mu.Lock()
-	if p.cn != cn {
+	if p.reg != h {
+		p.mu.Unlock()
+		return // an older registration's connection
+	}
+	if p.state == stateRegistering {
+		h.lost = reason // connect fails the attempt and retries
 		p.mu.Unlock()
 		return
 	}
-	p.cn = nil
-	// Whatever was buffered or half reassembled comes again on the next subscription.
-	p.chunks, p.chunkOrder = map[string]*chunkCtx{}, nil
-	closing := p.closing
-	p.mu.Unlock()
-	cn.RemoveConsumer(p.id)
-	p.c.removeFrom(p)
-	if closing {
+	p.detachLocked(h)
+	if p.state != stateReady {
+		p.mu.Unlock()
 		return
 	}
+	p.state = stateReconnecting
+	if p.progressed || time.Since(p.readyAt) >= stableAfter(p.opts.Backoff) {
+		p.attempts = 0
+	} else {
+		p.attempts++
+	}
+	// Whatever was buffered or half reassembled comes again on the next subscription.
+	p.chunks, p.chunkOrder = map[string]*chunkCtx{}, nil
+	p.mu.Unlock()
+	p.c.removeFrom(p)
 	p.log.Warn("consumer disconnected; resubscribing", "reason", reason)
 	select {
 	case p.reconnectCh <- struct{}{}:
@@ -652,31 +716,59 @@ func (p *partitionConsumer) run() {
 }
 
 func (p *partitionConsumer) reconnect() {
-	for attempt := 0; ; attempt++ {
+	for {
 		p.mu.Lock()
-		stop := p.closing || p.cn != nil
+		stop := p.state != stateReconnecting
+		attempts := p.attempts
 		p.mu.Unlock()
 		if stop {
 			return
 		}
+		if attempts > 0 {
+			t := time.NewTimer(p.opts.Backoff.delay(attempts - 1))
+			select {
+			case <-p.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
 		ctx, cancel := contextUntil(p.done)
 		err := p.connect(ctx)
 		cancel()
+		p.mu.Lock()
 		if err == nil {
-			p.mu.Lock()
 			p.reconnects++
 			p.mu.Unlock()
 			p.log.Info("consumer resubscribed")
 			return
 		}
-		d := p.opts.Backoff.delay(attempt)
-		p.log.Warn("resubscribe failed", "attempt", attempt+1, "retry_in", d, "error", err)
-		select {
-		case <-p.done:
+		p.attempts++
+		attempts = p.attempts
+		p.mu.Unlock()
+		if permanentRegistrationError(err, true) {
+			p.fail(err)
 			return
-		case <-time.After(d):
 		}
+		p.log.Warn("resubscribe failed", "attempt", attempts, "error", err)
 	}
+}
+
+// fail stops the partition consumer for good after a permanent refusal: the consumer's
+// Receive returns ErrConsumerFailed (wrapping err) once the messages already queued are taken.
+func (p *partitionConsumer) fail(err error) {
+	p.mu.Lock()
+	if p.closing || p.state == stateFailed {
+		p.mu.Unlock()
+		return
+	}
+	p.state = stateFailed
+	if p.reg != nil {
+		p.detachLocked(p.reg)
+	}
+	p.mu.Unlock()
+	p.log.Error("consumer failed", "error", err)
+	p.c.partitionFailed(fmt.Errorf("%w: %s: %w", ErrConsumerFailed, p.topic, err))
 }
 
 func (p *partitionConsumer) close(ctx context.Context) {
@@ -687,8 +779,11 @@ func (p *partitionConsumer) close(ctx context.Context) {
 	}
 	p.flushAcksLocked()
 	p.closing = true
-	cn := p.cn
-	p.cn = nil
+	p.state = stateClosed
+	cn := p.cn // set only when ready
+	if p.reg != nil {
+		p.detachLocked(p.reg)
+	}
 	p.mu.Unlock()
 	if cn != nil {
 		reqID := p.client.nextRequestID()
@@ -697,7 +792,6 @@ func (p *partitionConsumer) close(ctx context.Context) {
 		if err != nil && !errors.Is(err, ErrConnectionClosed) {
 			p.log.Warn("closing the consumer on the broker", "error", err)
 		}
-		cn.RemoveConsumer(p.id)
 	}
 	close(p.done)
 	p.wg.Wait()

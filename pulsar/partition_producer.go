@@ -85,8 +85,16 @@ type partitionProducer struct {
 	// interleaved with other messages of this producer (deduplication needs it).
 	exclusive chan struct{}
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// state, reg and cn are the registration's state machine (see regState): reg is the
+	// handle of the attempt in progress or the registration in place, cn its connection
+	// once ready (nil otherwise).
+	state      regState
+	reg        *handle
 	cn         *conn.Conn
+	readyAt    time.Time // when the registration became ready
+	progressed bool      // a receipt arrived since then
+	attempts   int       // failed attempts since the last stable registration (drives the backoff)
 	name       string
 	seq        uint64
 	maxMsgSize int
@@ -133,8 +141,16 @@ func newPartitionProducer(c *Client, topic string, partition int32, opts Produce
 
 // start registers the producer with the broker (failing fast) and starts its goroutines.
 func (p *partitionProducer) start(ctx context.Context) error {
-	if err := p.connect(ctx, true); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		err := p.connect(ctx, true)
+		if err == nil {
+			break
+		}
+		// A connection that closed right after the broker accepted us is a race, not a
+		// refusal: try again on a new connection (a few times), not fail the creation.
+		if !errors.Is(err, errLostWhileRegistering) || attempt == maxRegistrationRaces {
+			return err
+		}
 	}
 	p.cbs = newDispatcher()
 	p.wg.Add(1)
@@ -142,16 +158,30 @@ func (p *partitionProducer) start(ctx context.Context) error {
 	return nil
 }
 
-// handle routes one connection's frames to the producer; it knows its connection, so a
-// late close of a previous connection is ignored.
+// handle routes one registration's frames to the producer. Each attempt to register
+// has its own handle, so the close of a connection reaches exactly the attempt (or the
+// registration) that used it, and a late close of an older one is recognised and ignored.
 type handle struct {
-	p  *partitionProducer
-	cn *conn.Conn
+	p    *partitionProducer
+	cn   *conn.Conn
+	lost error // set (under p.mu) when the connection closed while registering
 }
 
-func (h *handle) HandleReceipt(r *pb.CommandSendReceipt) { h.p.receipt(h.cn, r) }
-func (h *handle) HandleSendError(e *pb.CommandSendError) { h.p.sendError(h.cn, e) }
-func (h *handle) HandleClose(reason error)               { h.p.connectionLost(h.cn, reason) }
+func (h *handle) HandleReceipt(r *pb.CommandSendReceipt) { h.p.receipt(h, r) }
+func (h *handle) HandleSendError(e *pb.CommandSendError) { h.p.sendError(h, e) }
+func (h *handle) HandleClose(reason error)               { h.p.connectionLost(h, reason) }
+
+// detachLocked forgets h as the current registration and unregisters it from its
+// connection (only ever the current one: an older handle's id may already belong to a
+// newer registration on the same connection).
+func (p *partitionProducer) detachLocked(h *handle) {
+	if p.reg != h {
+		return
+	}
+	p.reg = nil
+	p.cn = nil
+	h.cn.RemoveProducer(p.id)
+}
 
 func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 	ctx, cancel := context.WithTimeout(ctx, p.client.opts.OperationTimeout)
@@ -165,10 +195,18 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		return err
 	}
 	h := &handle{p: p, cn: cn}
-	if err := cn.AddProducer(p.id, h); err != nil {
+	p.mu.Lock()
+	if err := p.errLocked(); err != nil {
+		p.mu.Unlock()
 		return err
 	}
-	p.mu.Lock()
+	// Attach under p.mu: the handle becomes current and is registered with the
+	// connection in one step, so a close can never fall between the two.
+	if err := cn.AddProducer(p.id, h); err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	p.reg, p.state = h, stateRegistering
 	name, epoch := p.name, p.epoch
 	p.mu.Unlock()
 	reqID := p.client.nextRequestID()
@@ -183,21 +221,34 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		cmd.ProducerName = proto.String(name)
 	}
 	resp, err := cn.Request(ctx, reqID, &pb.BaseCommand{Type: pb.BaseCommand_PRODUCER.Enum(), Producer: cmd})
-	if err != nil {
-		cn.RemoveProducer(p.id)
-		return fmt.Errorf("pulsar: creating producer on %s: %w", p.topic, err)
-	}
-	ps := resp.GetProducerSuccess()
-	if ps == nil {
-		cn.RemoveProducer(p.id)
-		return fmt.Errorf("pulsar: creating producer on %s: unexpected answer %s", p.topic, resp.GetType())
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closing || p.failed != nil {
-		cn.RemoveProducer(p.id)
-		return ErrProducerClosed
+	if err == nil && resp.GetProducerSuccess() == nil {
+		err = fmt.Errorf("unexpected answer %s", resp.GetType())
 	}
+	if err == nil && h.lost != nil {
+		// The broker accepted the producer, but the connection closed before we could
+		// record it: a failed attempt, retried on a new connection.
+		err = fmt.Errorf("%w: %w", errLostWhileRegistering, h.lost)
+	}
+	if err == nil && p.reg != h {
+		err = errLostWhileRegistering // replaced meanwhile (cannot happen: one attempt at a time)
+	}
+	if err != nil {
+		p.detachLocked(h)
+		if p.state == stateRegistering {
+			p.state = stateReconnecting
+		}
+		if cerr := p.errLocked(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("pulsar: creating producer on %s: %w", p.topic, err)
+	}
+	if err := p.errLocked(); err != nil {
+		p.detachLocked(h)
+		return err
+	}
+	ps := resp.GetProducerSuccess()
 	p.name = ps.GetProducerName()
 	p.epoch++
 	if first {
@@ -209,12 +260,15 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		p.dedupFloor = max(p.dedupFloor, ps.GetLastSequenceId())
 	}
 	p.cn = cn
+	p.state = stateReady
+	p.readyAt = time.Now()
+	p.progressed = false
 	p.maxMsgSize = cn.MaxMessageSize()
 	// Resend, in order and with their sequence ids, what the previous connection left
 	// without a receipt.
 	for _, it := range p.pending {
 		if err := cn.SendFrame(it.frame); err != nil {
-			break // the new connection died too; connectionLost schedules another attempt
+			break // the new connection died too; its close schedules another attempt
 		}
 	}
 	if !first {
@@ -258,12 +312,18 @@ func (p *partitionProducer) tick(now time.Time) {
 	p.failTimedOut(now)
 }
 
+// reconnect registers again, waiting the backoff before every attempt but the first
+// after a stable registration was lost.
 func (p *partitionProducer) reconnect() {
-	for attempt := 0; ; attempt++ {
+	for {
 		p.mu.Lock()
-		stop := p.closing || p.failed != nil || p.cn != nil
+		stop := p.state != stateReconnecting
+		attempts := p.attempts
 		p.mu.Unlock()
 		if stop {
+			return
+		}
+		if attempts > 0 && !p.waitBackoff(p.opts.Backoff.delay(attempts-1)) {
 			return
 		}
 		p.tick(time.Now())
@@ -271,62 +331,76 @@ func (p *partitionProducer) reconnect() {
 		err := p.connect(ctx, false)
 		cancel()
 		p.tick(time.Now())
+		p.mu.Lock()
 		if err == nil {
-			p.mu.Lock()
 			p.reconnects++
 			p.mu.Unlock()
 			return
 		}
-		var se *ServerError
-		if errors.As(err, &se) && !se.Retryable() && se.Code != ServerErrorCode(pb.ServerError_TopicNotFound) {
+		p.attempts++
+		attempts = p.attempts
+		p.mu.Unlock()
+		if permanentRegistrationError(err, false) {
 			p.fail(fmt.Errorf("%w: %w", ErrProducerFailed, err))
 			return
 		}
-		d := p.opts.Backoff.delay(attempt)
-		p.log.Warn("producer reconnect failed", "attempt", attempt+1, "retry_in", d, "error", err)
-		// Send timeouts still apply while we wait.
-		deadline := time.NewTimer(d)
-		timeouts := time.NewTicker(max(min(d/4, time.Second), 10*time.Millisecond))
-	wait:
-		for {
-			select {
-			case <-p.done:
-				deadline.Stop()
-				timeouts.Stop()
-				return
-			case now := <-timeouts.C:
-				p.tick(now)
-			case <-deadline.C:
-				break wait
-			}
-		}
-		timeouts.Stop()
+		p.log.Warn("producer reconnect failed", "attempt", attempts, "error", err)
 	}
 }
 
-func (p *partitionProducer) connectionLost(cn *conn.Conn, reason error) {
+// waitBackoff waits d while still failing timed-out messages; false when the producer closed.
+func (p *partitionProducer) waitBackoff(d time.Duration) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	timeouts := time.NewTicker(max(min(d/4, time.Second), 10*time.Millisecond))
+	defer timeouts.Stop()
+	for {
+		select {
+		case <-p.done:
+			return false
+		case now := <-timeouts.C:
+			p.tick(now)
+		case <-deadline.C:
+			return true
+		}
+	}
+}
+
+// connectionLost handles the close of h's connection (or the broker closing the producer).
+func (p *partitionProducer) connectionLost(h *handle, reason error) {
 	p.mu.Lock()
-	if p.cn != cn {
-		p.mu.Unlock()
+	defer p.mu.Unlock()
+	if p.reg != h {
+		return // an older registration's connection
+	}
+	switch p.state {
+	case stateRegistering:
+		// connect is waiting for the answer: it fails the attempt and retries.
+		h.lost = reason
+		return
+	case stateReady:
+	default:
+		p.detachLocked(h)
 		return
 	}
-	p.cn = nil
-	stopping := p.closing || p.failed != nil
-	p.mu.Unlock()
-	cn.RemoveProducer(p.id)
-	if stopping {
-		return
+	p.detachLocked(h)
+	p.state = stateReconnecting
+	if p.progressed || time.Since(p.readyAt) >= stableAfter(p.opts.Backoff) {
+		p.attempts = 0 // it worked for a while: reconnect at once
+	} else {
+		p.attempts++ // it died right after registering: keep backing off
 	}
-	p.log.Warn("producer disconnected; reconnecting", "reason", reason)
+	p.log.Warn("producer disconnected; reconnecting", "reason", reason, "attempt", p.attempts)
 	select {
 	case p.reconnectCh <- struct{}{}:
 	default:
 	}
 }
 
-func (p *partitionProducer) receipt(cn *conn.Conn, r *pb.CommandSendReceipt) {
+func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 	p.mu.Lock()
-	if p.cn != cn || len(p.pending) == 0 {
+	cn := h.cn
+	if p.reg != h || p.state != stateReady || len(p.pending) == 0 {
 		p.mu.Unlock()
 		return
 	}
@@ -342,6 +416,7 @@ func (p *partitionProducer) receipt(cn *conn.Conn, r *pb.CommandSendReceipt) {
 		return
 	}
 	p.popLocked()
+	p.progressed = true
 	ids := r.GetMessageId()
 	fns := make([]completion, 0, len(head.reqs))
 	for i, req := range head.reqs {
@@ -369,7 +444,8 @@ func (p *partitionProducer) popLocked() {
 	p.progress = make(chan struct{})
 }
 
-func (p *partitionProducer) sendError(cn *conn.Conn, e *pb.CommandSendError) {
+func (p *partitionProducer) sendError(h *handle, e *pb.CommandSendError) {
+	cn := h.cn
 	se := &ServerError{Code: ServerErrorCode(e.GetError()), Message: e.GetMessage()}
 	switch e.GetError() {
 	case pb.ServerError_NotAllowedError, pb.ServerError_TopicTerminatedError, pb.ServerError_ProducerFenced:
@@ -391,12 +467,14 @@ func (p *partitionProducer) failAfter(first []*pendingItem, err error) {
 		return
 	}
 	p.failed = err
-	cn := p.cn
-	p.cn = nil
+	p.state = stateFailed
+	cn := p.cn // set only when ready
+	if p.reg != nil {
+		p.detachLocked(p.reg)
+	}
 	items := append(first, p.takeAllLocked()...)
 	p.mu.Unlock()
 	if cn != nil {
-		cn.RemoveProducer(p.id)
 		reqID := p.client.nextRequestID()
 		_ = cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(),
 			CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(reqID)}})
@@ -892,8 +970,11 @@ func (p *partitionProducer) close(ctx context.Context) {
 		return
 	}
 	p.closing = true
-	cn := p.cn
-	p.cn = nil
+	p.state = stateClosed
+	cn := p.cn // set only when ready
+	if p.reg != nil {
+		p.detachLocked(p.reg)
+	}
 	items := p.takeAllLocked()
 	p.mu.Unlock()
 	if cn != nil {
@@ -902,7 +983,6 @@ func (p *partitionProducer) close(ctx context.Context) {
 		_, _ = cn.Request(cctx, reqID, &pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(),
 			CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(reqID)}})
 		cancel()
-		cn.RemoveProducer(p.id)
 	}
 	close(p.done)
 	p.wg.Wait()

@@ -66,6 +66,8 @@ type Broker struct {
 	subs           []*subscriber
 	outgoing       map[string][]Outgoing
 	acks           []AckRecord
+	closeAfter     map[pb.BaseCommand_Type]int              // close the connection after answering these
+	refuse         map[pb.BaseCommand_Type][]pb.ServerError // answer these with ERROR instead
 }
 
 // NewBroker starts a fake broker on a loopback port.
@@ -267,6 +269,36 @@ func (b *Broker) FailNextSends(codes ...int32) {
 	b.mu.Unlock()
 }
 
+// CloseAfterAnswering makes the broker close the connection right after it answered the
+// next n commands of type t (PRODUCER or SUBSCRIBE): the answer and the close reach the
+// client back to back, the race a registration must survive.
+func (b *Broker) CloseAfterAnswering(t pb.BaseCommand_Type, n int) {
+	b.mu.Lock()
+	if b.closeAfter == nil {
+		b.closeAfter = map[pb.BaseCommand_Type]int{}
+	}
+	b.closeAfter[t] = n
+	b.mu.Unlock()
+}
+
+// RefuseNext answers the next commands of type t (PRODUCER, SUBSCRIBE, LOOKUP,
+// PARTITIONED_METADATA) with an ERROR of these codes, one each, instead of serving them.
+func (b *Broker) RefuseNext(t pb.BaseCommand_Type, codes ...pb.ServerError) {
+	b.mu.Lock()
+	if b.refuse == nil {
+		b.refuse = map[pb.BaseCommand_Type][]pb.ServerError{}
+	}
+	b.refuse[t] = append(b.refuse[t], codes...)
+	b.mu.Unlock()
+}
+
+// Refusals returns how many RefuseNext codes for t are still unused.
+func (b *Broker) Refusals(t pb.BaseCommand_Type) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.refuse[t])
+}
+
 // DropConnections closes every client connection now.
 func (b *Broker) DropConnections() {
 	b.mu.Lock()
@@ -275,6 +307,15 @@ func (b *Broker) DropConnections() {
 		conns = append(conns, c)
 	}
 	b.held = nil
+	// Their subscribers go now, not when each connection's reader notices: a message
+	// delivered after this call goes to a subscriber that is still connected.
+	kept := b.subs[:0]
+	for _, s := range b.subs {
+		if _, dropped := b.conns[s.c]; !dropped {
+			kept = append(kept, s)
+		}
+	}
+	b.subs = kept
 	b.mu.Unlock()
 	for _, c := range conns {
 		c.kill()
@@ -424,8 +465,52 @@ func (c *serverConn) serve() {
 		if drop {
 			return
 		}
+		if c.refused(&f) {
+			continue
+		}
+		// Decided before answering, so the client cannot see the answer before the
+		// close is committed to.
+		c.b.mu.Lock()
+		closeNow := c.b.closeAfter[f.Cmd.GetType()] > 0
+		if closeNow {
+			c.b.closeAfter[f.Cmd.GetType()]--
+		}
+		c.b.mu.Unlock()
 		c.handle(&f)
+		if closeNow {
+			return
+		}
 	}
+}
+
+// refused answers f with an injected ERROR when RefuseNext asked for one.
+func (c *serverConn) refused(f *frame.Frame) bool {
+	t := f.Cmd.GetType()
+	c.b.mu.Lock()
+	codes := c.b.refuse[t]
+	if len(codes) == 0 {
+		c.b.mu.Unlock()
+		return false
+	}
+	code := codes[0]
+	c.b.refuse[t] = codes[1:]
+	c.b.mu.Unlock()
+	var reqID uint64
+	switch t {
+	case pb.BaseCommand_PRODUCER:
+		reqID = f.Cmd.GetProducer().GetRequestId()
+	case pb.BaseCommand_SUBSCRIBE:
+		reqID = f.Cmd.GetSubscribe().GetRequestId()
+	case pb.BaseCommand_LOOKUP:
+		reqID = f.Cmd.GetLookupTopic().GetRequestId()
+	case pb.BaseCommand_PARTITIONED_METADATA:
+		reqID = f.Cmd.GetPartitionMetadata().GetRequestId()
+	default:
+		return false
+	}
+	c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+		RequestId: proto.Uint64(reqID), Error: code.Enum(), Message: proto.String("injected by pulsartest")}})
+	return true
 }
 
 func (c *serverConn) handle(f *frame.Frame) {

@@ -49,6 +49,8 @@ type Options struct {
 	// of blocking the writer for ever.
 	WriteTimeout time.Duration
 	Logger       *slog.Logger
+	// Dial opens the TCP connection (before TLS); net.Dialer's when nil.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // ProducerHandler receives the frames addressed to one producer. Its methods run on the
@@ -119,8 +121,12 @@ func Dial(ctx context.Context, opts Options) (*Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, opts.ConnectTimeout)
 	defer cancel()
-	d := net.Dialer{KeepAlive: opts.KeepAlive}
-	nc, err := d.DialContext(ctx, "tcp", opts.Addr)
+	dial := opts.Dial
+	if dial == nil {
+		d := net.Dialer{KeepAlive: opts.KeepAlive}
+		dial = d.DialContext
+	}
+	nc, err := dial(ctx, "tcp", opts.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("pulsar: dialing %s: %w", opts.Addr, err)
 	}

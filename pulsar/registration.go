@@ -1,0 +1,90 @@
+package pulsar
+
+import (
+	"errors"
+	"time"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+// regState is where a producer's or consumer's registration with the broker stands.
+// Every partition producer and partition consumer moves through these states:
+//
+//	registering --PRODUCER_SUCCESS/SUCCESS on an open connection--> ready
+//	registering --error, timeout, or the connection closed meanwhile--> reconnecting
+//	ready --the connection closed, CLOSE_PRODUCER/CLOSE_CONSUMER, TOPIC_MIGRATED--> reconnecting
+//	reconnecting --backoff elapsed--> registering
+//	registering --a permanent refusal (authorization, topic not found, ...)--> failed
+//	any --Close--> closed
+//
+// The rule that keeps a registration from being lost: the handler of the attempt in
+// progress and of the registration in place is the current one, and a close that
+// reaches the current handler always has an effect. In registering it marks the attempt
+// lost (its answer, even a success, is then a failed attempt); in ready it schedules a
+// reconnect. Closes that reach an older handler are ignored.
+type regState int
+
+const (
+	stateRegistering regState = iota
+	stateReady
+	stateReconnecting
+	stateFailed
+	stateClosed
+)
+
+func (s regState) String() string {
+	switch s {
+	case stateRegistering:
+		return "registering"
+	case stateReady:
+		return "ready"
+	case stateReconnecting:
+		return "reconnecting"
+	case stateFailed:
+		return "failed"
+	case stateClosed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// errLostWhileRegistering: the connection closed between sending PRODUCER/SUBSCRIBE and
+// recording the broker's answer; the attempt counts as failed and is retried.
+var errLostWhileRegistering = errors.New("pulsar: the connection closed while registering")
+
+// maxRegistrationRaces is how many times creating a producer or consumer retries a
+// registration lost to a closing connection before it reports the error.
+const maxRegistrationRaces = 3
+
+// stableAfter is how long a registration must last before a later loss restarts the
+// backoff from its initial delay. Shorter-lived registrations (a broker that closes the
+// connection right after accepting the producer, say because every frame it gets is too
+// large) keep the backoff growing instead of reconnecting at once, thousands of times.
+func stableAfter(b Backoff) time.Duration {
+	return min(max(time.Second, 10*b.Initial), b.Max)
+}
+
+// permanentRegistrationError reports whether a refusal of PRODUCER or SUBSCRIBE cannot
+// be cured by retrying: the producer or consumer fails for good with it. Everything else
+// (a closed connection, a timeout, ServiceNotReady, TooManyRequests, a backlog quota,
+// ProducerBusy/ConsumerBusy, a lookup failure...) is temporary and retried with backoff.
+func permanentRegistrationError(err error, consumer bool) bool {
+	var se *ServerError
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch pb.ServerError(se.Code) {
+	case pb.ServerError_AuthenticationError, pb.ServerError_AuthorizationError,
+		pb.ServerError_InvalidTopicName, pb.ServerError_IncompatibleSchema,
+		pb.ServerError_UnsupportedVersionError, pb.ServerError_NotAllowedError,
+		pb.ServerError_ProducerFenced, pb.ServerError_InvalidTxnStatus:
+		return true
+	case pb.ServerError_TopicNotFound, pb.ServerError_SubscriptionNotFound:
+		// A producer keeps trying (auto-creation, a topic being recreated); an egress
+		// consumer of a deleted topic or subscription ends instead of retrying for ever.
+		return consumer
+	case pb.ServerError_TopicTerminatedError:
+		return !consumer // a consumer still reads a terminated topic to its end
+	}
+	return false
+}
