@@ -106,8 +106,9 @@ func (t *Tracing) startRecord(r *RecordSpan) {
 	if r.process {
 		kind = trace.SpanKindConsumer
 	}
-	// The provider's own sampler, asked first so that an unsampled record costs no span.
-	// The SDK asks it again in Start, about the same ids, and decides the same.
+	// The configured sampler (the provider's, without the forcing wrapper), asked first so
+	// that an unsampled record costs no span. The SDK asks it again in Start, about the
+	// same ids, and decides the same.
 	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: pctx, TraceID: tid, Kind: kind})
 	if res.Decision == sdktrace.Drop {
 		r.sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceState: res.Tracestate, Remote: false})

@@ -35,7 +35,7 @@ type Tracing struct {
 	// tracing off).
 	Spans *SpanCounts
 
-	sampler  sdktrace.Sampler // the provider's own, asked first for each record
+	sampler  sdktrace.Sampler // the configured sampler (inside the provider's), asked first for each record
 	segment  segmentOptions
 	provider *sdktrace.TracerProvider
 }
@@ -125,7 +125,7 @@ func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler
 	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(s), sdktrace.WithIDGenerator(idGenerator{}),
 		sdktrace.WithSpanProcessor(countEnded{counts}), sdktrace.WithBatcher(countingExporter{exp, counts}, bsp...))
 	return &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
-		Enabled: true, Spans: counts, sampler: s, segment: seg, provider: tp}
+		Enabled: true, Spans: counts, sampler: sampler, segment: seg, provider: tp}
 }
 
 const instrumentationName = "github.com/recordio-bridge/bridge"

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,7 +119,7 @@ func main() {
 	procCPU := func(br *harness.Bridge) time.Duration { return br.CPU() + selfCPU() + brokerCPU() }
 	type res struct {
 		elapsed, cpu, all, broker time.Duration
-		exports                   int64
+		exports, spans, lost      int64
 	}
 	payload := make([]byte, *size)
 	for i := range payload {
@@ -166,14 +167,19 @@ func main() {
 				}
 				wg.Wait()
 				x := res{elapsed: time.Since(t0), cpu: br.CPU() - cpu0, all: procCPU(br) - all0, broker: brokerCPU() - b0}
+				if m.env != nil {
+					// Spans the bridge ended, and those not exported once its queue has
+					// drained (dropped because the queue was full, or failed).
+					x.spans, x.lost = spanCounts(br.OpsURL)
+				}
 				br.Stop() // flushes the span exporter
 				x.exports = exports.Load() - e0
 				if r >= 0 {
 					all[m.name] = append(all[m.name], x)
 				}
 				us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(*streams**per) }
-				fmt.Fprintf(os.Stderr, "round %d %-5s %7.0f records/s, µs/record: bridge %.2f, broker %.2f, load generator and sink %.2f\n", r, m.name,
-					float64(*streams**per)/x.elapsed.Seconds(), us(x.cpu), us(x.broker), us(x.all-x.cpu-x.broker))
+				fmt.Fprintf(os.Stderr, "round %d %-5s %7.0f records/s, µs/record: bridge %.2f, broker %.2f, load generator and sink %.2f; spans %d, lost %d\n", r, m.name,
+					float64(*streams**per)/x.elapsed.Seconds(), us(x.cpu), us(x.broker), us(x.all-x.cpu-x.broker), x.spans, x.lost)
 			}
 		}
 		n := float64(*streams * *per)
@@ -192,16 +198,18 @@ func main() {
 			fmt.Printf("offered load: %d records/s\n\n", *rate)
 		}
 		fmt.Printf("%d rounds of %d streams (%d at once) × %d × %d B; medians (range)\n\n", *rounds, *streams, parallel, *per, *size)
-		fmt.Printf("| tracing | records/s | bridge CPU µs/record | all CPU µs/record | throughput cost (paired) | bridge CPU cost (paired) | all CPU cost (paired) | OTLP exports |\n|---|---|---|---|---|---|---|---|\n")
+		fmt.Printf("| tracing | records/s | bridge CPU µs/record | all CPU µs/record | throughput cost (paired) | bridge CPU cost (paired) | all CPU cost (paired) | OTLP exports | spans (lost) |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, m := range modes {
 			r, rlo, rhi := median(m.name, perSec)
 			c, clo, chi := median(m.name, cpu)
-			var exports int64
+			var exports, spans, lost int64
 			// The cost in each round against the same round's run without tracing (the
 			// machine's speed drifts between rounds more than within one).
 			var costs, bridgeCosts, cpuCosts []float64
 			for i, x := range all[m.name] {
 				exports += x.exports
+				spans += x.spans
+				lost += x.lost
 				costs = append(costs, (perSec(all["off"][i])/perSec(x)-1)*100)
 				bridgeCosts = append(bridgeCosts, (cpu(x)/cpu(all["off"][i])-1)*100)
 				cpuCosts = append(cpuCosts, (allCPU(x)/allCPU(all["off"][i])-1)*100)
@@ -214,10 +222,31 @@ func main() {
 			tc, tlo, thi := mid(costs)
 			bc, blo, bhi := mid(bridgeCosts)
 			ac, aclo, achi := mid(cpuCosts)
-			fmt.Printf("| %s | %.0f (%.0f-%.0f) | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %+.1f %% (%+.1f to %+.1f) | %+.1f %% (%+.1f to %+.1f) | %+.1f %% (%+.1f to %+.1f) | %d |\n",
-				m.name, r, rlo, rhi, c, clo, chi, a, alo, ahi, tc, tlo, thi, bc, blo, bhi, ac, aclo, achi, exports)
+			fmt.Printf("| %s | %.0f (%.0f-%.0f) | %.2f (%.2f-%.2f) | %.2f (%.2f-%.2f) | %+.1f %% (%+.1f to %+.1f) | %+.1f %% (%+.1f to %+.1f) | %+.1f %% (%+.1f to %+.1f) | %d | %d (%d) |\n",
+				m.name, r, rlo, rhi, c, clo, chi, a, alo, ahi, tc, tlo, thi, bc, blo, bhi, ac, aclo, achi, exports, spans, lost)
 		}
 		fmt.Println()
+	}
+}
+
+// spanCounts reads bridge_trace_spans_total from the bridge: the spans ended, and those
+// ended but not exported once the export queue has drained (at most 10 s).
+func spanCounts(opsURL string) (ended, lost int64) {
+	re := regexp.MustCompile(`(?m)^bridge_trace_spans_total\{[^}]*result="(\w+)"[^}]*\} (\d+)`)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := http.Get(opsURL + "/metrics")
+		if err != nil {
+			log.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		n := map[string]int64{}
+		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
+			n[m[1]], _ = strconv.ParseInt(m[2], 10, 64)
+		}
+		if lost = n["ended"] - n["exported"]; lost == 0 || time.Now().After(deadline) {
+			return n["ended"], lost
+		}
 	}
 }
 
