@@ -427,6 +427,7 @@ func (st *stream) publish(rec recordio.Record) error {
 		st.accepted++
 	case <-st.ctx.Done():
 		st.budget.release(rec.Size)
+		st.srv.tr.EndRecord(&e.span, "", st.ctx.Err()) // never sent: a failed record
 		return st.ctx.Err()
 	}
 	if rec.Body != nil {
@@ -485,6 +486,7 @@ func (st *stream) publishFailed(seq int64, status int, err error) error {
 	case st.pending <- e:
 		st.accepted++
 	case <-st.ctx.Done():
+		st.srv.tr.EndRecord(&e.span, "", e.err)
 		return st.ctx.Err()
 	}
 	e.done <- struct{}{}

@@ -81,13 +81,13 @@ func (t *Tracing) StartPublish(parent, link trace.SpanContext, topic string, siz
 
 // StartProcess begins the process span of a message delivered to an egress client: a
 // child of the context in its properties (a root of its own when it carries none),
-// linked to the stream's segment span.
-func (t *Tracing) StartProcess(props map[string]string, link trace.SpanContext, topic, subscription string, size int64, start time.Time) RecordSpan {
+// linked to the stream's segment span. It starts now.
+func (t *Tracing) StartProcess(props map[string]string, link trace.SpanContext, topic, subscription string, size int64) RecordSpan {
 	if !t.Enabled {
 		return RecordSpan{}
 	}
 	parent, _ := ParseTraceparent(props)
-	r := RecordSpan{parent: parent, link: link, start: start, size: size, topic: topic, group: subscription, process: true}
+	r := RecordSpan{parent: parent, link: link, start: time.Now(), size: size, topic: topic, group: subscription, process: true}
 	t.startRecord(&r)
 	return r
 }
