@@ -247,7 +247,8 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		// The process span continues the context the message carries (or is a root of
 		// its own), sampled on its own, linked to the stream's segment.
 		size := d.Len()
-		span := st.srv.tr.StartProcess(d.Properties, st.segments.Next(size), d.Topic, st.opts.subscription, size)
+		var span telemetry.RecordSpan
+		st.srv.tr.StartProcess(&span, d.Properties, st.segments.Next(size), d.Topic, st.opts.subscription, size)
 		buf = st.appendRecord(buf, d)
 		st.srv.tr.EndRecord(&span, d.ID, nil)
 		if st.writeErr != nil {

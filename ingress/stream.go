@@ -412,13 +412,12 @@ func (st *stream) publish(rec recordio.Record) error {
 	if tr := st.srv.tr; tr.Enabled {
 		// Each record is sampled on its own; the message carries its context (sampled or
 		// not), so consumers continue the trace and honour the decision.
-		e.span = tr.StartPublish(st.recordParent(m.Properties), st.segments.Next(rec.Size), tg.Topic, rec.Size, e.start)
+		tr.StartPublish(&e.span, st.recordParent(m.Properties), st.segments.Next(rec.Size), tg.Topic, rec.Size, e.start)
 		if m.Properties == nil {
 			if st.traceProps == nil {
 				st.traceProps = make(map[string]string, 2)
 			}
-			clear(st.traceProps)
-			m.Properties = st.traceProps // the publisher does not keep it
+			m.Properties = st.traceProps // the publisher does not keep it; Inject overwrites it
 		}
 		e.span.Inject(m.Properties)
 	}
@@ -480,7 +479,7 @@ func (st *stream) publishFailed(seq int64, status int, err error) error {
 	}
 	if tr := st.srv.tr; tr.Enabled {
 		// Failed records are always traced (EndRecord records the span if it was not sampled).
-		e.span = tr.StartPublish(st.recordParent(nil), st.segments.Next(0), "", 0, e.start)
+		tr.StartPublish(&e.span, st.recordParent(nil), st.segments.Next(0), "", 0, e.start)
 	}
 	select {
 	case st.pending <- e:

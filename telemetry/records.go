@@ -64,32 +64,32 @@ func (r *RecordSpan) Inject(props map[string]string) {
 	props["traceparent"] = string(b[:])
 	if ts := r.sc.TraceState(); ts.Len() > 0 {
 		props["tracestate"] = ts.String()
+	} else if len(props) > 1 {
+		delete(props, "tracestate") // a reused map may hold an earlier record's
 	}
 }
 
-// StartPublish begins the publish span of a record sent to topic, at start. parent is a
-// context the client supplied for this record (invalid for none: the span is then a root
-// of its own trace); link is the stream's segment span.
-func (t *Tracing) StartPublish(parent, link trace.SpanContext, topic string, size int64, start time.Time) RecordSpan {
+// StartPublish begins r, the publish span of a record sent to topic, at start. parent is
+// a context the client supplied for this record (invalid for none: the span is then a
+// root of its own trace); link is the stream's segment span.
+func (t *Tracing) StartPublish(r *RecordSpan, parent, link trace.SpanContext, topic string, size int64, start time.Time) {
 	if !t.Enabled {
-		return RecordSpan{}
+		return
 	}
-	r := RecordSpan{parent: parent, link: link, start: start, size: size, topic: topic}
-	t.startRecord(&r)
-	return r
+	*r = RecordSpan{parent: parent, link: link, start: start, size: size, topic: topic}
+	t.startRecord(r)
 }
 
 // StartProcess begins the process span of a message delivered to an egress client: a
 // child of the context in its properties (a root of its own when it carries none),
-// linked to the stream's segment span. It starts now.
-func (t *Tracing) StartProcess(props map[string]string, link trace.SpanContext, topic, subscription string, size int64) RecordSpan {
+// linked to the stream's segment span: r, starting now.
+func (t *Tracing) StartProcess(r *RecordSpan, props map[string]string, link trace.SpanContext, topic, subscription string, size int64) {
 	if !t.Enabled {
-		return RecordSpan{}
+		return
 	}
 	parent, _ := ParseTraceparent(props)
-	r := RecordSpan{parent: parent, link: link, start: time.Now(), size: size, topic: topic, group: subscription, process: true}
-	t.startRecord(&r)
-	return r
+	*r = RecordSpan{parent: parent, link: link, start: time.Now(), size: size, topic: topic, group: subscription, process: true}
+	t.startRecord(r)
 }
 
 func (t *Tracing) startRecord(r *RecordSpan) {

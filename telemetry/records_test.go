@@ -50,7 +50,8 @@ func TestRecordsAreSampledOnTheirOwn(t *testing.T) {
 	const n = 2000
 	sampled := map[trace.SpanID]trace.SpanContext{}
 	for range n {
-		r := tr.StartPublish(trace.SpanContext{}, segs.Next(1), "persistent://public/default/t", 1, time.Now())
+		var r RecordSpan
+		tr.StartPublish(&r, trace.SpanContext{}, segs.Next(1), "persistent://public/default/t", 1, time.Now())
 		props := map[string]string{}
 		r.Inject(props)
 		sc, ok := ParseTraceparent(props)
@@ -98,10 +99,12 @@ func TestRecordsAreSampledOnTheirOwn(t *testing.T) {
 // would have carried; one that succeeds unsampled leaves no span.
 func TestFailedRecordsAreAlwaysTraced(t *testing.T) {
 	tr, exp := testTracing(t, sdktrace.ParentBased(sdktrace.NeverSample()), bigSegments)
-	ok := tr.StartPublish(trace.SpanContext{}, trace.SpanContext{}, "t", 1, time.Now())
+	var ok RecordSpan
+	tr.StartPublish(&ok, trace.SpanContext{}, trace.SpanContext{}, "t", 1, time.Now())
 	tr.EndRecord(&ok, "1:1:-1:0", nil)
 	start := time.Now().Add(-time.Second)
-	bad := tr.StartPublish(trace.SpanContext{}, trace.SpanContext{}, "t", 1, start)
+	var bad RecordSpan
+	tr.StartPublish(&bad, trace.SpanContext{}, trace.SpanContext{}, "t", 1, start)
 	if bad.Recording() || bad.SpanContext().IsSampled() {
 		t.Fatal("always_off sampled a record")
 	}
@@ -123,11 +126,13 @@ func TestARecordContinuesItsClientsContext(t *testing.T) {
 	tr, exp := testTracing(t, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0)), bigSegments)
 	ts, _ := trace.ParseTraceState("vendor=x")
 	client := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2}, SpanID: trace.SpanID{3}, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
-	r := tr.StartPublish(client, trace.SpanContext{}, "t", 1, time.Now())
+	var r RecordSpan
+	tr.StartPublish(&r, client, trace.SpanContext{}, "t", 1, time.Now())
 	props := map[string]string{}
 	r.Inject(props)
 	tr.EndRecord(&r, "1:1:-1:0", nil)
-	unsampled := tr.StartPublish(client.WithTraceFlags(0), trace.SpanContext{}, "t", 1, time.Now())
+	var unsampled RecordSpan
+	tr.StartPublish(&unsampled, client.WithTraceFlags(0), trace.SpanContext{}, "t", 1, time.Now())
 	tr.EndRecord(&unsampled, "1:2:-1:0", nil)
 	spans := flushed(t, tr, exp)
 	if len(spans) != 1 {
@@ -263,7 +268,8 @@ func BenchmarkRecordSpan(b *testing.B) {
 			b.ReportAllocs()
 			cpu0 := telemetrytest.ProcessCPU()
 			for i := 0; b.Loop(); i++ {
-				r := tr.StartPublish(trace.SpanContext{}, seg.Next(1024), "persistent://public/default/t", 1024, time.Now())
+				var r RecordSpan
+				tr.StartPublish(&r, trace.SpanContext{}, seg.Next(1024), "persistent://public/default/t", 1024, time.Now())
 				r.Inject(props)
 				tr.EndRecord(&r, "123:456:-1:0", nil)
 				if c.ratio > 0 && i%4096 == 0 {
