@@ -6,7 +6,7 @@
 // median of the rounds for each mode, with the range. Two shapes: one stream at a time
 // (a scheduler's sidecar) and eight at once (the machine saturated).
 //
-//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 15 -parallel 1,8
+//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 5 -streams 100 -parallel 1,8
 package main
 
 import (
