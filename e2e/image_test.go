@@ -587,6 +587,37 @@ streams:
 		}
 	}
 
+	// The kubelet rotates a Secret the way it updates a ConfigMap; the connections made after
+	// that (here: after the relay cut the open ones) carry the new token, without a restart.
+	if _, err := rand.Read(tokenBytes); err != nil {
+		t.Fatal(err)
+	}
+	rotated := hex.EncodeToString(tokenBytes)
+	swapGeneration(t, tokenDir, 2, map[string]string{"token": rotated + "\n"})
+	if err := os.RemoveAll(filepath.Join(tokenDir, "..gen_001")); err != nil {
+		t.Fatal(err)
+	}
+	before := sniffer.Cut()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		// /readyz dials the service URL again once the bridge has seen the cut connection close.
+		_, body := get(c.OpsURL + "/readyz")
+		if len(sniffer.Auths()) > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new connection through the relay within a minute of cutting the old ones; /readyz: %s", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.waitOps(t, "/readyz", 200)
+	after := sniffer.Auths()[before:]
+	for _, a := range after {
+		if a.Err != "" || a.Method != "token" || a.Data != rotated {
+			t.Fatalf("after the Secret's rotation a CONNECT carried %+v, want the new token %s", a, rotated)
+		}
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out := egressGet(t, ctx, c.DataURL+"/v1/streams/events", nil)
@@ -633,7 +664,7 @@ streams:
 	if err := os.RemoveAll(filepath.Join(cfgDir, "..gen_001")); err != nil { // the kubelet removes the old one
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
+	deadline = time.Now().Add(time.Minute)
 	for !strings.Contains(grepLines(scrape(t, c.OpsURL), "bridge_config_reloads_total{"), `result="applied"`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the ..data swap was not applied within a minute; /readyz: %s", readyzOf(c))
@@ -891,6 +922,18 @@ func (s *connectSniffer) relay(client net.Conn) {
 	_, _ = io.Copy(up, client)
 	up.Close()
 	<-done
+}
+
+// Cut closes every open connection (clients reconnect) and returns how many CONNECTs were
+// seen before.
+func (s *connectSniffer) Cut() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.Close()
+		delete(s.conns, c)
+	}
+	return len(s.auths)
 }
 
 func (s *connectSniffer) close() {
