@@ -30,7 +30,7 @@ type ClientOptions struct {
 	TLSCertFile      string // client certificate (PEM), optional
 	TLSKeyFile       string // its key (PEM)
 	TLSAllowInsecure bool   // skip certificate verification (tests only)
-	TLSServerName    string // overrides the name verified in the broker's certificate
+	TLSServerName    string // the name verified in every broker's certificate; empty: the host dialled
 	// Token authentication: a token, or a file holding one (re-read to answer AUTH_CHALLENGE).
 	Token     string
 	TokenFile string
@@ -104,6 +104,9 @@ func NewClient(opts ClientOptions) (*Client, error) {
 			return nil, err
 		}
 		base.TLS = cfg
+		// Each broker of a cluster has its own certificate: verify the host dialled
+		// (the lookup's broker, or the service URL's when proxied), unless configured.
+		base.TLSNameFromAddr = opts.TLSServerName == ""
 	}
 	if opts.Token != "" && opts.TokenFile != "" {
 		return nil, fmt.Errorf("%w: set Token or TokenFile, not both", ErrInvalidOptions)

@@ -56,6 +56,7 @@ type Broker struct {
 	producerSeq    int
 	frames         map[pb.BaseCommand_Type]int
 	tlsConfig      *tls.Config
+	advertisedHost string
 	token          string
 	authResponses  []string
 	proxyTargets   []string
@@ -96,6 +97,10 @@ type Option func(*Broker)
 // WithTLS makes the broker accept only TLS connections with cfg (its URL turns pulsar+ssl://).
 func WithTLS(cfg *tls.Config) Option { return func(b *Broker) { b.tlsConfig = cfg } }
 
+// WithAdvertisedHost makes URL (and so the lookup answers) name host instead of the
+// listener's IP address, as a broker advertising its DNS name does.
+func WithAdvertisedHost(host string) Option { return func(b *Broker) { b.advertisedHost = host } }
+
 // WithToken makes the broker require token authentication with this token; SetToken
 // changes it later (a rotation, for AUTH_CHALLENGE tests).
 func WithToken(token string) Option { return func(b *Broker) { b.token = token } }
@@ -107,10 +112,15 @@ type redirect struct {
 
 // URL is the broker's pulsar:// (or, with TLS, pulsar+ssl://) URL.
 func (b *Broker) URL() string {
-	if b.tlsConfig != nil {
-		return "pulsar+ssl://" + b.ln.Addr().String()
+	addr := b.ln.Addr().String()
+	if b.advertisedHost != "" {
+		_, port, _ := net.SplitHostPort(addr)
+		addr = net.JoinHostPort(b.advertisedHost, port)
 	}
-	return "pulsar://" + b.ln.Addr().String()
+	if b.tlsConfig != nil {
+		return "pulsar+ssl://" + addr
+	}
+	return "pulsar://" + addr
 }
 
 // SetToken changes the token the broker accepts.

@@ -37,10 +37,14 @@ type Auth interface {
 
 // Options configure a connection.
 type Options struct {
-	Addr             string      // host:port to dial
-	TLS              *tls.Config // nil for plain TCP
-	Auth             Auth        // nil for none
-	ProxyToBrokerURL string      // set when Addr is a proxy for this logical broker
+	Addr string      // host:port to dial
+	TLS  *tls.Config // nil for plain TCP
+	// TLSNameFromAddr verifies the broker's certificate against the host dialled (each
+	// physical broker of a cluster, or the proxy) instead of TLS.ServerName; off when
+	// a server name was configured.
+	TLSNameFromAddr  bool
+	Auth             Auth   // nil for none
+	ProxyToBrokerURL string // set when Addr is a proxy for this logical broker
 	ClientVersion    string
 	ConnectTimeout   time.Duration // default 10 s
 	KeepAlive        time.Duration // default 30 s; the peer is dead after two silent intervals
@@ -134,7 +138,12 @@ func Dial(ctx context.Context, opts Options) (*Conn, error) {
 		_ = tc.SetNoDelay(true)
 	}
 	if opts.TLS != nil {
-		tlsConn := tls.Client(nc, opts.TLS)
+		cfg := opts.TLS
+		if host, _, err := net.SplitHostPort(opts.Addr); err == nil && opts.TLSNameFromAddr && host != cfg.ServerName {
+			cfg = cfg.Clone()
+			cfg.ServerName = host
+		}
+		tlsConn := tls.Client(nc, cfg)
 		if err := tlsConn.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("pulsar: TLS handshake with %s: %w", opts.Addr, err)
