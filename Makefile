@@ -87,6 +87,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./pulsar/internal/frame/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./pulsar/internal/delivery/
 	$(GO) test -run '^$$' -fuzz FuzzDecompress -fuzztime $(FUZZTIME) ./pulsar/internal/compress/
+	$(GO) test -run '^$$' -fuzz FuzzParseMessageID -fuzztime $(FUZZTIME) ./pulsar/
+	$(GO) test -run '^$$' -fuzz FuzzTemplate -fuzztime $(FUZZTIME) ./mapping/
 
 broker-start:
 	$(PULSAR) start

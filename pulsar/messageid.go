@@ -1,6 +1,7 @@
 package pulsar
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -28,17 +29,29 @@ func (id MessageID) String() string {
 // the id (-1:-1) names no message.
 func (id MessageID) Duplicate() bool { return id.LedgerID == -1 && id.EntryID == -1 }
 
-// ParseMessageID reads the form String writes.
+// ErrInvalidMessageID: a string that is not ledger:entry:partition:batchIndex.
+var ErrInvalidMessageID = errors.New("pulsar: invalid message id")
+
+// ParseMessageID reads the form String writes. The partition and the batch index are
+// int32 on the wire and -1 when absent: anything outside [-1, 2^31) is refused rather
+// than truncated into another message's id.
 func ParseMessageID(s string) (MessageID, error) {
-	parts := strings.Split(s, ":")
+	parts := strings.SplitN(s, ":", 5)
 	if len(parts) != 4 {
-		return MessageID{}, fmt.Errorf("pulsar: message id %q: want ledger:entry:partition:batchIndex", s)
+		return MessageID{}, fmt.Errorf("%w: %.64q: want ledger:entry:partition:batchIndex", ErrInvalidMessageID, s)
 	}
 	var v [4]int64
 	for i, p := range parts {
-		n, err := strconv.ParseInt(p, 10, 64)
+		bits := 64
+		if i >= 2 {
+			bits = 32
+		}
+		n, err := strconv.ParseInt(p, 10, bits)
+		if err == nil && i >= 2 && n < -1 {
+			err = fmt.Errorf("%d is below -1", n)
+		}
 		if err != nil {
-			return MessageID{}, fmt.Errorf("pulsar: message id %q: part %d: %w", s, i+1, err)
+			return MessageID{}, fmt.Errorf("%w: %.64q: part %d: %v", ErrInvalidMessageID, s, i+1, err)
 		}
 		v[i] = n
 	}

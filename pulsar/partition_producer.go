@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -566,7 +567,7 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 	p.mu.Unlock()
 	if len(m.Payload) > maxSize {
 		if p.opts.DisableChunking {
-			p.complete(cb, direct, fmt.Errorf("%w: %d bytes, the broker's limit is %d and chunking is off", ErrMessageTooLarge, len(m.Payload), p.maxMsgSize))
+			p.complete(cb, direct, fmt.Errorf("%w: %d bytes, the broker's limit is %d and chunking is off", ErrMessageTooLarge, len(m.Payload), maxSize+metadataRoom))
 			return
 		}
 		p.mu.Lock()
@@ -809,6 +810,11 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 		}
 		r = byteReader(payload)
 		size = int64(len(payload))
+	}
+	// total_chunk_msg_size is an int32 and uncompressed_size a uint32 on the wire: a
+	// larger message would be announced truncated, so consumers would misassemble it.
+	if size > math.MaxInt32 || uncompressed > math.MaxUint32 {
+		return MessageID{}, fmt.Errorf("%w: %d bytes, the protocol's chunked message size field holds at most %d", ErrMessageTooLarge, max(size, uncompressed), math.MaxInt32)
 	}
 	if err := p.lock(ctx); err != nil {
 		return MessageID{}, err
