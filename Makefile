@@ -53,7 +53,7 @@ image-test: build
 ## e2e: black-box tests against one real Apache Pulsar standalone broker for the whole run.
 e2e: build
 	e2e/jaeger/jaeger.sh build
-	BRIDGE_BIN=$(CURDIR)/$(BIN) $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 20m ./...'
+	BRIDGE_BIN=$(CURDIR)/$(BIN) BRIDGE_E2E_REQUIRE_TLS=1 $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 20m ./...'
 
 ## demo: the bridge's main job end to end on a local broker.
 demo: build

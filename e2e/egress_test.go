@@ -197,7 +197,9 @@ streams:
 		return read, len(ids)
 	}
 	first, unacked := session(12_250) // killed with 250 processed but not acknowledged
-	time.Sleep(200 * time.Millisecond)
+	// The Exclusive subscription takes the next client once the bridge has closed the
+	// killed one's consumer: its stream is gone from /readyz.
+	waitEgressStreams(t, p, 0)
 	second, _ := session(n)
 	dups := 0
 	for _, c := range count {
@@ -256,14 +258,14 @@ func TestEgressSharedSubscriptionSpreadsMessages(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(500 * time.Millisecond) // all four consumers are subscribed (latest position)
+	// All four consumers are subscribed: each response started after its SUBSCRIBE succeeded.
 	publishOfficial(t, b, topic, n, 64, 50)
 	select {
 	case <-done:
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("only %d of %d messages arrived", total, n)
 	}
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // not a sync point: a window for a duplicate to show up
 	cancel()
 	wg.Wait()
 	for seq, c := range count {
@@ -443,5 +445,23 @@ func TestEgressStreamsAChunkedMessageWhole(t *testing.T) {
 			}
 		}
 		resp.Body.Close()
+	}
+}
+
+// waitEgressStreams waits until the bridge's /readyz counts n egress streams.
+func waitEgressStreams(t testing.TB, p *bridgeProc, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var r struct {
+			EgressStreams *int `json:"egressStreams"`
+		}
+		if err := json.Unmarshal([]byte(readyzBody(p)), &r); err == nil && r.EgressStreams != nil && *r.EgressStreams == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz did not count %d egress streams within 30s: %s", n, readyzBody(p))
+		}
+		time.Sleep(20 * time.Millisecond) // polling /readyz, the condition is the sync point
 	}
 }

@@ -74,6 +74,11 @@ func (f *fakePublisher) release(order ...int) {
 	for _, i := range order {
 		held[i]()
 	}
+	f.mu.Lock()
+	for _, i := range order {
+		f.held[i] = func() {} // settled once only; releaseAll skips it
+	}
+	f.mu.Unlock()
 }
 
 func (f *fakePublisher) releaseAll() {
@@ -253,9 +258,24 @@ func TestAFullStreamStopsReadingTheBody(t *testing.T) {
 		}
 		done <- resp
 	}()
-	time.Sleep(300 * time.Millisecond)
-	if q := pub.queued.Load(); q > 5 {
-		t.Fatalf("%d records published while only 4 may await receipts", q)
+	// Four records await receipts in the stream's queue and one in its collector: five
+	// reach the publisher, then each receipt lets exactly one more in.
+	arrival := func() {
+		select {
+		case <-pub.arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no record reached the publisher (%d so far)", pub.queued.Load())
+		}
+	}
+	for range 5 {
+		arrival()
+	}
+	for step := range 50 {
+		if q := pub.queued.Load(); q > int64(step)+5 {
+			t.Fatalf("%d records published with %d receipts given, while only 4 may await receipts", q, step)
+		}
+		pub.release(step)
+		arrival()
 	}
 	read, queued := cr.n.Load(), pub.queued.Load()
 	if read >= int64(len(body))/2 {
