@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -464,4 +465,43 @@ func waitEgressStreams(t testing.TB, p *bridgeProc, n int) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling /readyz, the condition is the sync point
 	}
+}
+
+// TestEgressEndsWithStreamErrorWhenTheTopicIsDeleted: the topic of an open stream is
+// deleted (auto-creation off), so the consumer cannot resubscribe, ever. The stream
+// delivers what it had, then ends with the reason in its Stream-Error trailer instead of
+// resubscribing for ever; a new request gets the refusal as a status before any byte.
+func TestEgressEndsWithStreamErrorWhenTheTopicIsDeleted(t *testing.T) {
+	b := broker.Get(t)
+	ns := b.Namespace(t, "egress-gone")
+	b.MustAdmin(t, http.MethodPost, "/admin/v2/namespaces/"+ns+"/autoTopicCreation", []byte(`{"allowAutoTopicCreation":false}`))
+	topic := "persistent://" + ns + "/gone"
+	b.MustAdmin(t, http.MethodPut, "/admin/v2/persistent/"+ns+"/gone", nil)
+	publishOfficial(t, b, topic, 1, 1, 0)
+	p := startBridge(t, fmt.Sprintf("pulsar:\n  url: %s\nstreams:\n  - name: out\n    topics: [%s]\n    position: earliest\n", b.URL, topic))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/out", nil)
+	defer resp.Body.Close()
+	if _, declared := resp.Trailer["Stream-Error"]; resp.StatusCode != 200 || !declared {
+		t.Fatalf("%s, trailers declared %v", resp.Status, resp.Trailer)
+	}
+	rd := recordio.NewReader(resp.Body)
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
+	b.MustAdmin(t, http.MethodDelete, "/admin/v2/persistent/"+ns+"/gone?force=true", nil)
+	if rec, err := rd.Next(); err != io.EOF {
+		t.Fatalf("after the topic was deleted: %q, %v", rec, err)
+	}
+	if got := resp.Trailer.Get("Stream-Error"); !strings.Contains(got, "consumer failed") {
+		t.Fatalf("Stream-Error trailer %q", got)
+	}
+	again := egressGet(t, ctx, p.DataURL+"/v1/streams/out", nil)
+	body, _ := io.ReadAll(again.Body)
+	again.Body.Close()
+	if again.StatusCode == 200 {
+		t.Fatalf("a new stream on the deleted topic: 200 %q", body)
+	}
+	t.Logf("deleted topic: the stream ended with Stream-Error %q; a new request: %s %s", resp.Trailer.Get("Stream-Error"), again.Status, body)
 }
