@@ -71,6 +71,7 @@ type completion struct {
 type dispatcher struct {
 	mu     sync.Mutex
 	queue  []completion
+	closed bool // stopped: push runs callbacks itself
 	signal chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
@@ -87,6 +88,15 @@ func (d *dispatcher) push(cs ...completion) {
 		return
 	}
 	d.mu.Lock()
+	if d.closed {
+		// The goroutine is gone (its owner closed): run them here, so that every
+		// callback still runs exactly once.
+		d.mu.Unlock()
+		for _, c := range cs {
+			c.cb(c.id, c.err)
+		}
+		return
+	}
 	d.queue = append(d.queue, cs...)
 	d.mu.Unlock()
 	select {
@@ -104,6 +114,7 @@ func (d *dispatcher) run() {
 		case <-d.stop:
 			d.mu.Lock()
 			batch, d.queue = d.queue, nil
+			d.closed = true
 			d.mu.Unlock()
 			for _, c := range batch {
 				c.cb(c.id, c.err)

@@ -19,8 +19,20 @@ import (
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
 
-// metadataRoom is what a chunk leaves of the broker's message size for its metadata.
-const metadataRoom = 8 << 10
+// messageOverhead bounds from above what m adds to the entry carrying it besides its
+// payload: the metadata (producer name, key, properties, ... repeated in every chunk of
+// a chunked message) and the SEND command. A message whose payload and overhead exceed
+// the broker's limit is chunked; chunks are sized so that each, metadata included, fits.
+func messageOverhead(m *ProducerMessage, producerName string) int {
+	n := 160 + len(producerName) + len(m.Key) + len(m.OrderingKey)
+	for k, v := range m.Properties {
+		n += len(k) + len(v) + 12
+	}
+	return n
+}
+
+// chunkFieldsRoom is what the chunk fields (uuid, counts, sizes) add to a chunk's metadata.
+func chunkFieldsRoom(producerName string) int { return 64 + len(producerName) + 20 }
 
 type sendRequest struct {
 	callback func(MessageID, error)
@@ -563,27 +575,24 @@ func (p *partitionProducer) unlock() { <-p.exclusive }
 // persisted or has failed. It blocks while the pending queue is full.
 func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, cb func(MessageID, error), direct bool) {
 	p.mu.Lock()
-	maxSize := p.maxMsgSize - metadataRoom
+	maxSize, name := p.maxMsgSize, p.name
 	p.mu.Unlock()
-	if len(m.Payload) > maxSize {
+	if len(m.Payload)+messageOverhead(m, name) > maxSize {
 		if p.opts.DisableChunking {
-			p.complete(cb, direct, fmt.Errorf("%w: %d bytes, the broker's limit is %d and chunking is off", ErrMessageTooLarge, len(m.Payload), maxSize+metadataRoom))
+			p.complete(cb, direct, fmt.Errorf("%w: %d bytes and %d of metadata, the broker's limit is %d and chunking is off",
+				ErrMessageTooLarge, len(m.Payload), messageOverhead(m, name), maxSize))
 			return
 		}
-		p.mu.Lock()
-		if err := p.errLocked(); err != nil {
-			p.mu.Unlock()
+		// Queued here and now, chunk by chunk (each copied into its frame), so the
+		// caller's slice is not read after SendAsync returns and the message keeps its
+		// place among the messages sent before and after it.
+		req := sendRequest{callback: cb, direct: direct}
+		err := p.queueChunks(ctx, m, nil, int64(len(m.Payload)), true, func(id MessageID, err error) {
+			p.cbs.push(deliver(nil, req, id, err)...)
+		})
+		if err != nil {
 			p.complete(cb, direct, err)
-			return
 		}
-		p.wg.Add(1) // owned by the producer: close waits for it
-		p.mu.Unlock()
-		mc := *m // the caller may reuse m itself once SendAsync returns
-		go func() {
-			defer p.wg.Done()
-			id, err := p.sendChunked(ctx, &mc, nil, int64(len(mc.Payload)))
-			p.cbs.push(deliver(nil, sendRequest{callback: cb, direct: direct}, id, err)...)
-		}()
 		return
 	}
 	if err := p.lock(ctx); err != nil {
@@ -618,7 +627,7 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		p.mu.Unlock()
 		return
 	}
-	if len(p.batch.reqs) > 0 && (p.batch.size()+len(m.Payload)+64 > p.opts.BatchingMaxBytes ||
+	if len(p.batch.reqs) > 0 && (p.batch.size()+len(m.Payload)+messageOverhead(m, p.name) > min(p.opts.BatchingMaxBytes, p.maxMsgSize-1024) ||
 		(p.opts.BatchingByKey && m.Key != p.batch.key)) {
 		p.flushBatchLocked()
 	}
@@ -773,7 +782,13 @@ func setMessageFields(md *pb.MessageMetadata, m *ProducerMessage) {
 func (p *partitionProducer) appendItemLocked(it *pendingItem, send *pb.CommandSend, md *pb.MessageMetadata, buf []byte, headroom int) {
 	mdBytes, err := proto.Marshal(md)
 	if err == nil {
-		it.frame, err = frame.PayloadInPlace(buf, headroom, &pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: send}, mdBytes, 0)
+		// The broker closes a connection that carries a frame above its limit: check
+		// the encoded frame, metadata included, before it is queued.
+		it.frame, err = frame.PayloadInPlace(buf, headroom, &pb.BaseCommand{Type: pb.BaseCommand_SEND.Enum(), Send: send}, mdBytes, p.maxMsgSize+frame.Padding)
+	}
+	if errors.Is(err, frame.ErrTooLarge) {
+		p.failItemsLocked(it, fmt.Errorf("%w: %s: %w", ErrMessageTooLarge, p.topic, err))
+		return
 	}
 	if err != nil {
 		p.failItemsLocked(it, fmt.Errorf("pulsar: encoding a message for %s: %w", p.topic, err))
@@ -795,8 +810,32 @@ func (p *partitionProducer) failItemsLocked(it *pendingItem, err error) {
 const chunkWindow = 2
 
 func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage, r io.Reader, size int64) (MessageID, error) {
+	type result struct {
+		id  MessageID
+		err error
+	}
+	done := make(chan result, 1)
+	if err := p.queueChunks(ctx, m, r, size, false, func(id MessageID, err error) { done <- result{id, err} }); err != nil {
+		return MessageID{}, err
+	}
+	select {
+	case res := <-done:
+		return res.id, res.err
+	case <-ctx.Done():
+		// The message stays queued; its outcome is no longer reported to this caller.
+		return MessageID{}, ctx.Err()
+	}
+}
+
+// queueChunks queues one message of size bytes as chunks, read from r (or m.Payload
+// when r is nil). With all, every chunk is queued before it returns (bounded by the
+// pending limits), so m.Payload is not read afterwards; otherwise at most chunkWindow
+// chunks await receipts at once, so a streamed message of any size costs two chunk
+// buffers. done runs exactly once, with the last chunk's outcome, unless queueChunks
+// returns an error (then it never runs). done must not block.
+func (p *partitionProducer) queueChunks(ctx context.Context, m *ProducerMessage, r io.Reader, size int64, all bool, done func(MessageID, error)) error {
 	if size > p.opts.MaxChunkedMessageSize {
-		return MessageID{}, fmt.Errorf("%w: %d bytes, MaxChunkedMessageSize is %d", ErrMessageTooLarge, size, p.opts.MaxChunkedMessageSize)
+		return fmt.Errorf("%w: %d bytes, MaxChunkedMessageSize is %d", ErrMessageTooLarge, size, p.opts.MaxChunkedMessageSize)
 	}
 	var compressedFrom []byte
 	uncompressed := size
@@ -814,10 +853,10 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 	// total_chunk_msg_size is an int32 and uncompressed_size a uint32 on the wire: a
 	// larger message would be announced truncated, so consumers would misassemble it.
 	if size > math.MaxInt32 || uncompressed > math.MaxUint32 {
-		return MessageID{}, fmt.Errorf("%w: %d bytes, the protocol's chunked message size field holds at most %d", ErrMessageTooLarge, max(size, uncompressed), math.MaxInt32)
+		return fmt.Errorf("%w: %d bytes, the protocol's chunked message size field holds at most %d", ErrMessageTooLarge, max(size, uncompressed), math.MaxInt32)
 	}
 	if err := p.lock(ctx); err != nil {
-		return MessageID{}, err
+		return err
 	}
 	locked := true
 	release := func() {
@@ -830,16 +869,25 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 	p.mu.Lock()
 	if err := p.errLocked(); err != nil {
 		p.mu.Unlock()
-		return MessageID{}, err
+		return err
+	}
+	// Each chunk carries the message's metadata again: size chunks from it, so that
+	// every frame fits the broker's limit whatever the properties weigh.
+	overhead := messageOverhead(m, p.name) + chunkFieldsRoom(p.name)
+	room := p.maxMsgSize - overhead
+	if room < 1024 {
+		p.mu.Unlock()
+		return fmt.Errorf("%w: the metadata (%d bytes with key and properties) leaves no room for a chunk under the broker's limit of %d",
+			ErrMessageTooLarge, overhead, p.maxMsgSize)
 	}
 	chunkSize := p.opts.ChunkSize
-	if chunkSize == 0 || chunkSize > p.maxMsgSize-metadataRoom {
-		chunkSize = p.maxMsgSize - metadataRoom
+	if chunkSize == 0 || chunkSize > room {
+		chunkSize = room
 	}
 	seq, _, err := p.nextSeqLocked(m) // a chunk is always an entry of its own
 	if err != nil {
 		p.mu.Unlock()
-		return MessageID{}, err
+		return err
 	}
 	// Whatever is in the open batch goes first, so sequence ids stay in order.
 	if len(p.batch.reqs) > 0 {
@@ -852,25 +900,28 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 	if numChunks == 0 {
 		numChunks = 1
 	}
-	result := make(chan error, 1)
-	var id MessageID
 	created := time.Now()
-	// At most chunkWindow chunks await their receipts, so a message of any size costs
-	// chunkWindow chunk buffers. A buffer is reused once its chunk is persisted (after a
-	// failure it may still be queued for writing, so it is dropped instead).
-	window := make(chan struct{}, chunkWindow)
+	// A streamed message has at most chunkWindow chunks awaiting their receipts, so a
+	// message of any size costs chunkWindow chunk buffers. A buffer is reused once its
+	// chunk is persisted (after a failure it may still be queued for writing, so it is
+	// dropped instead).
+	windowSize := chunkWindow
+	if all {
+		windowSize = numChunks
+	}
+	window := make(chan struct{}, windowSize)
 	free := make(chan []byte, chunkWindow)
 	for i := range numChunks {
 		n := int(min(int64(chunkSize), size-int64(i)*int64(chunkSize)))
 		select {
 		case window <- struct{}{}:
 		case <-ctx.Done():
-			return MessageID{}, ctx.Err()
+			return ctx.Err()
 		case <-p.done:
-			return MessageID{}, ErrProducerClosed
+			return ErrProducerClosed
 		}
 		if err := p.limiter.acquire(ctx, 1, n, p.done); err != nil {
-			return MessageID{}, err
+			return err
 		}
 		var buf []byte
 		select {
@@ -881,13 +932,13 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 		}
 		if _, err := io.ReadFull(r, buf[frameHeadroom:]); err != nil {
 			p.limiter.release(1, n)
-			return MessageID{}, fmt.Errorf("pulsar: reading chunk %d of %d for %s: %w (the chunks already sent expire at consumers)", i, numChunks, p.topic, err)
+			return fmt.Errorf("pulsar: reading chunk %d of %d for %s: %w (the chunks already sent expire at consumers)", i, numChunks, p.topic, err)
 		}
 		p.mu.Lock()
 		if err := p.errLocked(); err != nil {
 			p.mu.Unlock()
 			p.limiter.release(1, n)
-			return MessageID{}, err
+			return err
 		}
 		md := p.metadataLocked(seq)
 		setMessageFields(md, m)
@@ -906,12 +957,14 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 		chunkBuf := buf
 		it.reqs = []sendRequest{{direct: true, callback: func(mid MessageID, err error) {
 			if err == nil {
-				free <- chunkBuf
+				select {
+				case free <- chunkBuf:
+				default:
+				}
 			}
 			<-window
 			if last {
-				id = mid
-				result <- err
+				done(mid, err)
 			}
 		}}}
 		send := &pb.CommandSend{ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(seq), IsChunk: proto.Bool(true)}
@@ -919,13 +972,7 @@ func (p *partitionProducer) sendChunked(ctx context.Context, m *ProducerMessage,
 		p.mu.Unlock()
 	}
 	release() // every chunk is queued: other messages may follow
-	select {
-	case err := <-result:
-		return id, err
-	case <-ctx.Done():
-		// The message stays queued; its outcome is no longer reported to this caller.
-		return MessageID{}, ctx.Err()
-	}
+	return nil
 }
 
 type sliceReader struct{ b []byte }

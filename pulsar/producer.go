@@ -91,10 +91,11 @@ func (p *Producer) route(m *ProducerMessage) *partitionProducer {
 
 // SendAsync queues m and returns; cb runs (on the producer's callback goroutine, in
 // order) once the broker has persisted the message or it failed. SendAsync blocks while
-// the partition's pending queue is full, until ctx ends. m is not kept, and the payload
-// is copied, so the caller may reuse both once SendAsync returns (except the payload of a
-// message above the broker's size limit, which is chunked in the background from the
-// slice given).
+// the partition's pending queue is full, until ctx ends. Nothing of m is kept: the
+// payload (of a chunked message too, whose chunks are all queued before SendAsync
+// returns), key and properties are copied, so the caller may reuse them at once.
+// Messages keep the order of the SendAsync calls, chunked or not. cb runs exactly once,
+// also when the producer is closed or failed (then possibly before SendAsync returns).
 func (p *Producer) SendAsync(ctx context.Context, m *ProducerMessage, cb func(MessageID, error)) {
 	p.route(m).sendAsync(ctx, m, cb, false)
 }
@@ -126,7 +127,7 @@ func (p *Producer) SendStream(ctx context.Context, m *ProducerMessage, size int6
 	pp := p.route(m)
 	if p.opts.DisableChunking {
 		pp.mu.Lock()
-		limit := pp.maxMsgSize - metadataRoom
+		limit := pp.maxMsgSize - messageOverhead(m, pp.name)
 		pp.mu.Unlock()
 		if size > int64(limit) {
 			return MessageID{}, fmt.Errorf("%w: %d bytes, the broker's limit is %d and chunking is off", ErrMessageTooLarge, size, limit)

@@ -442,6 +442,12 @@ func (c *serverConn) serve() {
 			return
 		}
 		n := binary.BigEndian.Uint32(prefix[:])
+		c.b.mu.Lock()
+		limit := int(c.b.maxMessageSize) + frame.Padding
+		c.b.mu.Unlock()
+		if int64(n) > int64(limit) {
+			return // what a broker does with a frame above its limit: close the connection
+		}
 		body := make([]byte, n)
 		if _, err := io.ReadFull(br, body); err != nil {
 			return
