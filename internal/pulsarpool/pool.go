@@ -5,13 +5,11 @@
 package pulsarpool
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -358,15 +356,10 @@ func (ps *Pool) PublishAsync(ctx context.Context, m *ingress.Message, done func(
 		done("", ps.stopNamed(m, err))
 		return
 	}
-	payload, props := m.Payload, m.Properties
-	if len(payload) > largePayload {
-		// A payload above the broker's limit is chunked in the background from the message
-		// given, and ingress reuses its read buffer and may reuse the properties map: give
-		// the producer its own copies.
-		payload, props = bytes.Clone(payload), maps.Clone(props)
-	}
 	pm := messagePool.Get().(*pulsar.ProducerMessage)
-	*pm = pulsar.ProducerMessage{Payload: payload, Key: m.Key, Properties: props}
+	// SendAsync keeps nothing of the message, chunked or not: ingress may reuse its read
+	// buffer and properties as soon as it returns.
+	*pm = pulsar.ProducerMessage{Payload: m.Payload, Key: m.Key, Properties: m.Properties}
 	var seq *int64
 	if m.Producer != "" {
 		seq = &m.Sequence
@@ -405,9 +398,6 @@ func budgetErr(err error) error {
 	}
 	return err
 }
-
-// largePayload is below any broker's message size limit (5 MiB by default).
-const largePayload = 1 << 20
 
 var messagePool = sync.Pool{New: func() any { return new(pulsar.ProducerMessage) }}
 
