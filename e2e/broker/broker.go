@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -183,6 +184,38 @@ func (b *Broker) Kill(t testing.TB) {
 	if err := b.script("kill"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Freeze stops the broker's process with SIGSTOP (a frozen JVM: connections stay open,
+// nothing is read or answered) and returns the function that resumes it with SIGCONT;
+// the test's cleanup resumes it too, whatever happens. Keep a freeze to seconds: past
+// its metadata session timeout a standalone broker loses its own registration ("No
+// available broker found") until restarted; resume it before closing clients, whose
+// Close would wait on the frozen broker.
+func (b *Broker) Freeze(t testing.TB) (thaw func()) {
+	t.Helper()
+	b.requireControl(t)
+	raw, err := os.ReadFile(filepath.Join(b.StateDir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 1 {
+		t.Fatalf("broker pid file: %q", raw)
+	}
+	var once sync.Once
+	thaw = func() {
+		once.Do(func() {
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Errorf("SIGCONT to the broker (pid %d): %v", pid, err)
+			}
+		})
+	}
+	t.Cleanup(thaw)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	return thaw
 }
 
 // StartAgain starts a killed or stopped broker on the same data and waits until healthy.
