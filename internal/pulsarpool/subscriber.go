@@ -25,6 +25,7 @@ type Subscriber struct {
 	open   map[*subscription]struct{}
 	// What closed consumers counted, so the metrics' counters never go back.
 	retiredReconnects, retiredPermits int64
+	retiredCorrupt, retiredMalformed  int64
 }
 
 // NewSubscriber returns the egress Subscriber of c, charging b (nil: no budget).
@@ -38,10 +39,14 @@ func (s *Subscriber) AddStats(st *telemetry.PulsarStats) {
 	defer s.mu.Unlock()
 	st.ConsumerReconnects += s.retiredReconnects
 	st.PermitsGranted += s.retiredPermits
+	st.Corrupt += s.retiredCorrupt
+	st.Malformed += s.retiredMalformed
 	for sub := range s.open {
 		cs := sub.c.Stats()
 		st.ConsumerReconnects += int64(cs.Reconnects)
 		st.PermitsGranted += int64(cs.PermitsGranted)
+		st.Corrupt += int64(cs.ChecksumFailures)
+		st.Malformed += int64(cs.Malformed)
 		st.Buffered += int64(sub.c.Buffered())
 	}
 }
@@ -189,6 +194,8 @@ func (s *subscription) Close() error {
 		delete(o.open, s)
 		o.retiredReconnects += int64(cs.Reconnects)
 		o.retiredPermits += int64(cs.PermitsGranted)
+		o.retiredCorrupt += int64(cs.ChecksumFailures)
+		o.retiredMalformed += int64(cs.Malformed)
 	}
 	o.mu.Unlock()
 	return err
