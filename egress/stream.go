@@ -190,6 +190,15 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		return nil
 	}
 	for {
+		if ctx.Err() != nil {
+			// Drained (or the client went): a busy stream, whose consumer always has a
+			// message at hand, would otherwise never look. What is written goes out
+			// and is acknowledged; the consumer's queue is redelivered after Close.
+			if err := sendBuf(true); err != nil {
+				return written, "write: " + err.Error()
+			}
+			return written, context.Cause(ctx).Error()
+		}
 		if st.opts.ack == "client" && st.unackedCount() >= st.def.MaxUnacked {
 			// maxUnacked reached: send what is written, then wait for acks (or their timeout).
 			if err := sendBuf(true); err != nil {

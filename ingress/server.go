@@ -141,17 +141,36 @@ func (s *Server) Drain(ctx context.Context) error {
 		st.stopReading(errDraining)
 	}
 	s.mu.Unlock()
-	err := s.gate.Wait(ctx)
-	if err != nil {
-		s.mu.Lock()
-		for st := range s.open {
-			st.abandon()
-		}
-		s.mu.Unlock()
-		_ = s.gate.Wait(context.Background())
+	// The drain's last moments (half of it, at most a second) are for the summaries:
+	// records still unsettled then are answered "outcome unknown" and every write to a
+	// client is cut at the deadline, so Drain returns by its deadline whatever the
+	// clients do.
+	cut, hasDeadline := ctx.Deadline()
+	actx := ctx
+	if hasDeadline {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(ctx, cut.Add(-min(abandonGrace, time.Until(cut)/2)))
+		defer cancel()
 	}
-	return err
+	if err := s.gate.Wait(actx); err == nil {
+		return nil
+	}
+	if !hasDeadline {
+		cut = time.Now().Add(abandonGrace)
+	}
+	s.mu.Lock()
+	for st := range s.open {
+		st.abandon(cut)
+	}
+	s.mu.Unlock()
+	wctx, cancel := context.WithDeadline(context.Background(), cut)
+	defer cancel()
+	_ = s.gate.Wait(wctx)
+	return context.DeadlineExceeded
 }
+
+// abandonGrace is the end of a drain left for the streams' summaries.
+const abandonGrace = time.Second
 
 var errDraining = admission.ErrDraining
 

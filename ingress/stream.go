@@ -48,6 +48,9 @@ type stream struct {
 	abandonC chan struct{}
 	abandonO sync.Once
 
+	wdMu  sync.Mutex
+	cutAt time.Time // set by abandon: no write of this stream waits past it
+
 	// Written by the collector, read by the handler after the collector is done.
 	published, failed int64
 	firstID, lastID   string
@@ -135,14 +138,35 @@ func (st *stream) stopReading(err error) {
 
 const stopGrace = 100 * time.Millisecond
 
-// abandon stops waiting for outstanding receipts (the drain timeout passed).
-func (st *stream) abandon() {
+// abandon stops waiting for outstanding receipts (the drain timeout is near); writes
+// to the client, including one in progress, fail from cut on, so a client that stopped
+// reading its receipts cannot hold the drain past its deadline.
+func (st *stream) abandon(cut time.Time) {
+	st.wdMu.Lock()
+	if st.cutAt.IsZero() || cut.Before(st.cutAt) {
+		st.cutAt = cut
+		_ = st.rc.SetWriteDeadline(cut)
+	}
+	st.wdMu.Unlock()
 	st.abandonO.Do(func() {
 		st.abandoned.Store(true)
 		close(st.abandonC)
 	})
 	st.stopReading(errDraining)
 	st.cancel()
+}
+
+// setWriteDeadline bounds the next write to the client: one that takes nothing for the
+// idle timeout is gone (its receipts cannot be delivered), and after abandon nothing
+// waits past the drain's cut.
+func (st *stream) setWriteDeadline() {
+	st.wdMu.Lock()
+	defer st.wdMu.Unlock()
+	d := time.Now().Add(st.limits.IdleTimeout)
+	if !st.cutAt.IsZero() && st.cutAt.Before(d) {
+		d = st.cutAt
+	}
+	_ = st.rc.SetWriteDeadline(d)
 }
 
 // run serves the stream and returns the status it ended with.
@@ -159,6 +183,7 @@ func (st *stream) run() int {
 		h.Set("Cache-Control", "no-store")
 		h.Set("X-Accel-Buffering", "no")
 		res.WriteHeader(http.StatusOK)
+		st.setWriteDeadline()
 		if err := st.rc.Flush(); err != nil {
 			st.writeErr = err
 		}
@@ -195,6 +220,7 @@ func (st *stream) run() int {
 	if st.streaming {
 		if st.writeErr == nil {
 			b := recordio.AppendRecord(nil, mustJSON(sum))
+			st.setWriteDeadline()
 			if _, err := res.Write(b); err == nil {
 				_ = st.rc.Flush()
 			}
@@ -529,6 +555,7 @@ func (st *stream) collect() {
 			buf = buf[:0]
 			return
 		}
+		st.setWriteDeadline()
 		if _, err := res.Write(buf); err != nil {
 			st.fail(err)
 		} else if err := st.rc.Flush(); err != nil {
