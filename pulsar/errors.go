@@ -42,6 +42,11 @@ var (
 	// ErrSequence: a message without a valid SequenceID for a producer with Deduplication,
 	// or with one for a producer without it.
 	ErrSequence = errors.New("pulsar: invalid sequence id")
+	// ErrCorruptInTransit: the broker refused the message's frame as corrupt (ChecksumError)
+	// and, before it could be sent again, stored later messages of the same producer; with
+	// deduplication on, the broker then takes the resent message for a duplicate of what it
+	// already has. The message was NOT stored. Sending it again (as a new message) is safe.
+	ErrCorruptInTransit = errors.New("pulsar: message refused as corrupt in transit and not stored")
 )
 
 // ServerError is an error reported by the broker, with its code.
@@ -57,7 +62,8 @@ func IsRetryable(err error) bool {
 	if errors.As(err, &se) {
 		return se.Retryable()
 	}
-	return errors.Is(err, ErrConnectionClosed) || errors.Is(err, ErrKeepAliveTimeout) || errors.Is(err, ErrSendTimeout)
+	return errors.Is(err, ErrConnectionClosed) || errors.Is(err, ErrKeepAliveTimeout) || errors.Is(err, ErrSendTimeout) ||
+		errors.Is(err, ErrCorruptInTransit)
 }
 
 // Broker error codes callers commonly test for, with errors.As and ServerError.Code.

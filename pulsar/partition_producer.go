@@ -61,9 +61,12 @@ type pendingItem struct {
 	frame           []byte
 	reqs            []sendRequest // callbacks completed by this item's receipt
 	batched         bool
-	numMsgs         int // messages counted by the limiter
-	bytes           int // bytes counted by the limiter
-	created         time.Time
+	// corrupt: the broker answered this item with ChecksumError, so it was not stored; a
+	// later duplicate answer for it (deduplication) is a loss to report, not a success.
+	corrupt bool
+	numMsgs int // messages counted by the limiter
+	bytes   int // bytes counted by the limiter
+	created time.Time
 }
 
 // frameHeadroom is kept free in front of a batch's payload for the frame header, so a
@@ -432,6 +435,20 @@ func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 	p.progressed = true
 	ids := r.GetMessageId()
 	fns := make([]completion, 0, len(head.reqs))
+	if head.corrupt && messageIDFromPB(ids, p.partition).Duplicate() {
+		err := fmt.Errorf("%w: sequence %d on %s was refused with ChecksumError and later messages were stored before it was resent",
+			ErrCorruptInTransit, head.seq, p.topic)
+		for _, req := range head.reqs {
+			fns = deliver(fns, req, MessageID{}, err)
+		}
+		if len(p.pending) == 0 && len(p.batch.reqs) > 0 {
+			p.flushBatchLocked()
+		}
+		p.mu.Unlock()
+		p.limiter.release(head.numMsgs, head.bytes)
+		p.cbs.push(fns...)
+		return
+	}
 	for i, req := range head.reqs {
 		id := messageIDFromPB(ids, p.partition)
 		if head.batched {
@@ -464,7 +481,26 @@ func (p *partitionProducer) sendError(h *handle, e *pb.CommandSendError) {
 	case pb.ServerError_NotAllowedError, pb.ServerError_TopicTerminatedError, pb.ServerError_ProducerFenced:
 		p.fail(fmt.Errorf("%w: sequence %d on %s: %w", ErrProducerFailed, e.GetSequenceId(), p.topic, se))
 	default:
+		if e.GetError() == pb.ServerError_ChecksumError {
+			p.markCorrupt(h, e.GetSequenceId())
+		}
 		cn.Abort(fmt.Errorf("SEND_ERROR for sequence %d on %s: %w; reconnecting to resend", e.GetSequenceId(), p.topic, se))
+	}
+}
+
+// markCorrupt remembers that the broker refused the pending item with sequence seq as
+// corrupt: the broker did not store it, whatever it answers to its resend.
+func (p *partitionProducer) markCorrupt(h *handle, seq uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reg != h {
+		return
+	}
+	for _, it := range p.pending {
+		if it.seq == seq {
+			it.corrupt = true
+			return
+		}
 	}
 }
 
