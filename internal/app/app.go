@@ -254,10 +254,26 @@ func (a *App) Run(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown drains the bridge: /readyz turns unready, new streams are refused, open
-// ingress streams stop reading and settle what they hold, egress streams end; when ctx
-// ends what is still open is answered and closed. Then the producers flush and close,
-// and the client closes. A second call waits for the first.
+// Shutdown drains the bridge, as net/http's Server.Shutdown does a server, and then
+// closes it:
+//
+//  1. /readyz turns 503; the data listener stops accepting; ingress refuses new streams
+//     (503) and stops reading the bodies of open ones; egress streams flush, acknowledge
+//     what they wrote and end.
+//  2. Open ingress streams settle what they read, until ctx's deadline; shortly before
+//     it (half the drain, at most a second) what is unsettled is answered "outcome
+//     unknown", and every write to a client is cut at the deadline.
+//  3. At the deadline (or once every stream ended), the data listener's remaining
+//     connections are closed and the memory budget refuses every waiter.
+//  4. The producers flush what they still hold and close, for at most closeGrace past
+//     the deadline; then the Pulsar client closes its connections, whatever is left.
+//  5. The ops listener closes; metrics (at most a second) and traces (at most 5 s) are
+//     flushed.
+//
+// It returns nil when every stream ended in time, else ctx's error; in both cases the
+// bridge is closed when it returns, at most closeGrace + 7 s after the deadline (9 s;
+// 3 s without tracing).
+// A second call waits for the first.
 func (a *App) Shutdown(ctx context.Context) error {
 	first := false
 	a.shutdownOnce.Do(func() {
@@ -274,48 +290,84 @@ func (a *App) Shutdown(ctx context.Context) error {
 	}
 	defer close(a.shutdownDone)
 	log := a.log
+	start := time.Now()
 	drainFor := time.Duration(0)
 	if dl, ok := ctx.Deadline(); ok {
 		drainFor = time.Until(dl)
 	}
-	log.Info("draining", "streams", a.ingress.Active(), "drainTimeout", drainFor.Round(time.Millisecond).String())
+	log.Info("draining", "streams", a.ingress.Active(), "egressStreams", a.egress.Active(), "drainTimeout", drainFor.Round(time.Millisecond).String())
 	a.draining.Store(true)
-	start := time.Now()
 	shut := make(chan struct{})
 	go func() {
 		defer close(shut)
-		_ = a.data.Shutdown(ctx) // no new connections; waits for handlers
+		_ = a.data.Shutdown(ctx) // closes the listener now; waits for idle connections
 	}()
-	egressDone := make(chan struct{})
-	go func() {
-		defer close(egressDone)
-		_ = a.egress.Drain(ctx)
-	}()
-	if err := a.ingress.Drain(ctx); err != nil {
+	egressErr := make(chan error, 1)
+	go func() { egressErr <- a.egress.Drain(ctx) }()
+	ingressErr := a.ingress.Drain(ctx)
+	if ingressErr != nil {
 		log.Warn("drain timeout reached; unsettled records were answered as unknown", "drainTimeout", drainFor.String())
 	}
-	<-egressDone
-	<-shut
-	_ = a.data.Close()
+	err := errors.Join(ingressErr, <-egressErr)
+	<-shut // returns by ctx's end
+	if cerr := ctx.Err(); cerr != nil && err == nil {
+		err = cerr
+	}
+	a.shutdownErr = err
+	a.close(log, start)
+	return err
+}
+
+// closeGrace is how long past the drain's deadline producers may take to flush.
+const closeGrace = 2 * time.Second
+
+// Close closes the bridge at once: listeners and connections, producers (what they hold
+// gets closeGrace to flush), the Pulsar client, telemetry. It does not drain; after a
+// Shutdown it does nothing.
+func (a *App) Close() error {
+	first := false
+	a.shutdownOnce.Do(func() {
+		first = true
+		close(a.shutdownStarted)
+	})
+	if !first {
+		<-a.shutdownDone
+		return nil
+	}
+	defer close(a.shutdownDone)
+	a.draining.Store(true)
+	a.close(a.log, time.Now())
+	return nil
+}
+
+// close is the end of every shutdown: whatever is still open is closed, each step
+// bounded.
+func (a *App) close(log *slog.Logger, start time.Time) {
+	_ = a.data.Close() // the remaining connections, whatever their handlers do
 	a.stopWatch()
-	// Whatever the producers still hold was answered already; closing flushes it,
-	// bounded so the process still ends soon after the drain timeout.
+	a.budget.Close() // a record or delivery still waiting for room gives up
 	closed := make(chan struct{})
 	go func() { a.prods.Close(); close(closed) }()
+	t := time.NewTimer(closeGrace)
 	select {
 	case <-closed:
-	case <-time.After(max(drainFor-time.Since(start), 0) + 5*time.Second):
-		log.Warn("producers did not close in time")
+	case <-t.C:
+		log.Warn("producers did not flush in time; closing the broker connections under them", "closeGrace", closeGrace.String())
 	}
-	octx, ocancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = a.ops.Shutdown(octx)
-	ocancel()
-	a.serving.Wait()
-	_ = a.metrics.Shutdown(context.Background())
-	a.client.Close()
+	t.Stop()
+	a.client.Close() // cuts what the producers still wait for
+	select {
+	case <-closed:
+	case <-time.After(time.Second):
+		log.Error("producers did not close after their connections did")
+	}
+	_ = a.ops.Close()
+	a.serving.Wait() // the Serve loops return once their listeners are closed; the watcher once stopped
+	mctx, mcancel := context.WithTimeout(context.Background(), time.Second)
+	_ = a.metrics.Shutdown(mctx)
+	mcancel()
 	a.shutdownTracing()
-	log.Info("bridge stopped", "drained", time.Since(start).Round(time.Millisecond).String())
-	return nil
+	log.Info("bridge stopped", "took", time.Since(start).Round(time.Millisecond).String())
 }
 
 func (a *App) shutdownTracing() {

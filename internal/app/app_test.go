@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
+	"github.com/recordio-bridge/bridge/recordio"
 )
 
 func TestMain(m *testing.M) {
@@ -115,5 +117,84 @@ func TestPprofIsOffByDefaultAndFollowsReload(t *testing.T) {
 	}
 	if code, _ := get(t, ops, "/debug/pprof/cmdline"); code != http.StatusOK {
 		t.Fatalf("/debug/pprof/cmdline answered %d", code)
+	}
+}
+
+// Shutdown with streams open: an ingress stream whose client keeps its body open and an
+// egress stream. It returns, Run returns, and nothing is left running (goleak).
+func TestShutdownEndsOpenStreamsAndLeavesNothingRunning(t *testing.T) {
+	a, _ := newApp(t, "streams:\n  - name: s\n    topics: [t]\n")
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(context.Background()) }()
+	base := "http://" + a.DataAddr().String()
+
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/publish/r", pr)
+	req.Header.Set("Content-Type", "application/recordio")
+	req.Header.Set("Message-Content-Type", "application/json")
+	req.Header.Set("Accept", "application/recordio")
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	ingressDone := make(chan []string, 1)
+	started := make(chan struct{})
+	go func() {
+		resp, err := client.Do(req)
+		close(started)
+		if err != nil {
+			ingressDone <- []string{"error: " + err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		var recs []string
+		rd := recordio.NewReader(resp.Body)
+		for {
+			b, err := rd.Next()
+			if err != nil {
+				ingressDone <- recs
+				return
+			}
+			recs = append(recs, string(b))
+		}
+	}()
+	if _, err := pw.Write(recordio.AppendRecord(nil, []byte(`{"a":1}`))); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+
+	ereq, _ := http.NewRequest(http.MethodGet, base+"/v1/streams/s", nil)
+	ereq.Header.Set("Accept", "application/recordio")
+	eresp, err := client.Do(ereq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eresp.Body.Close()
+	egressDone := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, eresp.Body)
+		egressDone <- err
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- a.Shutdown(ctx) }()
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown: %v (every stream could end in time)", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	recs := <-ingressDone
+	if len(recs) == 0 || !strings.Contains(recs[len(recs)-1], `"summary":true`) {
+		t.Fatalf("ingress stream ended with %q, want a summary last", recs)
+	}
+	if err := <-egressDone; err != nil {
+		t.Fatalf("egress stream: %v", err)
 	}
 }
