@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,6 +112,10 @@ type partitionProducer struct {
 	readyAt    time.Time // when the registration became ready
 	progressed bool      // a receipt arrived since then
 	attempts   int       // failed attempts since the last stable registration (drives the backoff)
+	// quotaErr is set while the broker refuses the producer because the topic's backlog
+	// quota is exceeded with the producer_exception policy: sends fail at once with it
+	// (a temporary error) until the producer is registered again.
+	quotaErr   error
 	name       string
 	seq        uint64
 	maxMsgSize int
@@ -212,7 +217,7 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 	}
 	h := &handle{p: p, cn: cn}
 	p.mu.Lock()
-	if err := p.errLocked(); err != nil {
+	if err := p.stoppedLocked(); err != nil {
 		p.mu.Unlock()
 		return err
 	}
@@ -255,15 +260,16 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		if p.state == stateRegistering {
 			p.state = stateReconnecting
 		}
-		if cerr := p.errLocked(); cerr != nil {
+		if cerr := p.stoppedLocked(); cerr != nil {
 			return cerr
 		}
 		return fmt.Errorf("pulsar: creating producer on %s: %w", p.topic, err)
 	}
-	if err := p.errLocked(); err != nil {
+	if err := p.stoppedLocked(); err != nil {
 		p.detachLocked(h)
 		return err
 	}
+	p.quotaErr = nil
 	ps := resp.GetProducerSuccess()
 	p.name = ps.GetProducerName()
 	p.epoch++
@@ -360,6 +366,7 @@ func (p *partitionProducer) reconnect() {
 			p.fail(fmt.Errorf("%w: %w", ErrProducerFailed, err))
 			return
 		}
+		p.quotaRefusal(err)
 		p.log.Warn("producer reconnect failed", "attempt", attempts, "error", err)
 	}
 }
@@ -478,7 +485,11 @@ func (p *partitionProducer) sendError(h *handle, e *pb.CommandSendError) {
 	cn := h.cn
 	se := &ServerError{Code: ServerErrorCode(e.GetError()), Message: e.GetMessage()}
 	switch e.GetError() {
-	case pb.ServerError_NotAllowedError, pb.ServerError_TopicTerminatedError, pb.ServerError_ProducerFenced:
+	case pb.ServerError_NotAllowedError:
+		// A refusal of this one message (above the topic's maxMessageSize, say): fail it
+		// and go on, as the Java client does.
+		p.refuseHead(cn, e.GetSequenceId(), se)
+	case pb.ServerError_TopicTerminatedError, pb.ServerError_ProducerFenced:
 		p.fail(fmt.Errorf("%w: sequence %d on %s: %w", ErrProducerFailed, e.GetSequenceId(), p.topic, se))
 	default:
 		if e.GetError() == pb.ServerError_ChecksumError {
@@ -502,6 +513,26 @@ func (p *partitionProducer) markCorrupt(h *handle, seq uint64) {
 			return
 		}
 	}
+}
+
+// refuseHead fails the oldest pending item, whose sequence id the broker refused for
+// good; the producer goes on with the next. A refusal of anything else is out of step
+// with the queue: the connection is reset so everything pending is sent again.
+func (p *partitionProducer) refuseHead(cn *conn.Conn, seq uint64, se *ServerError) {
+	p.mu.Lock()
+	if len(p.pending) == 0 || p.pending[0].seq != seq {
+		p.mu.Unlock()
+		cn.Abort(fmt.Errorf("SEND_ERROR %s for sequence %d, which is not the oldest pending on %s: resending", se.Code, seq, p.topic))
+		return
+	}
+	head := p.pending[0]
+	p.popLocked()
+	p.mu.Unlock()
+	err := fmt.Errorf("pulsar: the broker refused sequence %d on %s: %w", seq, p.topic, se)
+	if strings.Contains(strings.ToLower(se.Message), "size") {
+		err = fmt.Errorf("%w: %w", ErrMessageTooLarge, err) // the topic's maxMessageSize
+	}
+	p.failItems([]*pendingItem{head}, err)
 }
 
 // fail stops the producer for good: every pending and future message fails with err.
@@ -583,6 +614,17 @@ func (p *partitionProducer) failTimedOut(now time.Time) {
 	p.failItems(expired, err)
 }
 
+// stoppedLocked says why the producer stopped for good (failed or closed), or nil.
+func (p *partitionProducer) stoppedLocked() error {
+	if p.failed != nil {
+		return p.failed
+	}
+	if p.closing {
+		return ErrProducerClosed
+	}
+	return nil
+}
+
 // errLocked says why a send cannot be accepted now.
 func (p *partitionProducer) errLocked() error {
 	if p.failed != nil {
@@ -591,7 +633,29 @@ func (p *partitionProducer) errLocked() error {
 	if p.closing {
 		return ErrProducerClosed
 	}
-	return nil
+	return p.quotaErr
+}
+
+// quotaRefusal applies a backlog quota refusal of the registration: with the
+// producer_exception policy (ProducerBlockedQuotaExceededException) what is pending
+// fails at once with the (temporary) error, and so do new sends until the producer is
+// registered again; with producer_request_hold (ProducerBlockedQuotaExceededError)
+// messages wait, subject to the send timeout. The producer keeps reconnecting either way.
+func (p *partitionProducer) quotaRefusal(err error) {
+	var se *ServerError
+	if !errors.As(err, &se) || se.Code != ServerErrorCode(pb.ServerError_ProducerBlockedQuotaExceededException) {
+		return
+	}
+	qerr := fmt.Errorf("pulsar: %s: the topic's backlog quota is exceeded; retry later: %w", p.topic, se)
+	p.mu.Lock()
+	if p.failed != nil || p.closing {
+		p.mu.Unlock()
+		return
+	}
+	p.quotaErr = qerr
+	items := p.takeAllLocked()
+	p.mu.Unlock()
+	p.failItems(items, qerr)
 }
 
 func (p *partitionProducer) lock(ctx context.Context) error {

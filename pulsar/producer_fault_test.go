@@ -208,7 +208,7 @@ func TestKeepAliveDetectsSilentBroker(t *testing.T) {
 	}
 }
 
-func TestSendErrorNotAllowedFailsTheProducer(t *testing.T) {
+func TestSendErrorTopicTerminatedFailsTheProducer(t *testing.T) {
 	b := fakeBroker(t)
 	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{})
 	b.FailNextSends(int32(pb.ServerError_TopicTerminatedError))

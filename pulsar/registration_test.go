@@ -120,25 +120,73 @@ func TestConsumerEndsOnPermanentRefusal(t *testing.T) {
 }
 
 // TestProducerFailsOnPermanentRefusalButRetriesTemporaryOnes: a re-registration refused
-// with ServiceNotReady and a backlog quota is retried; AuthorizationError fails the producer.
+// with ServiceNotReady or a backlog quota is retried; with the producer_exception policy
+// the pending message fails at once with a temporary error, with producer_request_hold
+// it waits; AuthorizationError fails the producer.
 func TestProducerFailsOnPermanentRefusalButRetriesTemporaryOnes(t *testing.T) {
 	b := fakeBroker(t)
 	c := client(t, b.URL())
 	p := producer(t, c, pulsar.ProducerOptions{DisableBatching: true, SendTimeout: -1})
-	b.RefuseNext(pb.BaseCommand_PRODUCER, pb.ServerError_ServiceNotReady, pb.ServerError_ProducerBlockedQuotaExceededException,
-		pb.ServerError_ProducerBlockedQuotaExceededError)
-	b.DropConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("after temporary refusals")}); err != nil {
-		t.Fatalf("send after temporary refusals: %v", err)
+
+	b.RefuseNext(pb.BaseCommand_PRODUCER, pb.ServerError_ServiceNotReady, pb.ServerError_ProducerBlockedQuotaExceededError)
+	b.DropConnections()
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("held")}); err != nil {
+		t.Fatalf("send while refused with ServiceNotReady and producer_request_hold: %v", err)
 	}
+	if n := b.Refusals(pb.BaseCommand_PRODUCER); n != 0 {
+		t.Fatalf("%d refusals unused", n)
+	}
+
+	b.RefuseNext(pb.BaseCommand_PRODUCER, pb.ServerError_ProducerBlockedQuotaExceededException)
+	b.DropConnections()
+	_, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("refused for now")})
+	var se *pulsar.ServerError
+	if !pulsar.IsRetryable(err) || !errors.As(err, &se) || se.Code != pulsar.ServerErrorCode(pb.ServerError_ProducerBlockedQuotaExceededException) {
+		t.Fatalf("send while refused with producer_exception: %v; want a temporary error wrapping the quota refusal", err)
+	}
+	// The producer keeps reconnecting and is accepted again: retry as a client told
+	// "retry later" would, until the context's deadline.
+	for {
+		_, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("after the quota")})
+		if err == nil {
+			break
+		}
+		if !pulsar.IsRetryable(err) || ctx.Err() != nil {
+			t.Fatalf("send after the quota refusal ended: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
 	b.RefuseNext(pb.BaseCommand_PRODUCER, pb.ServerError_AuthorizationError)
 	b.DropConnections()
-	_, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("after a permanent refusal")})
-	var se *pulsar.ServerError
+	_, err = p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("after a permanent refusal")})
 	if !errors.Is(err, pulsar.ErrProducerFailed) || !errors.As(err, &se) || se.Code != pulsar.CodeAuthorization {
 		t.Fatalf("send after AuthorizationError: %v; want ErrProducerFailed wrapping it", err)
+	}
+}
+
+// TestSendErrorNotAllowedFailsOnlyThatMessage: NotAllowedError (a topic's maxMessageSize
+// below the broker's) fails the message it names; the producer goes on.
+func TestSendErrorNotAllowedFailsOnlyThatMessage(t *testing.T) {
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{DisableBatching: true})
+	b.FailNextSends(int32(pb.ServerError_NotAllowedError))
+	wait := sendAll(t, p, 5)
+	errs := wait()
+	var se *pulsar.ServerError
+	if len(errs) != 1 || !errors.As(errs[0], &se) || se.Code != pulsar.ServerErrorCode(pb.ServerError_NotAllowedError) {
+		t.Fatalf("errors by message: %v; want only message 0 refused with NotAllowedError", errs)
+	}
+	if errors.Is(errs[0], pulsar.ErrProducerFailed) {
+		t.Fatalf("the producer failed: %v", errs[0])
+	}
+	if got := len(b.Messages("persistent://public/default/fault")); got != 4 {
+		t.Fatalf("the broker holds %d messages, want the 4 others", got)
+	}
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("next")}); err != nil {
+		t.Fatalf("the next message: %v", err)
 	}
 }
 

@@ -39,7 +39,9 @@ func (e *ServerError) Retryable() bool {
 	switch pb.ServerError(e.Code) {
 	case pb.ServerError_ServiceNotReady, pb.ServerError_MetadataError, pb.ServerError_PersistenceError,
 		pb.ServerError_TooManyRequests, pb.ServerError_ProducerBusy, pb.ServerError_ConsumerBusy,
-		pb.ServerError_UnknownError, pb.ServerError_ChecksumError:
+		pb.ServerError_UnknownError, pb.ServerError_ChecksumError,
+		// A backlog quota refusal lasts until consumers catch up: temporary.
+		pb.ServerError_ProducerBlockedQuotaExceededError, pb.ServerError_ProducerBlockedQuotaExceededException:
 		return true
 	}
 	return false

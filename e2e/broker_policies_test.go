@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/pulsar"
+)
+
+func adminTopicPath(topic string) string {
+	return "/admin/v2/" + strings.Replace(topic, "://", "/", 1)
+}
+
+// TestTopicMaxMessageSizeFailsOnlyTheMessage: a topic-level maxMessageSize below the
+// broker's makes the broker refuse larger messages with NotAllowedError. Only that
+// message fails (as ErrMessageTooLarge); the producer publishes the next one.
+func TestTopicMaxMessageSizeFailsOnlyTheMessage(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "maxsize")
+	c := newOurClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := c.CreateProducer(ctx, pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	b.MustAdmin(t, http.MethodPost, adminTopicPath(topic)+"/maxMessageSize", []byte("1024"))
+	// The policy reaches the broker asynchronously: send until it refuses.
+	big := bytes.Repeat([]byte("x"), 4096)
+	for {
+		_, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: big})
+		if err != nil {
+			var se *pulsar.ServerError
+			if !errors.As(err, &se) || se.Code != pulsar.ServerErrorCode(22) /* NotAllowedError */ || !errors.Is(err, pulsar.ErrMessageTooLarge) {
+				t.Fatalf("a 4 KiB message under a 1 KiB topic limit: %v; want ErrMessageTooLarge wrapping NotAllowedError", err)
+			}
+			if errors.Is(err, pulsar.ErrProducerFailed) {
+				t.Fatalf("the refusal failed the producer: %v", err)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the topic's maxMessageSize never took effect")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for i := range 3 {
+		if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "small-%d", i)}); err != nil {
+			t.Fatalf("a small message after the refusal: %v", err)
+		}
+	}
+}
+
+// TestBacklogQuotaRefusalIsTemporary: with a producer_exception backlog quota exceeded,
+// the broker refuses the producer after a topic unload. Sends fail with a temporary
+// error meanwhile (ingress answers 503), the producer keeps reconnecting, and once the
+// backlog is cleared it publishes again, without being recreated.
+func TestBacklogQuotaRefusalIsTemporary(t *testing.T) {
+	b := broker.Get(t)
+	ns := b.Namespace(t, "quota")
+	b.MustAdmin(t, http.MethodPost, "/admin/v2/namespaces/"+ns+"/backlogQuota?backlogQuotaType=destination_storage",
+		[]byte(`{"limitSize":1024,"limitTime":-1,"policy":"producer_exception"}`))
+	topic := "persistent://" + ns + "/" + broker.Name("quota")
+	c := newOurClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cons, err := c.Subscribe(ctx, pulsar.ConsumerOptions{Topics: []string{topic}, Subscription: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := c.CreateProducer(ctx, pulsar.ProducerOptions{Topic: topic, DisableBatching: true,
+		Backoff: pulsar.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	payload := bytes.Repeat([]byte("b"), 2048)
+	// Fill the backlog (nobody acknowledges), then unload the topic until the broker
+	// refuses the producer's registration.
+	var refused error
+	for refused == nil {
+		if ctx.Err() != nil {
+			t.Fatal("the broker never refused the producer for its backlog quota")
+		}
+		_, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: payload})
+		var se *pulsar.ServerError
+		switch {
+		case err == nil:
+			b.MustAdmin(t, http.MethodPut, adminTopicPath(topic)+"/unload", nil)
+		case errors.As(err, &se) && se.Code == pulsar.ServerErrorCode(8): // ProducerBlockedQuotaExceededException
+			if !pulsar.IsRetryable(err) || errors.Is(err, pulsar.ErrProducerFailed) {
+				t.Fatalf("the quota refusal is not temporary: %v", err)
+			}
+			refused = err
+		case pulsar.IsRetryable(err):
+		default:
+			t.Fatalf("send: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("refused: %v", refused)
+	// Clear the backlog: the producer, still reconnecting, is accepted again.
+	b.MustAdmin(t, http.MethodPost, adminTopicPath(topic)+"/subscription/slow/skip_all", nil)
+	for {
+		_, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("after the backlog cleared")})
+		if err == nil {
+			break
+		}
+		if !pulsar.IsRetryable(err) || ctx.Err() != nil {
+			t.Fatalf("the producer did not recover once the backlog cleared: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
