@@ -1000,7 +1000,6 @@ func (p *partitionProducer) queueChunks(ctx context.Context, m *ProducerMessage,
 	if numChunks == 0 {
 		numChunks = 1
 	}
-	created := time.Now()
 	// A streamed message has at most chunkWindow chunks awaiting their receipts, so a
 	// message of any size costs chunkWindow chunk buffers. A buffer is reused once its
 	// chunk is persisted (after a failure it may still be queued for writing, so it is
@@ -1052,7 +1051,10 @@ func (p *partitionProducer) queueChunks(ctx context.Context, m *ProducerMessage,
 		if compressedFrom != nil {
 			md.Compression = p.opts.Compression.pb().Enum()
 		}
-		it := &pendingItem{seq: seq, highestSeq: seq, numMsgs: 1, bytes: n, created: created}
+		// Each chunk's send timeout runs from when its bytes were read, not from the
+		// first chunk: an upload slower than the timeout is fine while every chunk is
+		// persisted in time.
+		it := &pendingItem{seq: seq, highestSeq: seq, numMsgs: 1, bytes: n, created: time.Now()}
 		last := i == numChunks-1
 		chunkBuf := buf
 		it.reqs = []sendRequest{{direct: true, callback: func(mid MessageID, err error) {

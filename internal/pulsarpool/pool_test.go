@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -393,5 +394,62 @@ func TestPoolRefusesAfterClose(t *testing.T) {
 	p.Close()
 	if _, err := publish(t, p, topicName(0), "y"); !errors.Is(err, ingress.ErrUnavailable) {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// slowChunks yields size bytes, pausing after each chunk until the previous one was
+// persisted and the producer's send timeout has passed: an upload that outlasts the
+// timeout, with every chunk stored in time.
+type slowChunks struct {
+	b         *pulsartest.Broker
+	topic     string
+	chunk     int
+	left      int
+	readInRow int
+	pause     time.Duration
+}
+
+func (r *slowChunks) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	if r.readInRow == r.chunk {
+		// The chunk before is on its way: wait for the broker to hold it, then let the
+		// send timeout pass before the next chunk's bytes arrive.
+		want := len(r.b.Messages(r.topic)) + 1
+		for end := time.Now().Add(wait); len(r.b.Messages(r.topic)) < want; {
+			if time.Now().After(end) {
+				return 0, errors.New("a chunk was never persisted")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(r.pause) // the duration under test: longer than the send timeout
+		r.readInRow = 0
+	}
+	n := min(len(p), r.left, r.chunk-r.readInRow)
+	for i := range n {
+		p[i] = 'x'
+	}
+	r.left -= n
+	r.readInRow += n
+	return n, nil
+}
+
+// A streamed record whose upload outlasts the send timeout must not fail when every
+// chunk was persisted in time: the timeout runs per chunk, from when its bytes were read.
+func TestPoolStreamedRecordOutlastingTheSendTimeoutIsStored(t *testing.T) {
+	b := fakeBroker(t)
+	const sendTimeout = 150 * time.Millisecond
+	// Each receipt takes most of the send timeout, so the producer's timeout check sees
+	// every chunk while it is pending.
+	b.SetReceiptDelay(sendTimeout * 2 / 3)
+	p, _ := newPool(t, newClient(t, b.URL()), Options{Producer: pulsar.ProducerOptions{SendTimeout: sendTimeout, ChunkSize: 1024}})
+	r := &slowChunks{b: b, topic: topicName(0), chunk: 1024, left: 4 * 1024, pause: 2 * sendTimeout}
+	id, err := p.PublishStream(context.Background(), &ingress.Message{Topic: topicName(0)}, 4*1024, r)
+	if err != nil {
+		t.Fatalf("a record whose chunks were all persisted in time failed: %v", err)
+	}
+	if id == "" || len(b.Messages(topicName(0))) != 4 {
+		t.Fatalf("id %q, %d chunks stored", id, len(b.Messages(topicName(0))))
 	}
 }
