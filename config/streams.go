@@ -43,6 +43,40 @@ type Stream struct {
 	AckTimeout Duration `yaml:"ackTimeout"`
 	// MaxUnacked stops delivery to an ack=client stream with this many messages unacknowledged [1000].
 	MaxUnacked int `yaml:"maxUnacked"`
+	// Retry is how a message a client negatively acknowledges (POST <path>/nack), or
+	// does not acknowledge within AckTimeout, is delivered again.
+	Retry Retry `yaml:"retry"`
+}
+
+// Retry is a stream's redelivery discipline: a failed message comes back after a delay
+// that grows with its redelivery count.
+type Retry struct {
+	// Initial is the delay before the first redelivery [1s].
+	Initial Duration `yaml:"initial"`
+	// Multiplier grows the delay at each further attempt [1.6].
+	Multiplier float64 `yaml:"multiplier"`
+	// Jitter spreads each delay by up to this fraction either way, 0 to 1 [0.2].
+	Jitter *float64 `yaml:"jitter"`
+	// Max caps the delay [120s].
+	Max Duration `yaml:"max"`
+}
+
+// WithDefaults returns r with every empty key set to its default.
+func (r Retry) WithDefaults() Retry {
+	if r.Initial == 0 {
+		r.Initial = Duration(time.Second)
+	}
+	if r.Multiplier == 0 {
+		r.Multiplier = 1.6
+	}
+	if r.Jitter == nil {
+		j := 0.2
+		r.Jitter = &j
+	}
+	if r.Max == 0 {
+		r.Max = Duration(120 * time.Second)
+	}
+	return r
 }
 
 // WithDefaults returns the stream with every empty key set to its default.
@@ -72,6 +106,7 @@ func (s Stream) WithDefaults() Stream {
 	if s.MaxUnacked == 0 {
 		s.MaxUnacked = 1000
 	}
+	s.Retry = s.Retry.WithDefaults()
 	return s
 }
 
@@ -109,6 +144,7 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 			} else {
 				paths[s.Path] = at
 				paths[s.Path+"/ack"] = at
+				paths[s.Path+"/nack"] = at
 			}
 		}
 		if len(s.Topics) == 0 {
@@ -129,6 +165,10 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 		}
 		if s.ReceiverQueue < 0 || s.MaxUnacked < 0 {
 			add("%s: receiverQueue and maxUnacked must be positive", at)
+		}
+		if r := s.Retry; r.Initial < 0 || r.Max < r.Initial || r.Multiplier < 1 || *r.Jitter < 0 || *r.Jitter > 1 {
+			add("%s.retry: initial %v, max %v, multiplier %v, jitter %v: want 0 < initial <= max, multiplier >= 1 and jitter within 0..1",
+				at, r.Initial.D(), r.Max.D(), r.Multiplier, *r.Jitter)
 		}
 	}
 	return p

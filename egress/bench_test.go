@@ -44,9 +44,9 @@ func (b *backlog) TryReceive() (*Delivery, bool) {
 	return b.msgs[b.next-1], true
 }
 
-func (b *backlog) Ack(*Delivery) error { return nil }
-func (b *backlog) Nack(*Delivery)      {}
-func (b *backlog) Close() error        { return nil }
+func (b *backlog) Ack(*Delivery) error           { return nil }
+func (b *backlog) Nack(*Delivery, time.Duration) {}
+func (b *backlog) Close() error                  { return nil }
 
 // BenchmarkStream is egress's CPU per delivered message (the HTTP response, RecordIO,
 // acks; the client reading it in this process) for 1 000 × 1 KiB messages that carry the

@@ -30,6 +30,7 @@ type fakeSub struct {
 	mu     sync.Mutex
 	acked  []string
 	nacked []string
+	delays []time.Duration // each Nack's delay
 	closed bool
 	ackErr map[string]error // Ack fails once for these ids
 	endErr error            // what Receive returns once feed is closed [ErrEndOfTopic]
@@ -80,10 +81,11 @@ func (f *fakeSub) Ack(d *Delivery) error {
 	return nil
 }
 
-func (f *fakeSub) Nack(d *Delivery) {
+func (f *fakeSub) Nack(d *Delivery, after time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nacked = append(f.nacked, d.ID)
+	f.delays = append(f.delays, after)
 }
 
 func (f *fakeSub) Close() error {
@@ -371,5 +373,100 @@ func TestAFailedConsumerEndsTheStreamWithItsReason(t *testing.T) {
 	}
 	if got := resp.Trailer.Get("Stream-Error"); !strings.Contains(got, "the subscription was deleted") {
 		t.Fatalf("Stream-Error trailer %q", got)
+	}
+}
+
+// retryObs records what egress reports of redeliveries.
+type retryObs struct {
+	nopObserver
+	mu     sync.Mutex
+	causes []string
+}
+
+func (o *retryObs) Nacked(stream, cause string, deliveries uint32) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.causes = append(o.causes, fmt.Sprintf("%s/%d", cause, deliveries))
+}
+
+// TestNackRedeliversAfterABackoffThatGrowsWithTheCount: POST /nack sends each message
+// back with the delay its redelivery count calls for (within the jitter); ids the stream
+// does not hold are named in a 400; an acknowledgement timeout is a failed attempt too.
+func TestNackRedeliversAfterABackoffThatGrowsWithTheCount(t *testing.T) {
+	f := &fakeSub{feed: make(chan *Delivery, 10)}
+	cfg, err := config.Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    ack: client\n    envelope: json\n    ackTimeout: 50ms\n" +
+		"    retry: {initial: 1s, multiplier: 2, jitter: 0.1, max: 5s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := mapping.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &retryObs{}
+	s := New(f, nil, obs, nil)
+	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	e := echo.New()
+	e.GET("/*", s.Handle)
+	e.POST("/*", s.HandleAck)
+	hs := httptest.NewServer(e)
+	t.Cleanup(hs.Close)
+	resp, rd := get(t, hs.URL+"/v1/streams/s")
+	// Delivered before 0, 1 and 5 times: delays 1 s, 2 s, and 32 s capped at 5 s.
+	counts := map[string]uint32{"1:0:-1:-1": 0, "1:1:-1:-1": 1, "1:2:-1:-1": 5}
+	for _, id := range []string{"1:0:-1:-1", "1:1:-1:-1", "1:2:-1:-1"} {
+		f.feed <- &Delivery{ID: id, Payload: []byte(`{}`), Redeliveries: counts[id]}
+	}
+	for range counts {
+		if _, err := rd.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post := func(ids ...string) (int, map[string]any) {
+		body, _ := json.Marshal(ids)
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/v1/streams/s/nack", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Stream-Id", resp.Header.Get("Stream-Id"))
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		var ans map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&ans)
+		return r.StatusCode, ans
+	}
+	if status, ans := post("1:0:-1:-1", "1:1:-1:-1"); status != 200 || ans["nacked"] != float64(2) {
+		t.Fatalf("nack: %d %v", status, ans)
+	}
+	if status, ans := post("1:0:-1:-1", "9:9:-1:-1"); status != 400 || ans["nacked"] != float64(0) || fmt.Sprint(ans["unknown"]) != "[1:0:-1:-1 9:9:-1:-1]" {
+		t.Fatalf("nacking ids the stream no longer holds: %d %v", status, ans)
+	}
+	// The third is never acknowledged: its timeout sends it back, capped at 5 s.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.mu.Lock()
+		n := len(f.nacked)
+		f.mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the acknowledgement timeout never sent the message back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want := []time.Duration{time.Second, 2 * time.Second, 5 * time.Second}
+	for i, id := range f.nacked {
+		if d, w := f.delays[i], want[i]; d < w*9/10 || d > w*11/10 {
+			t.Errorf("%s nacked after %d deliveries waits %v, want %v ± 10%%", id, counts[id]+1, d, w)
+		}
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if fmt.Sprint(obs.causes) != "[nack/1 nack/2 ackTimeout/6]" {
+		t.Fatalf("observed %v", obs.causes)
 	}
 }

@@ -78,8 +78,8 @@ type Subscription interface {
 	// TryReceive returns a message that is already buffered, if any.
 	TryReceive() (*Delivery, bool)
 	Ack(d *Delivery) error
-	// Nack asks for the message to be delivered again.
-	Nack(d *Delivery)
+	// Nack asks for the message to be delivered again, after the delay.
+	Nack(d *Delivery, after time.Duration)
 	// Close ends the consumer; what it delivered without an ack is redelivered.
 	Close() error
 }
@@ -124,6 +124,14 @@ type Observer interface {
 	// Acked counts acknowledgements, with the time from delivery to acknowledgement for
 	// ack=client (0 for ack=auto).
 	Acked(stream string, n int64, latency time.Duration)
+}
+
+// RetryObserver, when the Observer implements it too, receives the facts of
+// redeliveries: negative acknowledgements and acknowledgement timeouts.
+type RetryObserver interface {
+	// Nacked counts messages sent back for redelivery, by cause ("nack" or
+	// "ackTimeout"), and by attempt: how many times each had been delivered.
+	Nacked(stream, cause string, deliveries uint32)
 }
 
 type nopObserver struct{}

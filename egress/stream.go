@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"mime"
 	"net/http"
 	"sort"
@@ -337,7 +338,8 @@ func (st *stream) expireAcks(done <-chan struct{}) {
 			st.redelive += int64(len(expired))
 			st.mu.Unlock()
 			for _, d := range expired {
-				st.sub.Nack(d)
+				// A timeout is a failed attempt: the message waits its backoff.
+				st.retry(d, "ackTimeout")
 			}
 			if len(expired) > 0 {
 				st.srv.log.Info("acknowledgement timeout: messages redelivered", "stream", st.def.Name, "streamId", st.id, "messages", len(expired))
@@ -347,6 +349,15 @@ func (st *stream) expireAcks(done <-chan struct{}) {
 				}
 			}
 		}
+	}
+}
+
+// retry sends d back for redelivery after its backoff, which grows with the number of
+// times it was delivered already.
+func (st *stream) retry(d *Delivery, cause string) {
+	st.sub.Nack(d, st.def.Retry.Delay(d.Redeliveries, rand.Float64()))
+	if o, ok := st.srv.obs.(RetryObserver); ok {
+		o.Nacked(st.def.Name, cause, d.Redeliveries+1)
 	}
 }
 
@@ -480,8 +491,9 @@ func (st *stream) failed(err error) {
 // ends without it ended cleanly (the topic was terminated and drained) or was cut.
 const trailerStreamError = "Stream-Error"
 
-// HandleAck serves POST <stream path>/ack: the message ids to acknowledge, as RecordIO
-// records or a JSON array, for the stream named by the Stream-Id header.
+// HandleAck serves POST <stream path>/ack and <stream path>/nack: the message ids to
+// acknowledge, or to have delivered again after their backoff, as RecordIO records or a
+// JSON array, for the stream named by the Stream-Id header.
 func (s *Server) HandleAck(c echo.Context) error {
 	req := c.Request()
 	st := s.state.Load()
@@ -514,6 +526,9 @@ func (s *Server) HandleAck(c echo.Context) error {
 	ids, err := readIDs(req)
 	if err != nil {
 		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+	}
+	if strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/nack") {
+		return sm.nack(c, ids)
 	}
 	var unknown []string
 	acked := 0
@@ -551,6 +566,33 @@ func (s *Server) HandleAck(c echo.Context) error {
 			"error": fmt.Sprintf("%d ids were not delivered on this stream, were acknowledged already, or timed out and were redelivered", len(unknown))})
 	}
 	return c.JSON(http.StatusOK, map[string]any{"status": 200, "acked": acked})
+}
+
+// nack sends the messages back for redelivery, each after its backoff.
+func (sm *stream) nack(c echo.Context, ids []string) error {
+	var unknown []string
+	nacked := 0
+	for _, id := range ids {
+		sm.mu.Lock()
+		e := sm.unacked[id]
+		delete(sm.unacked, id)
+		sm.mu.Unlock()
+		if e == nil {
+			unknown = append(unknown, id)
+			continue
+		}
+		sm.retry(e.d, "nack")
+		nacked++
+	}
+	select {
+	case sm.ackWake <- struct{}{}:
+	default:
+	}
+	if len(unknown) > 0 {
+		return c.JSON(http.StatusBadRequest, map[string]any{"status": 400, "nacked": nacked, "unknown": unknown,
+			"error": fmt.Sprintf("%d ids were not delivered on this stream, were acknowledged already, or timed out and were redelivered", len(unknown))})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"status": 200, "nacked": nacked})
 }
 
 // readIDs reads message ids from a RecordIO body (one id per record) or a JSON array.

@@ -27,6 +27,30 @@ type Stream struct {
 	ReceiverQueue     int
 	AckTimeout        time.Duration
 	MaxUnacked        int
+	Retry             Retry
+}
+
+// Retry is a stream's redelivery backoff (see config.Retry).
+type Retry struct {
+	Initial    time.Duration
+	Multiplier float64
+	Jitter     float64
+	Max        time.Duration
+}
+
+// Delay is how long a message waits before its next delivery after failing with
+// redeliveries earlier redeliveries: Initial × Multiplier^redeliveries, at most Max,
+// then spread by ±Jitter; u, in [0,1), picks the point in the spread.
+func (r Retry) Delay(redeliveries uint32, u float64) time.Duration {
+	d := float64(r.Initial)
+	for range min(redeliveries, 64) {
+		d *= r.Multiplier
+		if d >= float64(r.Max) {
+			break
+		}
+	}
+	d = min(d, float64(r.Max))
+	return time.Duration(d * (1 + r.Jitter*(2*u-1)))
 }
 
 // Allows reports whether a client may override the query parameter name.
@@ -41,7 +65,8 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 		cs := &Stream{Name: s.Name, Path: "/" + strings.Trim(s.Path, "/"), Subscription: s.Subscription, Type: s.Type,
 			Position: s.Position, Ack: s.Ack, Envelope: s.Envelope, Overrides: s.Overrides,
 			HeartbeatInterval: s.HeartbeatInterval.D(), Heartbeat: []byte(s.Heartbeat), ReceiverQueue: s.ReceiverQueue,
-			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked}
+			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
+			Retry: Retry{Initial: s.Retry.Initial.D(), Multiplier: s.Retry.Multiplier, Jitter: *s.Retry.Jitter, Max: s.Retry.Max.D()}}
 		mt, _, err := mime.ParseMediaType(s.ContentType)
 		if err != nil {
 			p = append(p, fmt.Sprintf("%s.contentType: %q is not a media type", at, s.ContentType))
@@ -63,14 +88,15 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 // Streams lists the egress streams in configuration order.
 func (t *Table) Streams() []*Stream { return t.streams }
 
-// LookupStream returns the stream served at path, and whether path is its /ack endpoint.
+// LookupStream returns the stream served at path, and whether path is one of its
+// acknowledgement endpoints (<path>/ack or <path>/nack).
 func (t *Table) LookupStream(path string) (s *Stream, ack bool, ok bool) {
 	path = "/" + strings.Trim(path, "/")
 	for _, s := range t.streams {
 		switch path {
 		case s.Path:
 			return s, false, true
-		case s.Path + "/ack":
+		case s.Path + "/ack", s.Path + "/nack":
 			return s, true, true
 		}
 	}

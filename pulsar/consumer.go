@@ -221,7 +221,12 @@ func (c *Consumer) AckCumulative(ctx context.Context, m *Message) error {
 }
 
 // Nack asks for m to be delivered again after NackRedeliveryDelay.
-func (c *Consumer) Nack(m *Message) { m.pc.nack(m) }
+func (c *Consumer) Nack(m *Message) { m.pc.nack(m, c.opts.NackRedeliveryDelay) }
+
+// NackAfter asks for m to be delivered again after delay (a negative delay is none), so
+// each message can have its own backoff. On an Exclusive or Failover subscription the
+// broker redelivers everything not acknowledged on the partition when the delay passes.
+func (c *Consumer) NackAfter(m *Message, delay time.Duration) { m.pc.nack(m, max(delay, 0)) }
 
 // RedeliverUnacknowledged asks the broker to deliver again every message not
 // acknowledged yet; queued messages are dropped first, as they will come again.

@@ -258,3 +258,23 @@ func TestNackAsksForRedelivery(t *testing.T) {
 		t.Fatal("a negative acknowledgement never asked the broker to redeliver")
 	}
 }
+
+// TestNackAfterUsesItsOwnDelay: a message nacked with its own delay is redelivered after
+// that delay, not the consumer's NackRedeliveryDelay (an hour here).
+func TestNackAfterUsesItsOwnDelay(t *testing.T) {
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{Type: pulsar.Shared, NackRedeliveryDelay: time.Hour, AckGroupTime: 10 * time.Millisecond})
+	b.Deliver(faultTopic, single("again"))
+	m, err := cons.Receive(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons.NackAfter(m, 20*time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Frames(pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if b.Frames(pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES) != 1 {
+		t.Fatal("a message nacked with a 20 ms delay was not redelivered within 5 s")
+	}
+}

@@ -603,10 +603,10 @@ func (p *partitionConsumer) ackCumulative(ctx context.Context, m *Message) error
 	return p.sendAck(ctx, cn, pb.CommandAck_Cumulative, []*pb.MessageIdData{id})
 }
 
-func (p *partitionConsumer) nack(m *Message) {
+func (p *partitionConsumer) nack(m *Message, delay time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	due := time.Now().Add(p.opts.NackRedeliveryDelay)
+	due := time.Now().Add(delay)
 	ids := []MessageID{m.ID}
 	if len(m.chunkID) > 0 {
 		ids = m.chunkID

@@ -175,7 +175,9 @@ func (s *subscription) TryReceive() (*egress.Delivery, bool) {
 }
 
 func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(s.settle(d)) }
-func (s *subscription) Nack(d *egress.Delivery)      { s.c.Nack(s.settle(d)) }
+func (s *subscription) Nack(d *egress.Delivery, after time.Duration) {
+	s.c.NackAfter(s.settle(d), after)
+}
 func (s *subscription) Close() error {
 	err := s.c.Close()
 	s.mu.Lock()

@@ -116,7 +116,7 @@ func TestSubscriberWaitsForTheBudgetAndReturnsItOnClose(t *testing.T) {
 	if used := bud.Stats().Used; used != 0 {
 		t.Fatalf("a closed subscription still holds %d bytes", used)
 	}
-	sub.Nack(first) // after Close: nothing more to release
+	sub.Nack(first, 0) // after Close: nothing more to release
 	if used := bud.Stats().Used; used != 0 {
 		t.Fatalf("budget %d after a late nack", used)
 	}
