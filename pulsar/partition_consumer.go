@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -239,12 +240,17 @@ func (p *partitionConsumer) connect(ctx context.Context) error {
 }
 
 func (p *partitionConsumer) flowLocked(n int) {
-	if n <= 0 || p.cn == nil {
-		return
-	}
-	if p.cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_FLOW.Enum(), Flow: &pb.CommandFlow{
-		ConsumerId: proto.Uint64(p.id), MessagePermits: proto.Uint32(uint32(n))}}) == nil {
-		p.permitsGranted += n
+	// The broker reads message_permits as a Java int and refuses (closing the
+	// connection) anything above 2^31-1: a large return (a discarded hostile batch
+	// claims up to that many) goes in several FLOWs.
+	for n > 0 && p.cn != nil {
+		k := min(n, math.MaxInt32)
+		if p.cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_FLOW.Enum(), Flow: &pb.CommandFlow{
+			ConsumerId: proto.Uint64(p.id), MessagePermits: proto.Uint32(uint32(k))}}) != nil {
+			return
+		}
+		p.permitsGranted += k
+		n -= k
 	}
 }
 
@@ -336,7 +342,7 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 
 // limitsLocked bounds what one delivery may make this consumer allocate.
 func (p *partitionConsumer) limitsLocked() delivery.Limits {
-	return delivery.Limits{MaxMessageSize: p.cn.MaxMessageSize(), MaxChunkedMessageSize: p.opts.MaxChunkedMessageSize, MaxPermits: p.opts.ReceiverQueueSize}
+	return delivery.Limits{MaxMessageSize: p.cn.MaxMessageSize(), MaxChunkedMessageSize: p.opts.MaxChunkedMessageSize}
 }
 
 func setFromMetadata(m *Message, md *pb.MessageMetadata) {

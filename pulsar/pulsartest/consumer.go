@@ -1,6 +1,8 @@
 package pulsartest
 
 import (
+	"math"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
@@ -97,6 +99,11 @@ func (c *serverConn) subscribe(s *pb.CommandSubscribe) {
 
 func (c *serverConn) flow(f *pb.CommandFlow) {
 	b := c.b
+	if f.GetMessagePermits() > math.MaxInt32 {
+		// A real broker reads the permits as a Java int and closes the connection.
+		c.kill()
+		return
+	}
 	b.mu.Lock()
 	for _, s := range b.subs {
 		if s.c == c && s.id == f.GetConsumerId() {
@@ -152,11 +159,11 @@ func (b *Broker) dispatch() {
 		for len(q) > 0 && s.permits > 0 {
 			m := q[0]
 			q = q[1:]
-			// A batch costs one permit per message it claims, at most the permits left
-			// (a hostile count must not stall the fake for ever).
+			// A batch costs one permit per message it claims, as on a real broker: a
+			// hostile count (negative, huge) is charged as it stands.
 			cost := 1
 			if m.Metadata != nil && m.Metadata.NumMessagesInBatch != nil {
-				cost = min(max(1, int(m.Metadata.GetNumMessagesInBatch())), s.permits)
+				cost = int(m.Metadata.GetNumMessagesInBatch())
 			}
 			s.permits -= cost
 			ledger, entry := m.LedgerID, m.EntryID

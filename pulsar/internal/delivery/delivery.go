@@ -46,9 +46,6 @@ type Limits struct {
 	// MaxChunkedMessageSize bounds a chunked message as a whole: its
 	// total_chunk_msg_size and, when compressed, its uncompressed_size.
 	MaxChunkedMessageSize int
-	// MaxPermits bounds the flow permits a malformed entry is counted for (its
-	// num_messages_in_batch cannot be trusted): the consumer's receiver queue size.
-	MaxPermits int
 }
 
 // Kind says how to deliver an Entry.
@@ -69,8 +66,10 @@ type Entry struct {
 	Kind Kind
 	// Metadata is the entry's metadata; nil only when it did not parse.
 	Metadata *pb.MessageMetadata
-	// Permits is what the entry costs in flow permits: 1, or the batch's size. On an
-	// error it is still set (bounded by Limits.MaxPermits), for the consumer to return.
+	// Permits is what the entry cost in flow permits: 1, or num_messages_in_batch.
+	// On an error it is still set, for the consumer to return: the broker charged the
+	// count the metadata claims, however absurd, and the official clients return that
+	// much (anything less stalls the subscription; the count is at most 2^31-1).
 	Permits int
 	// Payload: the message (Single) or the chunk (Chunk).
 	Payload []byte
@@ -112,7 +111,7 @@ func Parse(metadata, payload []byte, ackSet []int64, lim Limits) (Entry, error) 
 	}
 	e.Metadata = md
 	if md.NumMessagesInBatch != nil {
-		e.Permits = min(max(1, int(md.GetNumMessagesInBatch())), max(1, lim.MaxPermits))
+		e.Permits = max(1, int(md.GetNumMessagesInBatch()))
 	}
 	if md.GetNumChunksFromMsg() > 1 {
 		return e, parseChunk(&e, md, payload, lim)

@@ -12,7 +12,7 @@ import (
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
 
-var testLimits = Limits{MaxMessageSize: 1 << 20, MaxChunkedMessageSize: 4 << 20, MaxPermits: 100}
+var testLimits = Limits{MaxMessageSize: 1 << 20, MaxChunkedMessageSize: 4 << 20}
 
 func batch(payloads ...string) []byte {
 	var buf []byte
@@ -75,17 +75,17 @@ func TestParseValid(t *testing.T) {
 	}
 }
 
-// TestMalformedPermitsAreBounded: a discarded entry returns at most a window of permits,
-// whatever its count says, and at least one.
-func TestMalformedPermitsAreBounded(t *testing.T) {
-	for _, n := range []int32{-1, 0, 1 << 30} {
+// TestMalformedPermitsAreWhatTheBrokerCharged: a discarded entry returns the permits its
+// count claims (what the broker charged for it), at least one.
+func TestMalformedPermitsAreWhatTheBrokerCharged(t *testing.T) {
+	for n, want := range map[int32]int{-1: 1, 0: 1, 1 << 30: 1 << 30} {
 		e, err := Parse(marshal(&pb.MessageMetadata{NumMessagesInBatch: proto.Int32(n)}), []byte("abc"), nil, testLimits)
 		var de *Error
 		if !errors.As(err, &de) || !errors.Is(err, ErrMalformed) || de.Reason != pb.CommandAck_BatchDeSerializeError {
 			t.Fatalf("batch of %d: %v", n, err)
 		}
-		if e.Permits < 1 || e.Permits > testLimits.MaxPermits {
-			t.Fatalf("batch of %d: %d permits", n, e.Permits)
+		if e.Permits != want {
+			t.Fatalf("batch of %d: %d permits, want %d", n, e.Permits, want)
 		}
 	}
 }
@@ -117,8 +117,8 @@ func FuzzParse(f *testing.F) {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("an error that is not ErrMalformed: %v", err)
 			}
-			if e.Permits > testLimits.MaxPermits {
-				t.Fatalf("a malformed entry costs %d permits", e.Permits)
+			if md := e.Metadata; md != nil && md.NumMessagesInBatch != nil && e.Permits != max(1, int(md.GetNumMessagesInBatch())) {
+				t.Fatalf("a malformed batch of %d costs %d permits", md.GetNumMessagesInBatch(), e.Permits)
 			}
 			return
 		}
