@@ -97,6 +97,13 @@ func (f *fakeSub) Close() error {
 
 func serveStreams(t *testing.T, sub Subscriber, doc string) string {
 	t.Helper()
+	_, url := serveStreamsOn(t, sub, doc)
+	return url
+}
+
+// serveStreamsOn serves sub's streams and returns the Server too.
+func serveStreamsOn(t *testing.T, sub Subscriber, doc string) (*Server, string) {
+	t.Helper()
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +119,7 @@ func serveStreams(t *testing.T, sub Subscriber, doc string) string {
 	e.POST("/*", s.HandleAck)
 	hs := httptest.NewServer(e)
 	t.Cleanup(hs.Close)
-	return hs.URL
+	return s, hs.URL
 }
 
 func TestHeartbeatsWhenIdleAndACleanEndOfTopic(t *testing.T) {
@@ -468,5 +475,38 @@ func TestNackRedeliversAfterABackoffThatGrowsWithTheCount(t *testing.T) {
 	defer obs.mu.Unlock()
 	if fmt.Sprint(obs.causes) != "[nack/1 nack/2 ackTimeout/6]" {
 		t.Fatalf("observed %v", obs.causes)
+	}
+}
+
+// TestAnAckClientStreamKeepsNoPayloadItWrote: what awaits a client's ack is held by id
+// and handle only, so maxUnacked large messages do not stay in memory.
+func TestAnAckClientStreamKeepsNoPayloadItWrote(t *testing.T) {
+	f := &fakeSub{feed: make(chan *Delivery, 10)}
+	s, url := serveStreamsOn(t, f, "streams:\n  - name: s\n    topics: [t]\n    ack: client\n    envelope: json\n")
+	resp, rd := get(t, url+"/v1/streams/s")
+	c, whole := newChunked(3, 100<<10)
+	f.feed <- &Delivery{ID: "1:0:-1:-1", Payload: []byte(`{"small":1}`)}
+	f.feed <- &Delivery{ID: "1:1:-1:-1", Payload: bytes.Repeat([]byte("z"), 200<<10)}
+	f.feed <- &Delivery{ID: "1:2:-1:-1", Body: c.r, Size: int64(len(whole))}
+	for range 3 {
+		if _, err := rd.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.mu.Lock()
+	sm := s.open[resp.Header.Get("Stream-Id")]
+	s.mu.Unlock()
+	if sm == nil {
+		t.Fatal("no open stream")
+	}
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	if len(sm.unacked) != 3 {
+		t.Fatalf("%d unacknowledged", len(sm.unacked))
+	}
+	for id, e := range sm.unacked {
+		if e.d.Payload != nil || e.d.Body != nil {
+			t.Errorf("%s awaits its ack with its payload held (%d bytes)", id, e.d.Len())
+		}
 	}
 }
