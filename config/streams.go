@@ -27,7 +27,8 @@ type Stream struct {
 	Position string `yaml:"position"`
 	// ContentType of the records (Message-Content-Type with envelope none) [application/json].
 	ContentType string `yaml:"contentType"`
-	// Ack is auto (after the record is written and flushed) or client (POST <path>/ack) [auto].
+	// Ack is auto (after the record is written and flushed) or client (POST <path>/ack; needs
+	// envelope json, whose records carry the ids to acknowledge) [auto].
 	Ack string `yaml:"ack"`
 	// Envelope is none (the payload as published) or json (id, key, properties, times and payload) [none].
 	Envelope string `yaml:"envelope"`
