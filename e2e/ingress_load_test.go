@@ -175,7 +175,10 @@ routes:
 		return -1
 	}
 
-	time.Sleep(300 * time.Millisecond)
+	// Probes are landing before the first rewrite.
+	if topic, _ := effectiveAfter(time.Time{}); topic == "" {
+		t.Fatal("no probe receipted within 10s")
+	}
 	version := 0
 	var worst time.Duration
 	for i := 1; i <= 20; i++ {
@@ -191,8 +194,14 @@ routes:
 			worst = max(worst, d)
 		} else {
 			p.write(config(version, broken[(i/2)%len(broken)]))
-			time.Sleep(400 * time.Millisecond)
-			topic, _ := effectiveAfter(time.Now().Add(-50 * time.Millisecond))
+			// The refusal is the sync point: /readyz shows it (the valid file before
+			// cleared it), then the next probe shows which route is in effect.
+			for deadline := time.Now().Add(10 * time.Second); p.readyz(t)["lastReloadError"] == nil; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("rewrite %d (invalid): not refused within 10s: %v", i, p.readyz(t))
+				}
+			}
+			topic, _ := effectiveAfter(time.Now())
 			if want := fmt.Sprintf("persistent://%s/probe-v%d", ns, version); topic != want {
 				t.Fatalf("rewrite %d (invalid): probes went to %s, want the previous route's %s", i, topic, want)
 			}
