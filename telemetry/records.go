@@ -114,8 +114,11 @@ func (t *Tracing) startRecord(r *RecordSpan) {
 		r.sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceState: res.Tracestate, Remote: false})
 		return
 	}
-	r.span = t.startSDK(pctx, r, tid, sid, false)
-	r.sc = r.span.SpanContext()
+	span := t.startSDK(pctx, r, tid, sid, false)
+	r.sc = span.SpanContext()
+	if span.IsRecording() { // always, for the deterministic standard samplers
+		r.span = span
+	}
 }
 
 // startSDK starts r's span in the SDK with the ids given; force records it whatever the
