@@ -175,13 +175,14 @@ func TestLookupFollowsRedirectsAndProxies(t *testing.T) {
 		t.Fatal("the redirect was not followed")
 	}
 
-	// proxy_through_service_url: connect to the service URL, asking to be proxied.
+	// proxy_through_service_url: connect to the service URL, asking to be proxied to the
+	// owner's host:port (a real Pulsar proxy cannot resolve "pulsar://host" as a host name).
 	service.Redirect("persistent://public/default/proxied", "pulsar://broker-7.internal:6650", true)
 	p2 := producer(t, client(t, service.URL()), pulsar.ProducerOptions{Topic: "proxied"})
 	if _, err := p2.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("m-00000")}); err != nil {
 		t.Fatal(err)
 	}
-	if got := service.ProxyTargets(); len(got) == 0 || got[len(got)-1] != "pulsar://broker-7.internal:6650" {
+	if got := service.ProxyTargets(); len(got) == 0 || got[len(got)-1] != "broker-7.internal:6650" {
 		t.Fatalf("proxy targets %v", got)
 	}
 }

@@ -2,6 +2,7 @@ package conn
 
 import (
 	"context"
+	"net/url"
 	"sync"
 )
 
@@ -43,7 +44,7 @@ func (p *Pool) Get(ctx context.Context, logicalURL, physicalAddr string, proxied
 			opts := p.base
 			opts.Addr = physicalAddr
 			if proxied {
-				opts.ProxyToBrokerURL = logicalURL
+				opts.ProxyToBrokerURL = proxyTarget(logicalURL)
 			}
 			e.conn, e.err = Dial(ctx, opts)
 			close(e.ready)
@@ -87,4 +88,14 @@ func (p *Pool) Close() {
 			e.conn.Close()
 		}
 	}
+}
+
+// proxyTarget is what CONNECT's proxy_to_broker_url carries: the logical broker's host:port,
+// as the official clients send it. A Pulsar proxy resolves that value as a host name, so
+// the URL's scheme must not be in it ("Failed to resolve 'pulsar://10.0.0.7'").
+func proxyTarget(logicalURL string) string {
+	if u, err := url.Parse(logicalURL); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return logicalURL
 }
