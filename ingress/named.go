@@ -11,8 +11,9 @@ import (
 // broker's deduplication. See README, "Exactly once".
 
 var (
-	// ErrDuplicate is what a Publisher answers (as done's error) for a named stream's
-	// record that the broker had already persisted: a success, with no new message id.
+	// ErrDuplicate is what a Publisher answers (as done's error) for a record that the
+	// broker had already persisted (a named stream's resend, or any record the producer
+	// itself resent after a reconnect): a success, with no new message id.
 	ErrDuplicate = errors.New("already persisted")
 	// ErrStreamBusy: another request is publishing the same route and stream name (409).
 	ErrStreamBusy = errors.New("stream name in use")

@@ -248,3 +248,29 @@ func openWith(t *testing.T, url string, h map[string]string) (*io.PipeWriter, <-
 	t.Cleanup(func() { pw.Close() })
 	return pw, out
 }
+
+// dupFake answers every record as one the broker already had.
+type dupFake struct{ *fakePublisher }
+
+func (d dupFake) PublishAsync(_ context.Context, _ *Message, done func(string, error)) {
+	done("", ErrDuplicate)
+}
+
+// An unnamed stream's record that the broker answers as a duplicate is persisted: the
+// bridge's producer resent it after a reconnect and the deduplicating broker already had
+// it. It is receipted (200, "duplicate"), not failed with 500, which would make the
+// client send it again and put a second copy in the topic (found by e2e/chaos, broker
+// kill -9 with deduplication on).
+func TestUnnamedDuplicateIsAReceipt(t *testing.T) {
+	_, url := serve(t, dupFake{newFake()}, table(t, oneRoute), limits)
+	status, out := post(t, url+"/v1/publish/r", nil, `{"n":0}`)
+	if status != http.StatusOK || len(out) != 2 {
+		t.Fatalf("status %d, %d records: %v", status, len(out), out)
+	}
+	if r := out[0]; r["status"] != float64(200) || r["duplicate"] != true {
+		t.Errorf("receipt %v: want 200 with duplicate", r)
+	}
+	if sum := out[1]; sum["published"] != float64(1) || sum["failed"] != float64(0) {
+		t.Errorf("summary %v: want 1 published, 0 failed", sum)
+	}
+}

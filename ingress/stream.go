@@ -610,7 +610,7 @@ func (st *stream) fail(err error) {
 // settle accounts one record and appends its receipt.
 func (st *stream) settle(e *entry, buf *[]byte) {
 	status := http.StatusOK
-	if errors.Is(e.err, ErrDuplicate) && e.sequence >= 0 {
+	if errors.Is(e.err, ErrDuplicate) {
 		e.err, e.dup = nil, true
 		st.duplicates++
 	}
