@@ -277,3 +277,25 @@ func TestWatchIgnoresOtherFilesInTheDirectory(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryIsValidated(t *testing.T) {
+	for doc, want := range map[string]string{
+		"retry: {maxDeliveries: 3}":                    "streams[0].retry.maxDeliveries: needs type shared or key_shared",
+		"type: shared\n    retry: {maxDeliveries: -1}": "streams[0].retry.maxDeliveries: -1 must not be negative",
+		"retry: {multiplier: 0.5}":                     "want 0 < initial <= max, multiplier >= 1",
+		"retry: {initial: 5m, max: 1m}":                "want 0 < initial <= max",
+		"retry: {jitter: 1.5}":                         "jitter within 0..1",
+	} {
+		_, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    " + doc + "\n"))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", doc, err, want)
+		}
+	}
+	cfg, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    type: key_shared\n    retry: {maxDeliveries: 5, jitter: 0}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.Streams[0].WithDefaults().Retry; r.MaxDeliveries != 5 || *r.Jitter != 0 || r.Initial.D() != time.Second || r.Multiplier != 1.6 || r.Max.D() != 2*time.Minute {
+		t.Fatalf("%+v", r)
+	}
+}

@@ -60,6 +60,12 @@ type Retry struct {
 	Jitter *float64 `yaml:"jitter"`
 	// Max caps the delay [120s].
 	Max Duration `yaml:"max"`
+	// MaxDeliveries moves a message delivered this many times without an
+	// acknowledgement to DeadLetterTopic, then acknowledges it [0: never]. Shared and
+	// key_shared subscriptions only: the broker counts redeliveries on those alone.
+	MaxDeliveries int `yaml:"maxDeliveries"`
+	// DeadLetterTopic receives those messages [<topic>-<subscription>-DLQ].
+	DeadLetterTopic string `yaml:"deadLetterTopic"`
 }
 
 // WithDefaults returns r with every empty key set to its default.
@@ -170,6 +176,11 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 		if r := s.Retry; r.Initial < 0 || r.Max < r.Initial || r.Multiplier < 1 || *r.Jitter < 0 || *r.Jitter > 1 {
 			add("%s.retry: initial %v, max %v, multiplier %v, jitter %v: want 0 < initial <= max, multiplier >= 1 and jitter within 0..1",
 				at, r.Initial.D(), r.Max.D(), r.Multiplier, *r.Jitter)
+		}
+		if r := s.Retry; r.MaxDeliveries < 0 {
+			add("%s.retry.maxDeliveries: %d must not be negative", at, r.MaxDeliveries)
+		} else if r.MaxDeliveries > 0 && s.Type != "shared" && s.Type != "key_shared" {
+			add("%s.retry.maxDeliveries: needs type shared or key_shared: Pulsar counts redeliveries on those subscriptions only", at)
 		}
 	}
 	return p

@@ -67,17 +67,27 @@ func subscriptionBacklog(t testing.TB, b *broker.Broker, topic, sub string) int6
 	return s.MsgBacklog
 }
 
-// TestEgressNackRedeliversWithGrowingBackoff: a client nacks every message whose payload
-// says poison until it has seen it four times, and acks the rest. The others are
-// delivered once each; each poison message comes back with its redelivery count up by
-// one each time, never before the backoff (initial 1 s × 1.6 per attempt, -20 % jitter)
-// has passed; in the end nothing is left in the subscription's backlog.
-func TestEgressNackRedeliversWithGrowingBackoff(t *testing.T) {
+// TestEgressPoisonMessagesAreDeadLettered: a client nacks every message whose payload
+// says poison and acks the rest. The others are delivered once each; each poison message
+// comes back with its redelivery count up by one each time, never before the backoff
+// (initial 1 s × 1.6 per attempt, -20 % jitter) has passed, is delivered exactly
+// maxDeliveries times, then appears once on <topic>-<subscription>-DLQ (read with the
+// official client) with its key, properties and the origin topic and id, and is no
+// longer in the subscription's backlog.
+func TestEgressPoisonMessagesAreDeadLettered(t *testing.T) {
 	b := broker.Get(t)
 	topic := b.Topic(t, "nack")
 	poison := map[int]bool{3: true, 7: true}
-	const n, attempts = 10, 4
+	const n, maxDeliveries = 10, 4
 	publishPoison(t, b, topic, n, poison)
+	// The DLQ's reader subscribes first, so it sees what is published there.
+	oc := newOfficialClient(t, b)
+	dlq, err := oc.Subscribe(official.ConsumerOptions{Topic: topic + "-bridge-out-DLQ", SubscriptionName: "check",
+		SubscriptionInitialPosition: official.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close()
 	p := startBridge(t, fmt.Sprintf(`
 pulsar:
   url: %s
@@ -88,8 +98,8 @@ streams:
     type: shared
     ack: client
     envelope: json
-    retry: {initial: 1s, multiplier: 1.6, jitter: 0.2, max: 120s}
-`, b.URL, topic))
+    retry: {initial: 1s, multiplier: 1.6, jitter: 0.2, max: 120s, maxDeliveries: %d}
+`, b.URL, topic, maxDeliveries))
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/out", nil)
@@ -100,11 +110,12 @@ streams:
 	sid := resp.Header.Get("Stream-Id")
 	rd := recordio.NewReader(resp.Body)
 	seen := map[int][]retryEnvelope{}
-	done := 0 // messages settled for good: acked
-	for done < n {
+	origin := map[int]string{} // seq -> message id
+	settled, deadLettered := 0, 0
+	for settled < n {
 		rec, err := rd.Next()
 		if err != nil {
-			t.Fatalf("after %d messages settled: %v (seen %v)", done, err, seen)
+			t.Fatalf("after %d messages settled: %v (seen %v)", settled, err, seen)
 		}
 		var e retryEnvelope
 		if err := json.Unmarshal(rec, &e); err != nil {
@@ -113,15 +124,21 @@ streams:
 		e.at = time.Now()
 		seq := e.Payload.Seq
 		seen[seq] = append(seen[seq], e)
+		origin[seq] = e.MessageID
 		endpoint := "/ack"
-		if e.Payload.Poison && len(seen[seq]) < attempts {
+		if e.Payload.Poison {
 			endpoint = "/nack"
-		} else {
-			done++
 		}
 		js, _ := json.Marshal([]string{e.MessageID})
-		if st, m := postAck(t, p.DataURL+"/v1/streams/out"+endpoint, sid, "application/json", js); st != 200 {
+		st, m := postAck(t, p.DataURL+"/v1/streams/out"+endpoint, sid, "application/json", js)
+		if st != 200 {
 			t.Fatalf("POST %s %s: %d %v", endpoint, e.MessageID, st, m)
+		}
+		if !e.Payload.Poison {
+			settled++
+		} else if m["deadLettered"] == float64(1) {
+			settled++
+			deadLettered++
 		}
 	}
 	for seq := range n {
@@ -132,11 +149,11 @@ streams:
 			}
 			continue
 		}
-		if len(got) != attempts {
-			t.Fatalf("poison seq %d delivered %d times, want %d", seq, len(got), attempts)
+		if len(got) != maxDeliveries {
+			t.Fatalf("poison seq %d delivered %d times, want %d", seq, len(got), maxDeliveries)
 		}
 		var gaps []string
-		for i := 1; i < attempts; i++ {
+		for i := 1; i < maxDeliveries; i++ {
 			if got[i].RedeliveryCount != i {
 				t.Errorf("poison seq %d, delivery %d: redeliveryCount %d", seq, i+1, got[i].RedeliveryCount)
 			}
@@ -148,15 +165,46 @@ streams:
 			}
 			gaps = append(gaps, gap.Round(10*time.Millisecond).String())
 		}
-		t.Logf("poison seq %d: delivered %d times, gaps %v (backoff 1s, 1.6s, 2.56s ±20%%)", seq, attempts, gaps)
+		t.Logf("poison seq %d: delivered %d times, gaps %v (backoff 1s, 1.6s, 2.56s ±20%%)", seq, maxDeliveries, gaps)
 	}
-	// Every message, poison included, was acknowledged in the end: nothing is left.
+	// Each poison message is on the DLQ once, as the official client reads it.
+	onDLQ := map[int]int{}
+	for range len(poison) {
+		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		m, err := dlq.Receive(rctx)
+		rcancel()
+		if err != nil {
+			t.Fatalf("the DLQ holds %d messages, want %d: %v", len(onDLQ), len(poison), err)
+		}
+		var body struct{ Seq int }
+		if err := json.Unmarshal(m.Payload(), &body); err != nil || !poison[body.Seq] {
+			t.Fatalf("on the DLQ: %q %v", m.Payload(), err)
+		}
+		onDLQ[body.Seq]++
+		props := m.Properties()
+		id := strings.Split(origin[body.Seq], ":") // ledger:entry:partition:batchIndex
+		if m.Key() != fmt.Sprintf("k%d", body.Seq) || props["i"] != fmt.Sprint(body.Seq) || props["REAL_TOPIC"] != topic ||
+			props["ORIGIN_MESSAGE_ID"] != strings.Join(id[:3], ":") {
+			t.Errorf("dead letter of seq %d: key %q, properties %v (origin id %s)", body.Seq, m.Key(), props, origin[body.Seq])
+		}
+		_ = dlq.Ack(m)
+	}
+	if len(onDLQ) != len(poison) || deadLettered != len(poison) {
+		t.Fatalf("on the DLQ %v, dead-lettered %d", onDLQ, deadLettered)
+	}
+	// Every message was acknowledged in the end, the poison ones after their DLQ publication.
 	deadline := time.Now().Add(30 * time.Second)
 	for subscriptionBacklog(t, b, topic, "bridge-out") != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("backlog %d after every message was acknowledged", subscriptionBacklog(t, b, topic, "bridge-out"))
+			t.Fatalf("backlog %d after every message was settled", subscriptionBacklog(t, b, topic, "bridge-out"))
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// Nothing more on the DLQ: each poison message went there once.
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer rcancel()
+	if m, err := dlq.Receive(rctx); err == nil {
+		t.Fatalf("a second dead letter: %q %v", m.Payload(), m.Properties())
 	}
 }
 
@@ -166,4 +214,100 @@ func pow(x float64, n int) float64 {
 		r *= x
 	}
 	return r
+}
+
+// TestEgressPoisonCountRestartsAfterABridgeKill: the bridge (the subscription's only
+// consumer) is killed (SIGKILL) while a poison message's second delivery is unanswered,
+// and a new bridge takes over. No message is lost: each other one is acknowledged, the
+// poison one reaches the DLQ once. Its redelivery count is the broker's, which the broker
+// forgets when a Shared subscription is left without consumers: it starts again from 0,
+// so the message gets maxDeliveries more deliveries (as documented in the README).
+func TestEgressPoisonCountRestartsAfterABridgeKill(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "nackkill")
+	const n, maxDeliveries = 6, 4
+	publishPoison(t, b, topic, n, map[int]bool{2: true})
+	oc := newOfficialClient(t, b)
+	dlq, err := oc.Subscribe(official.ConsumerOptions{Topic: topic + "-bridge-out-DLQ", SubscriptionName: "check",
+		SubscriptionInitialPosition: official.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dlq.Close()
+	cfg := fmt.Sprintf(`
+pulsar:
+  url: %s
+streams:
+  - name: out
+    topics: [%s]
+    position: earliest
+    type: shared
+    ack: client
+    envelope: json
+    retry: {initial: 500ms, multiplier: 1.6, jitter: 0.2, max: 120s, maxDeliveries: %d}
+`, b.URL, topic, maxDeliveries)
+	acked := map[int]bool{}
+	var counts []int // the poison message's redeliveryCount at each delivery
+	run := func(p *bridgeProc, killAt int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		resp := egressGet(t, ctx, p.DataURL+"/v1/streams/out", nil)
+		defer resp.Body.Close()
+		sid := resp.Header.Get("Stream-Id")
+		rd := recordio.NewReader(resp.Body)
+		for {
+			rec, err := rd.Next()
+			if err != nil {
+				t.Fatalf("acked %v, poison counts %v: %v", acked, counts, err)
+			}
+			var e retryEnvelope
+			if err := json.Unmarshal(rec, &e); err != nil {
+				t.Fatal(err)
+			}
+			endpoint := "/ack"
+			if e.Payload.Poison {
+				counts = append(counts, e.RedeliveryCount)
+				if len(counts) == killAt {
+					// Killed with this delivery unanswered.
+					_ = p.cmd.Process.Kill()
+					<-p.exited
+					return
+				}
+				endpoint = "/nack"
+			}
+			js, _ := json.Marshal([]string{e.MessageID})
+			st, m := postAck(t, p.DataURL+"/v1/streams/out"+endpoint, sid, "application/json", js)
+			if st != 200 {
+				t.Fatalf("POST %s: %d %v", endpoint, st, m)
+			}
+			if !e.Payload.Poison {
+				acked[e.Payload.Seq] = true
+			}
+			if m["deadLettered"] == float64(1) && len(acked) == n-1 {
+				return
+			}
+			if m["deadLettered"] == float64(1) {
+				t.Logf("dead-lettered before every other message was acknowledged (acked %v); reading on", acked)
+			}
+		}
+	}
+	run(startBridge(t, cfg), 2)
+	before := counts[len(counts)-1]
+	run(startBridge(t, cfg), -1)
+	t.Logf("poison redelivery counts, delivery by delivery, across the kill at the 2nd: %v; acked %d others", counts, len(acked))
+	if len(acked) != n-1 {
+		t.Fatalf("acknowledged %v of the %d other messages", acked, n-1)
+	}
+	if before != 1 || fmt.Sprint(counts[2:]) != "[0 1 2 3]" {
+		t.Fatalf("redelivery counts %v: want [0 1] before the kill, then [0 1 2 3] (the broker's count starts again, dead-lettered on the %dth delivery)", counts, maxDeliveries)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer rcancel()
+	m, err := dlq.Receive(rctx)
+	if err != nil {
+		t.Fatalf("nothing on the DLQ: %v", err)
+	}
+	if !strings.Contains(string(m.Payload()), `"seq":2`) {
+		t.Fatalf("on the DLQ: %q", m.Payload())
+	}
 }

@@ -88,6 +88,28 @@ func (f *fakeSub) Nack(d *Delivery, after time.Duration) {
 	f.delays = append(f.delays, after)
 }
 
+// dlqSub is a fakeSub that can dead-letter; the first dlqFails publications fail.
+type dlqSub struct {
+	*fakeSub
+	dlqFails int
+	dead     []string // id@topic
+}
+
+func (f *dlqSub) Subscribe(ctx context.Context, o SubscribeOptions) (Subscription, error) {
+	return f, nil
+}
+
+func (f *dlqSub) DeadLetter(ctx context.Context, d *Delivery, topic string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dlqFails > 0 {
+		f.dlqFails--
+		return errors.New("the dead-letter topic is not reachable")
+	}
+	f.dead = append(f.dead, d.ID+"@"+topic)
+	return nil
+}
+
 func (f *fakeSub) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -390,6 +412,12 @@ type retryObs struct {
 	causes []string
 }
 
+func (o *retryObs) DeadLettered(stream string, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.causes = append(o.causes, fmt.Sprintf("dead/%v", ok))
+}
+
 func (o *retryObs) Nacked(stream, cause string, deliveries uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -508,5 +536,81 @@ func TestAnAckClientStreamKeepsNoPayloadItWrote(t *testing.T) {
 		if e.d.Payload != nil || e.d.Body != nil {
 			t.Errorf("%s awaits its ack with its payload held (%d bytes)", id, e.d.Len())
 		}
+	}
+}
+
+// TestMaxDeliveriesDeadLettersAndAFailedPublicationLeavesTheMessage: a message nacked on
+// its maxDeliveries-th delivery goes to <topic>-<subscription>-DLQ and is acknowledged;
+// when that publication fails it is nacked instead (redelivered, never lost); a message
+// that arrives already delivered maxDeliveries times (its clients died on it) is
+// dead-lettered without being written.
+func TestMaxDeliveriesDeadLettersAndAFailedPublicationLeavesTheMessage(t *testing.T) {
+	f := &dlqSub{fakeSub: &fakeSub{feed: make(chan *Delivery, 10)}, dlqFails: 1}
+	cfg, err := config.Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    type: shared\n    ack: client\n    envelope: json\n" +
+		"    retry: {maxDeliveries: 3}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := mapping.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := &retryObs{}
+	s := New(f, nil, obs, nil)
+	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	e := echo.New()
+	e.GET("/*", s.Handle)
+	e.POST("/*", s.HandleAck)
+	hs := httptest.NewServer(e)
+	t.Cleanup(hs.Close)
+	resp, rd := get(t, hs.URL+"/v1/streams/s")
+	topic := "persistent://public/default/t-partition-1"
+	f.feed <- &Delivery{ID: "1:0:1:-1", Topic: topic, Payload: []byte(`{}`), Redeliveries: 2} // third delivery
+	f.feed <- &Delivery{ID: "1:1:1:-1", Topic: topic, Payload: []byte(`{}`), Redeliveries: 1} // second
+	f.feed <- &Delivery{ID: "1:2:1:-1", Topic: topic, Payload: []byte(`{}`), Redeliveries: 3} // never written
+	f.feed <- &Delivery{ID: "1:3:1:-1", Topic: topic, Payload: []byte(`{"last":1}`)}
+	var written []string
+	for len(written) < 3 {
+		rec, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var env struct{ MessageID string }
+		_ = json.Unmarshal(rec, &env)
+		written = append(written, env.MessageID)
+	}
+	if fmt.Sprint(written) != "[1:0:1:-1 1:1:1:-1 1:3:1:-1]" {
+		t.Fatalf("written %v", written)
+	}
+	nack := func(ids ...string) map[string]any {
+		body, _ := json.Marshal(ids)
+		req, _ := http.NewRequest(http.MethodPost, hs.URL+"/v1/streams/s/nack", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Stream-Id", resp.Header.Get("Stream-Id"))
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		var ans map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&ans)
+		return ans
+	}
+	ans := nack("1:0:1:-1", "1:1:1:-1")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	// 1:2 arrived first of the dead ones: its publication failed, so it was nacked; 1:0
+	// was dead-lettered and acknowledged; 1:1 (second delivery) was nacked.
+	want := "dlq [1:0:1:-1@persistent://public/default/t-bridge-s-DLQ] acked [1:0:1:-1] nacked [1:2:1:-1 1:1:1:-1]"
+	if got := fmt.Sprintf("dlq %v acked %v nacked %v", f.dead, f.acked, f.nacked); got != want {
+		t.Fatalf("%s\nwant %s", got, want)
+	}
+	if ans["nacked"] != float64(2) || ans["deadLettered"] != float64(1) {
+		t.Fatalf("nack answer %v", ans)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if fmt.Sprint(obs.causes) != "[dead/false dead/true nack/2]" {
+		t.Fatalf("observed %v", obs.causes)
 	}
 }

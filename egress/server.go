@@ -132,6 +132,17 @@ type RetryObserver interface {
 	// Nacked counts messages sent back for redelivery, by cause ("nack" or
 	// "ackTimeout"), and by attempt: how many times each had been delivered.
 	Nacked(stream, cause string, deliveries uint32)
+	// DeadLettered counts messages moved to the dead-letter topic (ok) or that could
+	// not be (!ok: they stay unacknowledged and are redelivered).
+	DeadLettered(stream string, ok bool)
+}
+
+// DeadLetterer is what a Subscription implements to move a message to a dead-letter
+// topic: it publishes the message's payload, key and properties, with the origin topic
+// and message id added (REAL_TOPIC, ORIGIN_MESSAGE_ID: the names Pulsar's Java client
+// uses), and returns once the broker persisted it.
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, d *Delivery, topic string) error
 }
 
 type nopObserver struct{}

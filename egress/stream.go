@@ -247,6 +247,14 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 				return written, rerr.Error()
 			}
 		}
+		if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries) >= int64(m) {
+			// Delivered maxDeliveries times already (its clients went away without an
+			// answer, or a dead-lettering failed): it goes aside instead of out.
+			if !st.deadLetter(ctx, d) {
+				st.sub.Nack(d, st.def.Retry.Delay(d.Redeliveries, rand.Float64()))
+			}
+			continue
+		}
 		if st.opts.ack == "client" {
 			st.mu.Lock()
 			st.unacked[d.ID] = &unackedEntry{d: d, at: time.Now()}
@@ -339,7 +347,7 @@ func (st *stream) expireAcks(done <-chan struct{}) {
 			st.mu.Unlock()
 			for _, d := range expired {
 				// A timeout is a failed attempt: the message waits its backoff.
-				st.retry(d, "ackTimeout")
+				st.retry(st.ctx, d, "ackTimeout")
 			}
 			if len(expired) > 0 {
 				st.srv.log.Info("acknowledgement timeout: messages redelivered", "stream", st.def.Name, "streamId", st.id, "messages", len(expired))
@@ -353,12 +361,67 @@ func (st *stream) expireAcks(done <-chan struct{}) {
 }
 
 // retry sends d back for redelivery after its backoff, which grows with the number of
-// times it was delivered already.
-func (st *stream) retry(d *Delivery, cause string) {
+// times it was delivered already; a message delivered retry.maxDeliveries times goes to
+// the dead-letter topic instead. It reports whether d was dead-lettered.
+func (st *stream) retry(ctx context.Context, d *Delivery, cause string) bool {
+	if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries)+1 >= int64(m) && st.deadLetter(ctx, d) {
+		return true
+	}
 	st.sub.Nack(d, st.def.Retry.Delay(d.Redeliveries, rand.Float64()))
 	if o, ok := st.srv.obs.(RetryObserver); ok {
 		o.Nacked(st.def.Name, cause, d.Redeliveries+1)
 	}
+	return false
+}
+
+// deadLetterTimeout bounds publishing one message to a dead-letter topic.
+const deadLetterTimeout = 30 * time.Second
+
+// deadLetter publishes d to the stream's dead-letter topic and then acknowledges it. It
+// reports false, leaving d to the caller (unacknowledged), when the publication failed.
+func (st *stream) deadLetter(ctx context.Context, d *Delivery) bool {
+	o, _ := st.srv.obs.(RetryObserver)
+	dl, ok := st.sub.(DeadLetterer)
+	if !ok {
+		st.srv.log.Error("retry.maxDeliveries reached, but the subscription cannot dead-letter", "stream", st.def.Name, "message", d.ID)
+		return false
+	}
+	topic := st.deadLetterTopic(d)
+	ctx, cancel := context.WithTimeout(ctx, deadLetterTimeout)
+	defer cancel()
+	if err := dl.DeadLetter(ctx, d, topic); err != nil {
+		st.srv.log.Warn("dead-lettering failed: the message stays unacknowledged and comes again", "stream", st.def.Name,
+			"message", d.ID, "deadLetterTopic", topic, "error", err.Error())
+		if o != nil {
+			o.DeadLettered(st.def.Name, false)
+		}
+		return false
+	}
+	if err := st.sub.Ack(d); err != nil {
+		// Dead-lettered but not acknowledged: it comes again and is dead-lettered again
+		// (a duplicate on the dead-letter topic, never a loss).
+		st.srv.log.Warn("acknowledging a dead-lettered message failed", "stream", st.def.Name, "message", d.ID, "error", err.Error())
+	}
+	st.srv.log.Info("message dead-lettered", "stream", st.def.Name, "message", d.ID, "deliveries", d.Redeliveries+1, "deadLetterTopic", topic)
+	if o != nil {
+		o.DeadLettered(st.def.Name, true)
+	}
+	return true
+}
+
+// deadLetterTopic is retry.deadLetterTopic, or Pulsar's convention
+// <topic>-<subscription>-DLQ (the topic without its partition suffix).
+func (st *stream) deadLetterTopic(d *Delivery) string {
+	if t := st.def.Retry.DeadLetterTopic; t != "" {
+		return t
+	}
+	topic := d.Topic
+	if i := strings.LastIndex(topic, "-partition-"); i > 0 {
+		if _, err := strconv.Atoi(topic[i+len("-partition-"):]); err == nil {
+			topic = topic[:i]
+		}
+	}
+	return topic + "-" + st.opts.subscription + "-DLQ"
 }
 
 // envelope is the JSON form of a record (envelope=json).
@@ -571,7 +634,7 @@ func (s *Server) HandleAck(c echo.Context) error {
 // nack sends the messages back for redelivery, each after its backoff.
 func (sm *stream) nack(c echo.Context, ids []string) error {
 	var unknown []string
-	nacked := 0
+	nacked, dead := 0, 0
 	for _, id := range ids {
 		sm.mu.Lock()
 		e := sm.unacked[id]
@@ -581,7 +644,9 @@ func (sm *stream) nack(c echo.Context, ids []string) error {
 			unknown = append(unknown, id)
 			continue
 		}
-		sm.retry(e.d, "nack")
+		if sm.retry(c.Request().Context(), e.d, "nack") {
+			dead++
+		}
 		nacked++
 	}
 	select {
@@ -589,10 +654,10 @@ func (sm *stream) nack(c echo.Context, ids []string) error {
 	default:
 	}
 	if len(unknown) > 0 {
-		return c.JSON(http.StatusBadRequest, map[string]any{"status": 400, "nacked": nacked, "unknown": unknown,
+		return c.JSON(http.StatusBadRequest, map[string]any{"status": 400, "nacked": nacked, "deadLettered": dead, "unknown": unknown,
 			"error": fmt.Sprintf("%d ids were not delivered on this stream, were acknowledged already, or timed out and were redelivered", len(unknown))})
 	}
-	return c.JSON(http.StatusOK, map[string]any{"status": 200, "nacked": nacked})
+	return c.JSON(http.StatusOK, map[string]any{"status": 200, "nacked": nacked, "deadLettered": dead})
 }
 
 // readIDs reads message ids from a RecordIO body (one id per record) or a JSON array.

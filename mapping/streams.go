@@ -36,6 +36,10 @@ type Retry struct {
 	Multiplier float64
 	Jitter     float64
 	Max        time.Duration
+	// MaxDeliveries > 0: a message delivered that many times is dead-lettered.
+	MaxDeliveries int
+	// DeadLetterTopic, normalised; "" for <topic>-<subscription>-DLQ.
+	DeadLetterTopic string
 }
 
 // Delay is how long a message waits before its next delivery after failing with
@@ -66,7 +70,15 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 			Position: s.Position, Ack: s.Ack, Envelope: s.Envelope, Overrides: s.Overrides,
 			HeartbeatInterval: s.HeartbeatInterval.D(), Heartbeat: []byte(s.Heartbeat), ReceiverQueue: s.ReceiverQueue,
 			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
-			Retry: Retry{Initial: s.Retry.Initial.D(), Multiplier: s.Retry.Multiplier, Jitter: *s.Retry.Jitter, Max: s.Retry.Max.D()}}
+			Retry: Retry{Initial: s.Retry.Initial.D(), Multiplier: s.Retry.Multiplier, Jitter: *s.Retry.Jitter, Max: s.Retry.Max.D(),
+				MaxDeliveries: s.Retry.MaxDeliveries}}
+		if s.Retry.DeadLetterTopic != "" {
+			topic, err := NormalizeTopic(s.Retry.DeadLetterTopic)
+			if err != nil {
+				p = append(p, fmt.Sprintf("%s.retry.deadLetterTopic: %v", at, err))
+			}
+			cs.Retry.DeadLetterTopic = topic
+		}
 		mt, _, err := mime.ParseMediaType(s.ContentType)
 		if err != nil {
 			p = append(p, fmt.Sprintf("%s.contentType: %q is not a media type", at, s.ContentType))

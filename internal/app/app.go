@@ -141,6 +141,7 @@ func New(o Options) (a *App, err error) {
 	a.ingress = ingress.New(a.prods, log.With("component", "ingress"), a.metrics, a.tracing)
 	a.ingress.Update(snap.table, limitsOf(cfg))
 	a.subs = pulsarpool.NewSubscriber(a.client, a.budget)
+	a.subs.DeadLetters(a.prods) // retry.maxDeliveries: dead letters go through the producer pool
 	a.egress = egress.New(a.subs, log.With("component", "egress"), a.metrics, a.tracing)
 	if err := a.metrics.ObservePulsar(func() telemetry.PulsarStats {
 		s := a.prods.Stats()

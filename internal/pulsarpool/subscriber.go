@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/recordio-bridge/bridge/egress"
+	"github.com/recordio-bridge/bridge/ingress"
 	"github.com/recordio-bridge/bridge/internal/budget"
 	"github.com/recordio-bridge/bridge/pulsar"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -21,6 +22,7 @@ import (
 type Subscriber struct {
 	client *pulsar.Client
 	budget *budget.Budget
+	dlq    *Pool // publishes dead letters; nil: none
 	mu     sync.Mutex
 	open   map[*subscription]struct{}
 	// What closed consumers counted, so the metrics' counters never go back.
@@ -32,6 +34,10 @@ type Subscriber struct {
 func NewSubscriber(c *pulsar.Client, b *budget.Budget) *Subscriber {
 	return &Subscriber{client: c, budget: b, open: map[*subscription]struct{}{}}
 }
+
+// DeadLetters has the subscriber's subscriptions publish dead letters through ps; call
+// it before the first Subscribe.
+func (s *Subscriber) DeadLetters(ps *Pool) { s.dlq = ps }
 
 // AddStats adds the egress consumers' figures to st.
 func (s *Subscriber) AddStats(st *telemetry.PulsarStats) {
@@ -201,4 +207,55 @@ func (s *subscription) Close() error {
 	}
 	o.mu.Unlock()
 	return err
+}
+
+// Property names of a dead letter's origin: Pulsar's Java client's, so the tools that
+// read its dead-letter topics read the bridge's.
+const (
+	PropertyRealTopic       = "REAL_TOPIC"
+	PropertyOriginMessageID = "ORIGIN_MESSAGE_ID"
+)
+
+// errNoDeadLetters: the subscriber was given no pool to publish dead letters with.
+var errNoDeadLetters = errors.New("pulsarpool: no producer pool for dead letters")
+
+// DeadLetter implements egress.DeadLetterer: the message (its payload, still held until
+// it is settled, however egress trimmed the Delivery) is published to topic with its key
+// and properties, plus its origin topic and id.
+func (s *subscription) DeadLetter(ctx context.Context, d *egress.Delivery, topic string) error {
+	pool := s.owner.dlq
+	if pool == nil {
+		return errNoDeadLetters
+	}
+	m := d.Handle.(*handle).m
+	props := make(map[string]string, len(m.Properties)+2)
+	for k, v := range m.Properties {
+		props[k] = v
+	}
+	props[PropertyRealTopic] = m.Topic
+	props[PropertyOriginMessageID] = javaID(m.ID)
+	msg := &ingress.Message{Topic: topic, Key: m.Key, Properties: props}
+	if m.Size() >= streamFrom {
+		_, err := pool.PublishStream(ctx, msg, int64(m.Size()), m.Body())
+		return err
+	}
+	msg.Payload = m.Payload()
+	done := make(chan error, 1)
+	pool.PublishAsync(ctx, msg, func(_ string, err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// javaID writes a message id as the Java client's MessageId.toString does:
+// ledger:entry:partition, with :batchIndex for a message of a batch.
+func javaID(id pulsar.MessageID) string {
+	s := fmt.Sprintf("%d:%d:%d", id.LedgerID, id.EntryID, id.Partition)
+	if id.BatchIndex >= 0 {
+		s += fmt.Sprintf(":%d", id.BatchIndex)
+	}
+	return s
 }
