@@ -89,6 +89,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecompress -fuzztime $(FUZZTIME) ./pulsar/internal/compress/
 	$(GO) test -run '^$$' -fuzz FuzzParseMessageID -fuzztime $(FUZZTIME) ./pulsar/
 	$(GO) test -run '^$$' -fuzz FuzzTemplate -fuzztime $(FUZZTIME) ./mapping/
+	$(GO) test -run '^$$' -fuzz FuzzReadIDs -fuzztime $(FUZZTIME) ./egress/
 
 broker-start:
 	$(PULSAR) start
