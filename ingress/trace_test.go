@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -147,5 +148,71 @@ routes:
 		t.Errorf("the single record's span %v is not a child of the request's %v", single, byName["POST r"])
 	case len(byName) != 5:
 		t.Errorf("spans %v; want the segment, 3 publish spans (failed, client's, single) and one POST (the sampled request)", byName)
+	}
+}
+
+// TestARecordGivenUpBeforeSendingIsTracedAsFailed: a record read while the stream's queue
+// is full, when the client goes away, is never sent; its sampled span ends as a failure
+// instead of never ending (and never being exported).
+func TestARecordGivenUpBeforeSendingIsTracedAsFailed(t *testing.T) {
+	url, spans := telemetrytest.SpanSink(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
+	tr, err := telemetry.SetupTracing(context.Background(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	pub := newFake()
+	pub.hold = true
+	s := New(pub, nil, nil, tr)
+	l := limits
+	l.PendingRecords = 1 // one record in the queue, one in the collector; the third waits
+	s.Update(table(t, oneRoute), l)
+	e := echo.New()
+	s.Register(e)
+	srv := httptest.NewServer(e)
+	var body []byte
+	for _, r := range []string{`{"n":1}`, `{"n":2}`, `{"n":3}`} {
+		body = recordio.AppendRecord(body, []byte(r))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/publish/r", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/recordio")
+	req.Header.Set("Message-Content-Type", "application/json")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	for range 2 {
+		select {
+		case <-pub.arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no record reached the publisher (%d so far)", pub.queued.Load())
+		}
+	}
+	cancel() // the client goes away while the third record waits for room
+	<-done
+	defer srv.Close()      // waits for the handler, after
+	defer pub.releaseAll() // the held records settle
+	// The third record's span is exported when the bridge gives the record up (the queue
+	// stays full: nothing is released before).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for _, sp := range spans() {
+			if sp.Name == "publish persistent://public/default/t-3" {
+				if sp.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || !strings.Contains(sp.Status.Message, "canceled") {
+					t.Fatalf("the third record's span: status %v", sp.Status)
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the record given up before it was sent has no span")
+		}
 	}
 }
