@@ -43,7 +43,7 @@ type Gate struct {
 	mu       sync.Mutex
 	active   int
 	draining bool
-	wg       sync.WaitGroup
+	idle     chan struct{} // closed when active drops to 0; made by the first waiter
 }
 
 // Enter admits one stream when fewer than max are open and the gate is not draining; the
@@ -58,14 +58,16 @@ func (g *Gate) Enter(max int) (leave func(), err error) {
 		return nil, ErrTooManyStreams
 	}
 	g.active++
-	g.wg.Add(1)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			g.mu.Lock()
+			defer g.mu.Unlock()
 			g.active--
-			g.mu.Unlock()
-			g.wg.Done()
+			if g.active == 0 && g.idle != nil {
+				close(g.idle)
+				g.idle = nil
+			}
 		})
 	}, nil
 }
@@ -93,13 +95,21 @@ func (g *Gate) Active() int {
 	return g.active
 }
 
-// Wait returns when every admitted stream has left, or with ctx's error when ctx ends
-// first. (The goroutine that watches the streams ends when they do.)
+// Wait returns when no admitted stream is open, or with ctx's error when ctx ends first.
+// It starts no goroutine: the last stream to leave wakes every waiter.
 func (g *Gate) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { g.wg.Wait(); close(done) }()
+	g.mu.Lock()
+	if g.active == 0 {
+		g.mu.Unlock()
+		return nil
+	}
+	if g.idle == nil {
+		g.idle = make(chan struct{})
+	}
+	idle := g.idle
+	g.mu.Unlock()
 	select {
-	case <-done:
+	case <-idle:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

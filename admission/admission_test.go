@@ -43,11 +43,17 @@ func TestGateLimitsDrainsAndWaits(t *testing.T) {
 	if err := g.Wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait with a stream open and its context ended: %v", err)
 	}
-	waited := make(chan error)
+	waited := make(chan error, 2)
+	go func() { waited <- g.Wait(context.Background()) }()
 	go func() { waited <- g.Wait(context.Background()) }()
 	a()
-	if err := <-waited; err != nil || g.Active() != 0 {
-		t.Fatalf("Wait after the last stream left: %v (active %d)", err, g.Active())
+	for range 2 {
+		if err := <-waited; err != nil || g.Active() != 0 {
+			t.Fatalf("Wait after the last stream left: %v (active %d)", err, g.Active())
+		}
+	}
+	if err := g.Wait(ctx); err != nil {
+		t.Fatalf("Wait with nothing open: %v", err)
 	}
 }
 
