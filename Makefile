@@ -2,6 +2,8 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 BIN := bin/bridge
+RACE_BIN := bin/bridge-race
+E2E_RACE ?= ^(TestIngressDrainsOnSIGTERMUnderLoad|TestIngressRoutesMesosEventsByType|TestIngressErrorsAreClearAndLoseNothingBefore|TestEgressDeliversOfficialMessagesAsRecordIO|TestEgressResumesAfterTheClientIsKilled|TestEgressClientAcks|TestSharedKeySharedAndFailoverOnTheRealBroker)$$
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
@@ -9,7 +11,7 @@ MODULES := . e2e bench k8s
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build test check fmt-check vet unit k8s-test image image-test e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing fuzz clean
+.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing fuzz clean
 
 all: build
 
@@ -50,10 +52,21 @@ image-test: build
 	cd e2e && BRIDGE_IMAGE=localhost/$(IMAGE) BRIDGE_BIN=$(CURDIR)/$(BIN) BRIDGE_PODMAN='$(PODMAN)' STORAGE_DRIVER=$(STORAGE_DRIVER) \
 		$(GO) test -race -count=1 -p 1 -timeout 10m -run '^TestImage' .
 
-## e2e: black-box tests against one real Apache Pulsar standalone broker for the whole run.
-e2e: build
+## build-race: the binary built with the race detector, for e2e-race (needs cgo).
+build-race:
+	CGO_ENABLED=1 $(GO) build -race -trimpath -ldflags '-X main.version=$(VERSION)-race -X main.commit=$(COMMIT)' -o $(RACE_BIN) ./cmd/bridge
+
+## e2e: black-box tests against one real Apache Pulsar standalone broker for the whole run:
+## the whole suite on the release binary, then E2E_RACE on the -race binary.
+e2e: build build-race
 	e2e/jaeger/jaeger.sh build
-	BRIDGE_BIN=$(CURDIR)/$(BIN) BRIDGE_E2E_REQUIRE_TLS=1 $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 20m ./...'
+	BRIDGE_BIN=$(CURDIR)/$(BIN) BRIDGE_E2E_REQUIRE_TLS=1 $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 20m ./... && BRIDGE_BIN=$(CURDIR)/$(RACE_BIN) $(GO) test -race -count=1 -p 1 -timeout 20m -run "$(E2E_RACE)" .'
+
+## e2e-race: the scenarios that exercise the bridge's concurrent state (producer pool,
+## drain, reload, egress streams, broker restarts) on the -race binary; a race it reports
+## fails the test that started it.
+e2e-race: build-race
+	BRIDGE_BIN=$(CURDIR)/$(RACE_BIN) $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 20m -run "$(E2E_RACE)" .'
 
 ## demo: the bridge's main job end to end on a local broker.
 demo: build

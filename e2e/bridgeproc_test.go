@@ -135,6 +135,11 @@ func startBridgeEnv(t testing.TB, cfg string, env []string) *bridgeProc {
 				<-p.exited
 			}
 		}
+		// A binary built with -race (make e2e-race) reports races on stderr and goes on.
+		if logs := p.logs.String(); strings.Contains(logs, "WARNING: DATA RACE") {
+			i := strings.Index(logs, "WARNING: DATA RACE")
+			t.Errorf("the bridge reported a data race:\n%s", logs[i:min(len(logs), i+8000)])
+		}
 		if t.Failed() {
 			t.Logf("bridge logs:\n%s", tail(p.logs.String(), 60))
 		}
