@@ -188,13 +188,11 @@ func TestWatchSeesAConfigMapSymlinkSwap(t *testing.T) {
 	}
 }
 
-func TestAckClientNeedsTheJSONEnvelope(t *testing.T) {
-	_, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    ack: client\n"))
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "streams[0]: ack client needs envelope json") {
+// TestAckClientWithoutTheEnvelopeIsAllowed: with envelope none a client acknowledges by
+// record position, so ack client no longer needs the JSON envelope.
+func TestAckClientWithoutTheEnvelopeIsAllowed(t *testing.T) {
+	if _, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    ack: client\n")); err != nil {
 		t.Fatalf("ack client with envelope none: %v", err)
-	}
-	if _, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    ack: client\n    envelope: json\n")); err != nil {
-		t.Fatal(err)
 	}
 }
 

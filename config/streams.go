@@ -161,9 +161,6 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 		oneOf(at, "position", s.Position, "earliest", "latest")
 		oneOf(at, "ack", s.Ack, "auto", "client")
 		oneOf(at, "envelope", s.Envelope, "none", "json")
-		if s.Ack == "client" && s.Envelope == "none" {
-			add("%s: ack client needs envelope json: with envelope none a client reads bare payloads and cannot learn the message ids it must acknowledge", at)
-		}
 		for _, o := range s.Overrides {
 			oneOf(at, "overrides", o, "subscription", "position", "ack", "envelope")
 		}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -310,4 +311,158 @@ streams:
 	if !strings.Contains(string(m.Payload()), `"seq":2`) {
 		t.Fatalf("on the DLQ: %q", m.Payload())
 	}
+}
+
+// TestEgressAcksByPosition: envelope=none clients acknowledge by record position.
+// Exclusive: a client acks through=4 of 10 records, one cumulative acknowledgement, and
+// goes away; the next client gets exactly the records from 5 on (nothing acknowledged
+// that was not), acks them all through=N, and the backlog is empty. Shared, two
+// clients: each acknowledges its own records by position, individually; together they
+// get every message, and the backlog is empty.
+func TestEgressAcksByPosition(t *testing.T) {
+	b := broker.Get(t)
+	exTopic, shTopic := b.Topic(t, "posex"), b.Topic(t, "possh")
+	const n = 10
+	publishPoison(t, b, exTopic, n, nil)
+	publishPoison(t, b, shTopic, 2*n, nil)
+	p := startBridge(t, fmt.Sprintf(`
+pulsar:
+  url: %s
+streams:
+  - name: ex
+    topics: [%s]
+    position: earliest
+    type: exclusive
+    ack: client
+  - name: sh
+    topics: [%s]
+    position: earliest
+    type: shared
+    ack: client
+    receiverQueue: 5
+`, b.URL, exTopic, shTopic))
+	type client struct {
+		resp *http.Response
+		rd   *recordio.Reader
+		sid  string
+	}
+	open := func(ctx context.Context, stream string) client {
+		resp := egressGet(t, ctx, p.DataURL+"/v1/streams/"+stream, nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", stream, resp.StatusCode)
+		}
+		return client{resp, recordio.NewReader(resp.Body), resp.Header.Get("Stream-Id")}
+	}
+	seqOf := func(c client) int {
+		rec, err := c.rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ Seq int }
+		if err := json.Unmarshal(rec, &body); err != nil {
+			t.Fatalf("%q: %v", rec, err)
+		}
+		return body.Seq
+	}
+	// Exclusive, first client: reads all 10, acknowledges through position 4, leaves.
+	ctx1, cancel1 := context.WithTimeout(context.Background(), 60*time.Second)
+	c1 := open(ctx1, "ex")
+	for i := range n {
+		if s := seqOf(c1); s != i {
+			t.Fatalf("exclusive record %d is seq %d", i, s)
+		}
+	}
+	if st, m := postAck(t, p.DataURL+"/v1/streams/ex/ack?through=4", c1.sid, "", nil); st != 200 || m["acked"] != float64(5) || m["cumulative"] != float64(1) {
+		t.Fatalf("ack through=4: %d %v", st, m)
+	}
+	cancel1()
+	c1.resp.Body.Close()
+	// The next client gets the records from seq 5 on, at positions 0..4.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel2()
+	var c2 client
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp := egressGet(t, ctx2, p.DataURL+"/v1/streams/ex", nil)
+		if resp.StatusCode == 200 {
+			c2 = client{resp, recordio.NewReader(resp.Body), resp.Header.Get("Stream-Id")}
+			break
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusConflict || time.Now().After(deadline) {
+			t.Fatalf("reopening the exclusive stream: %d", resp.StatusCode)
+		}
+		time.Sleep(100 * time.Millisecond) // the first consumer's close reaches the broker
+	}
+	defer c2.resp.Body.Close()
+	for i := 5; i < n; i++ {
+		if s := seqOf(c2); s != i {
+			t.Fatalf("after the cumulative ack through seq 4, the next client's record is seq %d, want %d", s, i)
+		}
+	}
+	if st, m := postAck(t, p.DataURL+"/v1/streams/ex/ack?through=4", c2.sid, "", nil); st != 200 || m["acked"] != float64(5) || m["cumulative"] != float64(1) {
+		t.Fatalf("second client's ack through=4: %d %v", st, m)
+	}
+	// Shared, two clients, individual acks by position.
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel3()
+	a, bb := open(ctx3, "sh"), open(ctx3, "sh")
+	defer a.resp.Body.Close()
+	defer bb.resp.Body.Close()
+	got := make(chan int, 2*n)
+	errs := make(chan error, 2)
+	for _, c := range []client{a, bb} {
+		go func() {
+			for pos := 0; ; pos++ {
+				rec, err := c.rd.Next()
+				if err != nil {
+					errs <- nil // the test ended the stream
+					return
+				}
+				var body struct{ Seq int }
+				_ = json.Unmarshal(rec, &body)
+				js, _ := json.Marshal([]int{pos})
+				req, _ := http.NewRequest(http.MethodPost, p.DataURL+"/v1/streams/sh/ack", bytes.NewReader(js))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Stream-Id", c.sid)
+				resp, err := h1Client.Do(req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					errs <- fmt.Errorf("ack of position %d: %d", pos, resp.StatusCode)
+					return
+				}
+				got <- body.Seq
+			}
+		}()
+	}
+	seen := map[int]int{}
+	timeout := time.After(60 * time.Second)
+	for len(seen) < 2*n {
+		select {
+		case s := <-got:
+			seen[s]++
+		case err := <-errs:
+			t.Fatalf("a shared client: %v (seen %v)", err, seen)
+		case <-timeout:
+			t.Fatalf("the shared clients got %d of %d messages: %v", len(seen), 2*n, seen)
+		}
+	}
+	// An acknowledgement of a position the client was never given is refused.
+	if st, m := postAck(t, p.DataURL+"/v1/streams/sh/ack", a.sid, "application/json", []byte("[999]")); st != 400 {
+		t.Fatalf("ack of a position never written: %d %v", st, m)
+	}
+	for _, tc := range []struct{ topic, sub string }{{exTopic, "bridge-ex"}, {shTopic, "bridge-sh"}} {
+		deadline := time.Now().Add(30 * time.Second)
+		for subscriptionBacklog(t, b, tc.topic, tc.sub) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: backlog %d after every record was acknowledged by position", tc.sub, subscriptionBacklog(t, b, tc.topic, tc.sub))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	t.Logf("exclusive: through=4 twice (cumulative), the second client resumed at seq 5; shared: %d messages over two clients acked by position %v", len(seen), seen)
 }

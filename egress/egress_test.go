@@ -280,17 +280,13 @@ func TestAFailedAckKeepsTheID(t *testing.T) {
 	}
 }
 
-// TestAckClientWithoutEnvelopeIsRefused: a client that chooses ack=client but reads bare
-// payloads could never name what to acknowledge.
-func TestAckClientWithoutEnvelopeIsRefused(t *testing.T) {
+// TestAckClientWithoutEnvelopeIsAllowed: a client reading bare payloads acknowledges by
+// record position, so it may choose ack=client.
+func TestAckClientWithoutEnvelopeIsAllowed(t *testing.T) {
 	def := &mapping.Stream{Name: "s", Subscription: "sub", Position: "latest", Ack: "auto", Envelope: "none", Overrides: []string{"ack", "envelope"}}
 	req := httptest.NewRequest(http.MethodGet, "/v1/streams/s?ack=client", nil)
-	if _, err := resolveQuery(def, req); err == nil || !strings.Contains(err.Error(), "ack=client needs envelope=json") {
-		t.Fatalf("ack=client, envelope=none: %v", err)
-	}
-	req = httptest.NewRequest(http.MethodGet, "/v1/streams/s?ack=client&envelope=json", nil)
-	if o, err := resolveQuery(def, req); err != nil || o.ack != "client" || o.envelope != "json" {
-		t.Fatalf("ack=client, envelope=json: %+v %v", o, err)
+	if o, err := resolveQuery(def, req); err != nil || o.ack != "client" || o.envelope != "none" {
+		t.Fatalf("ack=client, envelope=none: %+v %v", o, err)
 	}
 }
 
@@ -612,5 +608,84 @@ func TestMaxDeliveriesDeadLettersAndAFailedPublicationLeavesTheMessage(t *testin
 	defer obs.mu.Unlock()
 	if fmt.Sprint(obs.causes) != "[dead/false dead/true nack/2]" {
 		t.Fatalf("observed %v", obs.causes)
+	}
+}
+
+// cumSub is a fakeSub that acknowledges cumulatively too.
+type cumSub struct {
+	*fakeSub
+	cumulative []string // last@covered
+}
+
+func (f *cumSub) Subscribe(ctx context.Context, o SubscribeOptions) (Subscription, error) { return f, nil }
+
+func (f *cumSub) AckCumulative(last *Delivery, covered []*Delivery) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for _, d := range covered {
+		ids = append(ids, d.ID)
+	}
+	f.cumulative = append(f.cumulative, last.ID+"@"+strings.Join(ids, ","))
+	return nil
+}
+
+// TestAcksByPosition: an envelope=none client acknowledges records by their position in
+// the response, individually or through=N. On an Exclusive subscription through=N is one
+// cumulative acknowledgement, unless an earlier message of the partition awaits a
+// redelivery (it would be acknowledged without the client having processed it): then the
+// records are acknowledged one by one. Positions not awaiting an ack are refused.
+func TestAcksByPosition(t *testing.T) {
+	f := &cumSub{fakeSub: &fakeSub{feed: make(chan *Delivery, 10)}}
+	url := serveStreams(t, f, "streams:\n  - name: s\n    topics: [t]\n    ack: client\n    heartbeatInterval: 1h\n    heartbeat: hb\n")
+	resp, rd := get(t, url+"/v1/streams/s")
+	post := func(endpoint, query, body string) (int, map[string]any) {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/streams/s/"+endpoint+query, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set("Stream-Id", resp.Header.Get("Stream-Id"))
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		var ans map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&ans)
+		return r.StatusCode, ans
+	}
+	for i := range 5 {
+		f.feed <- &Delivery{ID: fmt.Sprintf("1:%d:-1:-1", i), Topic: "t", Payload: []byte(fmt.Sprint(i))}
+	}
+	for i := range 5 {
+		if rec, err := rd.Next(); err != nil || string(rec) != fmt.Sprint(i) {
+			t.Fatalf("record %d: %q %v", i, rec, err)
+		}
+	}
+	if st, ans := post("ack", "", `[1, "1:3:-1:-1"]`); st != 200 || ans["acked"] != float64(2) {
+		t.Fatalf("ack [1, id]: %d %v", st, ans)
+	}
+	if st, ans := post("ack", "", `[1, 7]`); st != 400 || fmt.Sprint(ans["unknown"]) != "[1 7]" {
+		t.Fatalf("acking positions acknowledged already or never written: %d %v", st, ans)
+	}
+	if st, ans := post("ack", "?through=2", ""); st != 200 || ans["acked"] != float64(2) || ans["cumulative"] != float64(1) {
+		t.Fatalf("ack through=2: %d %v", st, ans)
+	}
+	if st, ans := post("nack", "", `[4]`); st != 200 || ans["nacked"] != float64(1) {
+		t.Fatalf("nack [4]: %d %v", st, ans)
+	}
+	f.feed <- &Delivery{ID: "1:5:-1:-1", Topic: "t", Payload: []byte("5")}
+	if rec, err := rd.Next(); err != nil || string(rec) != "5" {
+		t.Fatalf("record 5: %q %v", rec, err)
+	}
+	// 1:4 awaits its redelivery: a cumulative ack through 1:5 would take it too.
+	if st, ans := post("ack", "?through=5", ""); st != 200 || ans["acked"] != float64(1) || ans["cumulative"] != float64(0) {
+		t.Fatalf("ack through=5: %d %v", st, ans)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	got := fmt.Sprintf("acked %v cumulative %v nacked %v", f.acked, f.cumulative, f.nacked)
+	if want := "acked [1:1:-1:-1 1:3:-1:-1 1:5:-1:-1] cumulative [1:2:-1:-1@1:0:-1:-1,1:2:-1:-1] nacked [1:4:-1:-1]"; got != want {
+		t.Fatalf("%s\nwant %s", got, want)
 	}
 }

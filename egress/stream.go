@@ -69,9 +69,6 @@ func resolveQuery(def *mapping.Stream, req *http.Request) (options, error) {
 		}
 		*dst = v
 	}
-	if o.ack == "client" && o.envelope == "none" {
-		return o, errors.New("ack=client needs envelope=json: with envelope=none the records carry no message ids to acknowledge")
-	}
 	return o, nil
 }
 
@@ -95,18 +92,54 @@ type stream struct {
 
 	mu       sync.Mutex
 	unacked  map[string]*unackedEntry // ack=client: delivered, not acknowledged
+	byPos    map[int64]string         // ack=client: the id of each unacknowledged record by position
+	retrying map[string]string        // nacked, not delivered again yet: id -> topic
 	ackWake  chan struct{}
 	redelive int64
+
+	next int64 // the position of the next record written (the loop's)
 }
 
 type unackedEntry struct {
-	d  *Delivery
-	at time.Time
+	d   *Delivery
+	at  time.Time
+	pos int64 // the record's position in the response: 0, 1, 2, ...
+}
+
+// putLocked records e as awaiting its acknowledgement.
+func (st *stream) putLocked(e *unackedEntry) {
+	if old := st.unacked[e.d.ID]; old != nil {
+		delete(st.byPos, old.pos) // delivered again: its new position counts
+	}
+	st.unacked[e.d.ID] = e
+	st.byPos[e.pos] = e.d.ID
+}
+
+// takeLocked removes and returns the entry of id, or nil.
+func (st *stream) takeLocked(id string) *unackedEntry {
+	e := st.unacked[id]
+	if e != nil {
+		delete(st.unacked, id)
+		delete(st.byPos, e.pos)
+	}
+	return e
+}
+
+// putBack returns entries whose acknowledgement failed, unless delivered again meanwhile.
+func (st *stream) putBack(es []*unackedEntry) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, e := range es {
+		if _, again := st.unacked[e.d.ID]; !again {
+			st.putLocked(e)
+		}
+	}
 }
 
 func newStream(s *Server, c echo.Context, ctx context.Context, def *mapping.Stream, o options, sub Subscription, recordType string, l Limits) *stream {
 	return &stream{srv: s, c: c, ctx: ctx, segments: s.tr.NewSegments("GET "+def.Name, trace.SpanContextFromContext(ctx)), rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
-		recordType: recordType, limits: l, unacked: map[string]*unackedEntry{}, ackWake: make(chan struct{}, 1)}
+		recordType: recordType, limits: l, unacked: map[string]*unackedEntry{},
+		byPos: map[int64]string{}, retrying: map[string]string{}, ackWake: make(chan struct{}, 1)}
 }
 
 var errWriteTimeout = errors.New("the client did not take the stream's data in time")
@@ -229,6 +262,7 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 					break
 				}
 				buf = recordio.AppendRecord(buf, st.def.Heartbeat)
+				st.next++ // a heartbeat has a position too: positions count the records read
 				if err := sendBuf(true); err != nil {
 					return written, "write: " + err.Error()
 				}
@@ -257,7 +291,8 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		}
 		if st.opts.ack == "client" {
 			st.mu.Lock()
-			st.unacked[d.ID] = &unackedEntry{d: d, at: time.Now()}
+			delete(st.retrying, d.ID)
+			st.putLocked(&unackedEntry{d: d, at: time.Now(), pos: st.next})
 			st.mu.Unlock()
 		} else {
 			flushed = append(flushed, d)
@@ -268,6 +303,7 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		var span telemetry.RecordSpan
 		st.srv.tr.StartProcess(&span, d.Properties, st.segments.Next(size), d.Topic, st.opts.subscription, size)
 		buf = st.appendRecord(buf, d)
+		st.next++
 		st.srv.tr.EndRecord(&span, d.ID, nil)
 		if st.writeErr != nil {
 			return written, "write: " + st.writeErr.Error()
@@ -340,7 +376,7 @@ func (st *stream) expireAcks(done <-chan struct{}) {
 			for id, e := range st.unacked {
 				if now.Sub(e.at) > st.def.AckTimeout {
 					expired = append(expired, e.d)
-					delete(st.unacked, id)
+					st.takeLocked(id)
 				}
 			}
 			st.redelive += int64(len(expired))
@@ -367,6 +403,9 @@ func (st *stream) retry(ctx context.Context, d *Delivery, cause string) bool {
 	if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries)+1 >= int64(m) && st.deadLetter(ctx, d) {
 		return true
 	}
+	st.mu.Lock()
+	st.retrying[d.ID] = d.Topic
+	st.mu.Unlock()
 	st.sub.Nack(d, st.def.Retry.Delay(d.Redeliveries, rand.Float64()))
 	if o, ok := st.srv.obs.(RetryObserver); ok {
 		o.Nacked(st.def.Name, cause, d.Redeliveries+1)
@@ -586,19 +625,25 @@ func (s *Server) HandleAck(c echo.Context) error {
 	if sm.opts.ack != "client" {
 		return answerError(c, http.StatusConflict, fmt.Sprintf("stream %s acknowledges by itself (ack=auto)", def.Name), 0)
 	}
-	ids, err := readIDs(req)
+	refs, err := readIDs(req)
+	if err != nil {
+		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+	}
+	ids, through, err := sm.resolve(refs, req.URL.Query().Get("through"))
 	if err != nil {
 		return answerError(c, http.StatusBadRequest, err.Error(), 0)
 	}
 	if strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/nack") {
 		return sm.nack(c, ids)
 	}
+	if through {
+		return sm.ackThrough(c, ids)
+	}
 	var unknown []string
 	acked := 0
 	for i, id := range ids {
 		sm.mu.Lock()
-		e := sm.unacked[id]
-		delete(sm.unacked, id)
+		e := sm.takeLocked(id)
 		sm.mu.Unlock()
 		if e == nil {
 			unknown = append(unknown, id)
@@ -607,11 +652,7 @@ func (s *Server) HandleAck(c echo.Context) error {
 		if err := sm.sub.Ack(e.d); err != nil {
 			// The id stays unacknowledged (its ack timeout still runs), so the client can
 			// post it again; it learns which ids were acknowledged and which were not.
-			sm.mu.Lock()
-			if _, again := sm.unacked[id]; !again {
-				sm.unacked[id] = e
-			}
-			sm.mu.Unlock()
+			sm.putBack([]*unackedEntry{e})
 			c.Response().Header().Set("Retry-After", "1")
 			return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": 503, "acked": acked, "failed": id,
 				"notAcked": ids[i:], "unknown": unknown,
@@ -620,15 +661,165 @@ func (s *Server) HandleAck(c echo.Context) error {
 		s.obs.Acked(def.Name, 1, time.Since(e.at))
 		acked++
 	}
-	select {
-	case sm.ackWake <- struct{}{}:
-	default:
-	}
+	sm.wake()
 	if len(unknown) > 0 {
 		return c.JSON(http.StatusBadRequest, map[string]any{"status": 400, "acked": acked, "unknown": unknown,
-			"error": fmt.Sprintf("%d ids were not delivered on this stream, were acknowledged already, or timed out and were redelivered", len(unknown))})
+			"error": fmt.Sprintf("%d ids or positions were not delivered on this stream, were acknowledged already, or timed out and were redelivered", len(unknown))})
 	}
 	return c.JSON(http.StatusOK, map[string]any{"status": 200, "acked": acked})
+}
+
+func (st *stream) wake() {
+	select {
+	case st.ackWake <- struct{}{}:
+	default:
+	}
+}
+
+// resolve turns what a client posted into message ids: a ref of decimal digits is a
+// record's position in the response (an id always has colons), anything else an id. A
+// position not awaiting an acknowledgement stays as it is (and is reported unknown).
+// through=N (no body) names every record awaiting its acknowledgement up to position N.
+func (st *stream) resolve(refs []string, through string) (ids []string, cumulative bool, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if through != "" {
+		n, err := strconv.ParseInt(through, 10, 64)
+		if err != nil || n < 0 {
+			return nil, false, fmt.Errorf("through=%q is not a record position (0, 1, 2, ...)", through)
+		}
+		if len(refs) > 0 {
+			return nil, false, errors.New("send either through=N or a body of ids and positions, not both")
+		}
+		es := make([]*unackedEntry, 0, len(st.unacked))
+		for _, e := range st.unacked {
+			if e.pos <= n {
+				es = append(es, e)
+			}
+		}
+		sort.Slice(es, func(i, j int) bool { return es[i].pos < es[j].pos })
+		for _, e := range es {
+			ids = append(ids, e.d.ID)
+		}
+		return ids, true, nil
+	}
+	ids = make([]string, len(refs))
+	for i, r := range refs {
+		ids[i] = r
+		if pos, err := strconv.ParseInt(r, 10, 64); err == nil && pos >= 0 {
+			if id, ok := st.byPos[pos]; ok {
+				ids[i] = id
+			}
+		}
+	}
+	return ids, false, nil
+}
+
+// CumulativeAcker is what a Subscription implements to acknowledge cumulatively on the
+// broker: last and everything before it on its partition; covered (last among them) are
+// the deliveries that acknowledgement settles.
+type CumulativeAcker interface {
+	AckCumulative(last *Delivery, covered []*Delivery) error
+}
+
+// ackThrough acknowledges the records up to a position: per partition, with one
+// cumulative acknowledgement where the subscription type allows it (Exclusive, Failover)
+// and it acknowledges nothing the client has not (no earlier message of the partition
+// awaits its acknowledgement or a redelivery), individually otherwise.
+func (sm *stream) ackThrough(c echo.Context, ids []string) error {
+	sm.mu.Lock()
+	var order []string
+	groups := map[string][]*unackedEntry{}
+	for _, id := range ids {
+		if e := sm.takeLocked(id); e != nil {
+			if groups[e.d.Topic] == nil {
+				order = append(order, e.d.Topic)
+			}
+			groups[e.d.Topic] = append(groups[e.d.Topic], e)
+		}
+	}
+	ca, canCumulate := sm.sub.(CumulativeAcker)
+	canCumulate = canCumulate && (sm.def.Type == "exclusive" || sm.def.Type == "failover")
+	cumulate := map[string]*unackedEntry{} // topic -> the entry with the highest id
+	for topic, es := range groups {
+		if !canCumulate {
+			break
+		}
+		last := es[0]
+		for _, e := range es[1:] {
+			if idLess(last.d.ID, e.d.ID) {
+				last = e
+			}
+		}
+		ok := true
+		for id, t := range sm.retrying {
+			ok = ok && !(t == topic && idLess(id, last.d.ID))
+		}
+		for id, e := range sm.unacked {
+			ok = ok && !(e.d.Topic == topic && idLess(id, last.d.ID))
+		}
+		if ok {
+			cumulate[topic] = last
+		}
+	}
+	sm.mu.Unlock()
+	acked, cumulative := 0, 0
+	for gi, topic := range order {
+		es := groups[topic]
+		var err error
+		if last := cumulate[topic]; last != nil {
+			ds := make([]*Delivery, len(es))
+			for i, e := range es {
+				ds[i] = e.d
+			}
+			if err = ca.AckCumulative(last.d, ds); err == nil {
+				cumulative++
+			}
+		} else {
+			for i, e := range es {
+				if err = sm.sub.Ack(e.d); err != nil {
+					es = es[i:]
+					break
+				}
+				sm.srv.obs.Acked(sm.def.Name, 1, time.Since(e.at))
+				acked++
+			}
+		}
+		if err != nil {
+			left := append([]*unackedEntry(nil), es...)
+			for _, t := range order[gi+1:] {
+				left = append(left, groups[t]...)
+			}
+			sm.putBack(left)
+			c.Response().Header().Set("Retry-After", "1")
+			return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": 503, "acked": acked,
+				"error": fmt.Sprintf("acknowledging on %s: %v; %d records stay unacknowledged: post through=N again", topic, err, len(left))})
+		}
+		if cumulate[topic] != nil {
+			for _, e := range es {
+				sm.srv.obs.Acked(sm.def.Name, 1, time.Since(e.at))
+			}
+			acked += len(es)
+		}
+	}
+	sm.wake()
+	return c.JSON(http.StatusOK, map[string]any{"status": 200, "acked": acked, "cumulative": cumulative})
+}
+
+// idLess orders message ids (ledger:entry:partition:batchIndex) of one partition.
+func idLess(a, b string) bool {
+	pa, pb := strings.Split(a, ":"), strings.Split(b, ":")
+	if len(pa) != 4 || len(pb) != 4 {
+		return a < b
+	}
+	for _, i := range []int{0, 1, 3} {
+		x, _ := strconv.ParseInt(pa[i], 10, 64)
+		y, _ := strconv.ParseInt(pb[i], 10, 64)
+		if x != y {
+			return x < y
+		}
+	}
+	return false
 }
 
 // nack sends the messages back for redelivery, each after its backoff.
@@ -637,8 +828,7 @@ func (sm *stream) nack(c echo.Context, ids []string) error {
 	nacked, dead := 0, 0
 	for _, id := range ids {
 		sm.mu.Lock()
-		e := sm.unacked[id]
-		delete(sm.unacked, id)
+		e := sm.takeLocked(id)
 		sm.mu.Unlock()
 		if e == nil {
 			unknown = append(unknown, id)
@@ -665,6 +855,10 @@ func readIDs(req *http.Request) ([]string, error) {
 	mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
 	body := io.LimitReader(req.Body, 16<<20)
 	switch mt {
+	case "":
+		if req.ContentLength == 0 {
+			return nil, nil // through=N needs no body
+		}
 	case recordio.MediaRecordIO:
 		var ids []string
 		rd := recordio.NewReader(body, recordio.MaxRecordSize(256))
@@ -679,9 +873,20 @@ func readIDs(req *http.Request) ([]string, error) {
 			ids = append(ids, string(b))
 		}
 	case recordio.MediaJSON:
-		var ids []string
-		if err := json.NewDecoder(body).Decode(&ids); err != nil {
-			return nil, fmt.Errorf("the body is not a JSON array of message ids: %v", err)
+		var refs []json.RawMessage
+		if err := json.NewDecoder(body).Decode(&refs); err != nil {
+			return nil, fmt.Errorf("the body is not a JSON array of message ids and record positions: %v", err)
+		}
+		ids := make([]string, len(refs))
+		for i, r := range refs {
+			var pos uint64
+			if err := json.Unmarshal(r, &ids[i]); err == nil {
+				continue
+			}
+			if err := json.Unmarshal(r, &pos); err != nil {
+				return nil, fmt.Errorf("element %d, %s, is neither a message id (a string) nor a record position (0, 1, 2, ...)", i, r)
+			}
+			ids[i] = strconv.FormatUint(pos, 10)
 		}
 		return ids, nil
 	}

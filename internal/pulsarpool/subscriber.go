@@ -181,6 +181,23 @@ func (s *subscription) TryReceive() (*egress.Delivery, bool) {
 }
 
 func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(s.settle(d)) }
+// ackTimeout bounds a cumulative acknowledgement, which waits for the broker's answer.
+const ackTimeout = 10 * time.Second
+
+// AckCumulative implements egress.CumulativeAcker: one acknowledgement on the broker for
+// last and everything before it on its partition; each of covered is settled.
+func (s *subscription) AckCumulative(last *egress.Delivery, covered []*egress.Delivery) error {
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	if err := s.c.AckCumulative(ctx, last.Handle.(*handle).m); err != nil {
+		return err
+	}
+	for _, d := range covered {
+		s.settle(d)
+	}
+	return nil
+}
+
 func (s *subscription) Nack(d *egress.Delivery, after time.Duration) {
 	s.c.NackAfter(s.settle(d), after)
 }
