@@ -617,7 +617,9 @@ type cumSub struct {
 	cumulative []string // last@covered
 }
 
-func (f *cumSub) Subscribe(ctx context.Context, o SubscribeOptions) (Subscription, error) { return f, nil }
+func (f *cumSub) Subscribe(ctx context.Context, o SubscribeOptions) (Subscription, error) {
+	return f, nil
+}
 
 func (f *cumSub) AckCumulative(last *Delivery, covered []*Delivery) error {
 	f.mu.Lock()

@@ -181,6 +181,7 @@ func (s *subscription) TryReceive() (*egress.Delivery, bool) {
 }
 
 func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(s.settle(d)) }
+
 // ackTimeout bounds a cumulative acknowledgement, which waits for the broker's answer.
 const ackTimeout = 10 * time.Second
 
