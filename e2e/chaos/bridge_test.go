@@ -1,0 +1,222 @@
+package chaos
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// bridgeBin is the binary under test: BRIDGE_BIN (make builds it), or one built here.
+func bridgeBin(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if p := os.Getenv("BRIDGE_BIN"); p != "" {
+			binPath = p
+			return
+		}
+		dir, err := os.MkdirTemp("", "bridge-bin")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "bridge")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/bridge")
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// bridge is the bridge binary run on fixed ports, so it can be killed and started again
+// where its clients expect it.
+type bridge struct {
+	t       testing.TB
+	config  string
+	DataURL string
+	OpsURL  string
+	logs    *lockedBuffer
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+}
+
+// startBridge writes cfg (without the listen section) and runs the binary until /readyz is 200.
+func startBridge(t testing.TB, cfg string) *bridge {
+	t.Helper()
+	data, ops := freePort(t), freePort(t)
+	b := &bridge{t: t, config: filepath.Join(t.TempDir(), "config.yaml"), logs: &lockedBuffer{},
+		DataURL: fmt.Sprintf("http://127.0.0.1:%d", data), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", ops)}
+	full := fmt.Sprintf("listen:\n  data: 127.0.0.1:%d\n  ops: 127.0.0.1:%d\n  pprof: true\nmemory:\n  limit: %s\n%s", data, ops, memoryLimitYAML, cfg)
+	if err := os.WriteFile(b.config, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.start()
+	t.Cleanup(func() {
+		b.stop()
+		if t.Failed() {
+			t.Logf("bridge logs (tail):\n%s", tail(b.logs.String(), 80))
+		}
+	})
+	return b
+}
+
+func (b *bridge) start() {
+	b.t.Helper()
+	cmd := exec.Command(bridgeBin(b.t), "run", "-config", b.config, "-log-level", "info")
+	cmd.Stdout, cmd.Stderr = b.logs, b.logs
+	if err := cmd.Start(); err != nil {
+		b.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	b.mu.Lock()
+	b.cmd, b.exited = cmd, exited
+	b.mu.Unlock()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := http.Get(b.OpsURL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-exited:
+			b.t.Fatalf("bridge exited at start-up:\n%s", tail(b.logs.String(), 40))
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("bridge not ready after 90s:\n%s", tail(b.logs.String(), 40))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// kill9 kills the bridge with SIGKILL and waits for it to be gone.
+func (b *bridge) kill9() {
+	b.mu.Lock()
+	cmd, exited := b.cmd, b.exited
+	b.mu.Unlock()
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// stop ends the bridge with SIGTERM (SIGKILL after 60 s).
+func (b *bridge) stop() {
+	b.mu.Lock()
+	cmd, exited := b.cmd, b.exited
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		b.t.Errorf("bridge still running 60s after SIGTERM")
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// memoryLimit is the bridge's memory.limit in these tests; its resident memory must stay below.
+const (
+	memoryLimit     = 512 << 20
+	memoryLimitYAML = "512MiB"
+)
+
+// goroutines is the bridge's goroutine count (from its pprof endpoint), or -1.
+func (b *bridge) goroutines() int {
+	resp, err := http.Get(b.OpsURL + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var total int
+	if _, err := fmt.Fscanf(resp.Body, "goroutine profile: total %d", &total); err != nil {
+		return -1
+	}
+	return total
+}
+
+// rssBytes is the bridge's resident memory now (Linux).
+func (b *bridge) rssBytes() int64 {
+	b.mu.Lock()
+	pid := b.cmd.Process.Pid
+	b.mu.Unlock()
+	out, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			f := strings.Fields(l)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// threads is the bridge's OS thread count now (Linux).
+func (b *bridge) threads() int {
+	b.mu.Lock()
+	pid := b.cmd.Process.Pid
+	b.mu.Unlock()
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	return len(ents)
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(s, "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
