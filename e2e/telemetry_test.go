@@ -138,7 +138,8 @@ streams:
 	// Read it back through egress with the same context, acknowledge it, and end the stream.
 	gctx, gcancel := context.WithCancel(ctx)
 	resp := egressGet(t, gctx, p.DataURL+"/v1/streams/traced", map[string]string{"traceparent": headers.Get("traceparent"), "Message-Accept": "application/json"})
-	rec, err := recordio.NewReader(resp.Body).Next()
+	rd := recordio.NewReader(resp.Body)
+	rec, err := rd.Next()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,6 +317,8 @@ streams:
     position: earliest
     ack: client
     envelope: json
+    type: shared
+    retry: {initial: 10ms, maxDeliveries: 2}
 `, b.URL, topic, topic)
 	// Tracing on (to a collector that drops everything), so the span metrics exist too.
 	sink := telemetrytest.DropSink()
@@ -326,7 +329,8 @@ streams:
 	postOne(t, p.DataURL+"/v1/publish/dash", h, []byte("x\n")) // a framing error
 	ctx, cancel := context.WithCancel(context.Background())
 	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/dash", map[string]string{"Message-Accept": "application/json"})
-	rec, err := recordio.NewReader(resp.Body).Next()
+	rd := recordio.NewReader(resp.Body)
+	rec, err := rd.Next()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,6 +341,19 @@ streams:
 	ack, _ := json.Marshal([]string{env.MessageID})
 	if st, _ := postAck(t, p.DataURL+"/v1/streams/dash/ack", resp.Header.Get("Stream-Id"), "application/json", ack); st != 200 {
 		t.Fatalf("ack %d", st)
+	}
+	// A second message nacked twice: redelivered once, then dead-lettered (the retry panel).
+	postOne(t, p.DataURL+"/v1/publish/dash", h, recordio.AppendRecord(nil, []byte(`{"n":2}`)))
+	for range 2 {
+		rec, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = json.Unmarshal(rec, &env)
+		nack, _ := json.Marshal([]string{env.MessageID})
+		if st, m := postAck(t, p.DataURL+"/v1/streams/dash/nack", resp.Header.Get("Stream-Id"), "application/json", nack); st != 200 {
+			t.Fatalf("nack %d %v", st, m)
+		}
 	}
 	p.write(cfg + "\n") // a reload
 	time.Sleep(500 * time.Millisecond)

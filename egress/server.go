@@ -145,6 +145,9 @@ type DeadLetterer interface {
 	DeadLetter(ctx context.Context, d *Delivery, topic string) error
 }
 
+// The bridge's metrics count redeliveries and dead letters.
+var _ RetryObserver = (*telemetry.Metrics)(nil)
+
 type nopObserver struct{}
 
 func (nopObserver) EgressStreamStarted(string)                         {}

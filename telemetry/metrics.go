@@ -40,6 +40,8 @@ type Metrics struct {
 	egressBytes    metric.Int64Counter
 	egressLag      metric.Float64Histogram
 	egressAcks     metric.Int64Counter
+	egressNacks    metric.Int64Counter // by stream, cause and attempt
+	deadLetters    metric.Int64Counter // by stream and result
 	ackLatency     metric.Float64Histogram
 
 	attrs sync.Map // attrKey -> metric.MeasurementOption
@@ -118,6 +120,10 @@ func NewMetrics(version string) (*Metrics, error) {
 	m.egressLag, err = mt.Float64Histogram("bridge.egress.lag", metric.WithUnit("s"), metric.WithDescription("Time from a message's publication to its delivery to a client (the newest record of each flush)."))
 	must(err)
 	m.egressAcks, err = mt.Int64Counter("bridge.egress.acks", metric.WithDescription("Messages acknowledged to the broker by egress streams."))
+	must(err)
+	m.egressNacks, err = mt.Int64Counter("bridge.egress.nacks", metric.WithDescription("Messages sent back for redelivery after their backoff, by cause (nack: the client's POST /nack; ackTimeout) and attempt (the deliveries that failed so far, 10 for 10 or more)."))
+	must(err)
+	m.deadLetters, err = mt.Int64Counter("bridge.egress.dead.letters", metric.WithDescription("Messages moved to a dead-letter topic after retry.maxDeliveries (result ok), or whose publication there failed (result failed: left unacknowledged, redelivered)."))
 	must(err)
 	m.ackLatency, err = mt.Float64Histogram("bridge.egress.ack.duration", metric.WithUnit("s"), metric.WithDescription("Time from delivery to the client's acknowledgement (ack=client)."))
 	must(err)
@@ -274,4 +280,19 @@ func (m *Metrics) Acked(stream string, n int64, latency time.Duration) {
 	if latency > 0 {
 		m.ackLatency.Record(bg, latency.Seconds(), o)
 	}
+}
+
+// Nacked counts a message sent back for redelivery (egress.RetryObserver).
+func (m *Metrics) Nacked(stream, cause string, deliveries uint32) {
+	m.egressNacks.Add(bg, 1, metric.WithAttributes(attribute.String("stream", stream), attribute.String("cause", cause),
+		attribute.String("attempt", strconv.Itoa(int(min(deliveries, 10))))))
+}
+
+// DeadLettered counts a message moved to a dead-letter topic, or whose move failed.
+func (m *Metrics) DeadLettered(stream string, ok bool) {
+	result := "ok"
+	if !ok {
+		result = "failed"
+	}
+	m.deadLetters.Add(bg, 1, metric.WithAttributes(attribute.String("stream", stream), attribute.String("result", result)))
 }

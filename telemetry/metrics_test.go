@@ -28,6 +28,10 @@ func TestMetricsReachThePrometheusHandler(t *testing.T) {
 	m.StreamEnded("mesos", 200)
 	m.DecodeError("mesos")
 	m.Reload("invalid")
+	m.Nacked("out", "nack", 1)
+	m.Nacked("out", "ackTimeout", 12)
+	m.DeadLettered("out", true)
+	m.DeadLettered("out", false)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
@@ -41,6 +45,10 @@ func TestMetricsReachThePrometheusHandler(t *testing.T) {
 		`bridge_ingress_decode_errors_total{route="mesos"} 1`,
 		`bridge_publish_duration_seconds_bucket{route="mesos",le="0.005"} 1`,
 		`bridge_config_reloads_total{result="invalid"} 1`,
+		`bridge_egress_nacks_total{attempt="1",cause="nack",stream="out"} 1`,
+		`bridge_egress_nacks_total{attempt="10",cause="ackTimeout",stream="out"} 1`,
+		`bridge_egress_dead_letters_total{result="ok",stream="out"} 1`,
+		`bridge_egress_dead_letters_total{result="failed",stream="out"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("missing %s", want)
