@@ -121,3 +121,55 @@ func TestBacklogQuotaRefusalIsTemporary(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestPartitionsAddedAtRuntimeAreUsed: partitions added to a topic through the admin
+// API while a producer and a consumer run are picked up at the next refresh: the
+// producer writes to them and the consumer receives from them.
+func TestPartitionsAddedAtRuntimeAreUsed(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "grow")
+	b.CreatePartitionedTopic(t, topic, 2)
+	c := newOurClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const refresh = 200 * time.Millisecond
+	cons, err := c.Subscribe(ctx, pulsar.ConsumerOptions{Topics: []string{topic}, Subscription: "grow", PartitionsRefreshInterval: refresh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := c.CreateProducer(ctx, pulsar.ProducerOptions{Topic: topic, DisableBatching: true, PartitionsRefreshInterval: refresh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	b.MustAdmin(t, http.MethodPost, adminTopicPath(topic)+"/partitions", []byte("4"))
+	for p.Partitions() != 4 {
+		if ctx.Err() != nil {
+			t.Fatalf("the producer still writes to %d partitions", p.Partitions())
+		}
+		time.Sleep(refresh / 2)
+	}
+	// One message per partition, routed there round-robin.
+	const n = 40
+	perPartition := map[int32]int{}
+	for i := range n {
+		id, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "m-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		perPartition[id.Partition]++
+	}
+	if perPartition[2] == 0 || perPartition[3] == 0 {
+		t.Fatalf("messages per partition: %v; nothing went to the new partitions", perPartition)
+	}
+	got := map[string]bool{}
+	for len(got) < n {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("received %d of %d (per partition sent: %v): %v", len(got), n, perPartition, err)
+		}
+		got[string(m.Payload())] = true
+		_ = cons.Ack(m)
+	}
+}

@@ -34,6 +34,11 @@ type Consumer struct {
 	parts  []*partitionConsumer
 	events *dispatcher // OnActiveChange callbacks, off the connection's reader
 
+	// partitioned is each partitioned topic's partition count, for watchPartitions.
+	partitioned map[string]int
+	stop        chan struct{} // ends watchPartitions
+	wg          sync.WaitGroup
+
 	mu     sync.Mutex
 	queue  []*Message
 	head   int
@@ -54,7 +59,8 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.OperationTimeout)
 	defer cancel()
-	cons := &Consumer{client: c, opts: opts, avail: make(chan struct{}, 1), done: make(chan struct{}), events: newDispatcher()}
+	cons := &Consumer{client: c, opts: opts, avail: make(chan struct{}, 1), done: make(chan struct{}), events: newDispatcher(),
+		partitioned: map[string]int{}, stop: make(chan struct{})}
 	for _, name := range opts.Topics {
 		topic, err := TopicName(name)
 		if err != nil {
@@ -70,6 +76,7 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 			cons.parts = append(cons.parts, newPartitionConsumer(cons, topic, -1))
 			continue
 		}
+		cons.partitioned[topic] = n
 		for i := range n {
 			cons.parts = append(cons.parts, newPartitionConsumer(cons, partitionName(topic, i), int32(i)))
 		}
@@ -88,7 +95,70 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	}
 	c.consumers[cons] = struct{}{}
 	c.mu.Unlock()
+	if len(cons.partitioned) > 0 && opts.PartitionsRefreshInterval > 0 {
+		cons.wg.Add(1)
+		go cons.watchPartitions()
+	}
 	return cons, nil
+}
+
+// partitions returns the partition consumers (the slice only grows, under c.mu).
+func (c *Consumer) partitions() []*partitionConsumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.parts
+}
+
+// watchPartitions re-reads every partitioned topic's partition count each
+// PartitionsRefreshInterval and subscribes to the partitions added at runtime.
+func (c *Consumer) watchPartitions() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.opts.PartitionsRefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			for topic, known := range c.partitioned {
+				if n := c.grow(topic, known); n > known {
+					c.partitioned[topic] = n
+				}
+			}
+		}
+	}
+}
+
+// grow subscribes to topic's partitions beyond known, from their earliest message; it
+// returns how many partitions are now consumed (a failure is retried at the next refresh).
+func (c *Consumer) grow(topic string, known int) int {
+	ctx, cancel := contextUntil(c.stop)
+	defer cancel()
+	ctx, cancelOp := context.WithTimeout(ctx, c.client.opts.OperationTimeout)
+	defer cancelOp()
+	n, err := c.client.partitions(ctx, topic)
+	if err != nil {
+		c.client.log.Warn("re-reading the partitions failed", "topic", topic, "error", err)
+		return known
+	}
+	for i := known; i < n; i++ {
+		pc := newPartitionConsumer(c, partitionName(topic, i), int32(i))
+		pc.earliest = true // its messages so far were published for this consumer too
+		if err := pc.start(ctx); err != nil {
+			c.client.log.Warn("subscribing to a new partition failed; retrying at the next refresh", "topic", topic, "partition", i, "error", err)
+			return i
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			pc.close(context.Background())
+			return i
+		}
+		c.parts = append(c.parts, pc)
+		c.mu.Unlock()
+		c.client.log.Info("subscribed to a new partition", "topic", topic, "partition", i)
+	}
+	return n
 }
 
 // enqueue hands messages to the application; it never blocks (flow permits bound it).
@@ -231,7 +301,7 @@ func (c *Consumer) NackAfter(m *Message, delay time.Duration) { m.pc.nack(m, max
 // RedeliverUnacknowledged asks the broker to deliver again every message not
 // acknowledged yet; queued messages are dropped first, as they will come again.
 func (c *Consumer) RedeliverUnacknowledged() {
-	for _, pc := range c.parts {
+	for _, pc := range c.partitions() {
 		pc.redeliverAll()
 	}
 }
@@ -242,11 +312,13 @@ func (c *Consumer) Close() error {
 		c.mu.Lock()
 		c.closed = true
 		c.mu.Unlock()
+		close(c.stop)
+		c.wg.Wait() // no partition is added from here on
 		close(c.done)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var wg sync.WaitGroup
-		for _, pc := range c.parts {
+		for _, pc := range c.partitions() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -274,7 +346,7 @@ type ConsumerStats struct {
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() ConsumerStats {
 	var s ConsumerStats
-	for _, pc := range c.parts {
+	for _, pc := range c.partitions() {
 		pc.mu.Lock()
 		s.Reconnects += pc.reconnects
 		s.PermitsGranted += pc.permitsGranted

@@ -75,9 +75,16 @@ type ConsumerOptions struct {
 	// OnActiveChange, when set, is told when a Failover consumer becomes active or inactive.
 	OnActiveChange func(topic string, active bool)
 	Backoff        Backoff
+	// PartitionsRefreshInterval is how often each partitioned topic's partition count is
+	// read again, to consume partitions added at runtime (from their earliest message,
+	// so nothing published to them before is missed) [1 min]; negative: never.
+	PartitionsRefreshInterval time.Duration
 }
 
 func (o ConsumerOptions) withDefaults() (ConsumerOptions, error) {
+	if o.PartitionsRefreshInterval == 0 {
+		o.PartitionsRefreshInterval = time.Minute
+	}
 	if o.Subscription == "" {
 		return o, fmt.Errorf("%w: a subscription name is required", ErrInvalidOptions)
 	}

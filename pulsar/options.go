@@ -68,6 +68,9 @@ type ProducerOptions struct {
 	MaxChunkedMessageSize int64
 	// Backoff is the reconnect schedule.
 	Backoff Backoff
+	// PartitionsRefreshInterval is how often a partitioned topic's partition count is
+	// read again, to produce to partitions added at runtime [1 min]; negative: never.
+	PartitionsRefreshInterval time.Duration
 	// Deduplication makes the producer number its messages with the sequence ids the
 	// caller gives (ProducerMessage.SequenceID, required then), for the broker's
 	// deduplication; it needs a Name, which must stay the same across restarts. The broker
@@ -82,6 +85,9 @@ type ProducerOptions struct {
 }
 
 func (o ProducerOptions) withDefaults() (ProducerOptions, error) {
+	if o.PartitionsRefreshInterval == 0 {
+		o.PartitionsRefreshInterval = time.Minute
+	}
 	if o.SendTimeout == 0 {
 		o.SendTimeout = 30 * time.Second
 	}

@@ -75,6 +75,8 @@ type partitionConsumer struct {
 	id        uint64
 	log       *slog.Logger
 
+	earliest bool // a partition added at runtime: a new subscription starts at its earliest message
+
 	mu sync.Mutex
 	// state, reg and cn are the registration's state machine (see regState).
 	state            regState
@@ -122,7 +124,7 @@ func (p *partitionConsumer) start(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, errLostWhileRegistering) || attempt == maxRegistrationRaces {
+		if !lostToClose(err) || attempt == maxRegistrationRaces {
 			return err
 		}
 	}
@@ -194,7 +196,7 @@ func (p *partitionConsumer) connect(ctx context.Context) error {
 		InitialPosition: pb.CommandSubscribe_Latest.Enum(),
 		Durable:         proto.Bool(true),
 	}
-	if p.opts.InitialPosition == Earliest {
+	if p.opts.InitialPosition == Earliest || p.earliest {
 		sub.InitialPosition = pb.CommandSubscribe_Earliest.Enum()
 	}
 	if p.opts.Name != "" {

@@ -169,7 +169,7 @@ func (p *partitionProducer) start(ctx context.Context) error {
 		}
 		// A connection that closed right after the broker accepted us is a race, not a
 		// refusal: try again on a new connection (a few times), not fail the creation.
-		if !errors.Is(err, errLostWhileRegistering) || attempt == maxRegistrationRaces {
+		if !lostToClose(err) || attempt == maxRegistrationRaces {
 			return err
 		}
 	}

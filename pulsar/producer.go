@@ -15,9 +15,16 @@ type Producer struct {
 	client *Client
 	topic  string
 	opts   ProducerOptions
-	parts  []*partitionProducer
-	rr     atomic.Uint64
-	once   sync.Once
+	// parts holds the partition producers; it only grows (partitions added at runtime),
+	// replaced whole so route reads it without a lock.
+	parts atomic.Pointer[[]*partitionProducer]
+	rr    atomic.Uint64
+	once  sync.Once
+
+	growMu sync.Mutex // serialises growth with Close
+	closed bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
 }
 
 // CreateProducer looks the topic up, registers a producer on every partition and
@@ -43,21 +50,27 @@ func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Pro
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{client: c, topic: topic, opts: opts}
+	p := &Producer{client: c, topic: topic, opts: opts, stop: make(chan struct{})}
+	var parts []*partitionProducer
 	if n == 0 {
-		p.parts = []*partitionProducer{newPartitionProducer(c, topic, -1, opts)}
+		parts = []*partitionProducer{newPartitionProducer(c, topic, -1, opts)}
 	} else {
 		for i := range n {
-			p.parts = append(p.parts, newPartitionProducer(c, partitionName(topic, i), int32(i), opts))
+			parts = append(parts, newPartitionProducer(c, partitionName(topic, i), int32(i), opts))
 		}
 	}
-	for i, pp := range p.parts {
+	for i, pp := range parts {
 		if err := pp.start(ctx); err != nil {
-			for _, started := range p.parts[:i] {
+			for _, started := range parts[:i] {
 				started.close(context.Background())
 			}
 			return nil, err
 		}
+	}
+	p.parts.Store(&parts)
+	if n > 0 && opts.PartitionsRefreshInterval > 0 {
+		p.wg.Add(1)
+		go p.watchPartitions()
 	}
 	c.mu.Lock()
 	if c.producers != nil {
@@ -71,22 +84,81 @@ func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Pro
 func (p *Producer) Topic() string { return p.topic }
 
 // Partitions is the number of partitions (1 for a non-partitioned topic).
-func (p *Producer) Partitions() int { return len(p.parts) }
+func (p *Producer) Partitions() int { return len(p.partitions()) }
+
+func (p *Producer) partitions() []*partitionProducer { return *p.parts.Load() }
+
+// watchPartitions re-reads the topic's partition count every PartitionsRefreshInterval
+// and starts producing to partitions added at runtime (the official clients poll too).
+func (p *Producer) watchPartitions() {
+	defer p.wg.Done()
+	t := time.NewTicker(p.opts.PartitionsRefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			p.grow()
+		}
+	}
+}
+
+// grow starts producers on the partitions beyond those known; a failure is retried at
+// the next refresh.
+func (p *Producer) grow() {
+	ctx, cancel := contextUntil(p.stop)
+	defer cancel()
+	ctx, cancelOp := context.WithTimeout(ctx, p.client.opts.OperationTimeout)
+	defer cancelOp()
+	n, err := p.client.partitions(ctx, p.topic)
+	old := p.partitions()
+	if err != nil || n <= len(old) {
+		if err != nil {
+			p.client.log.Warn("re-reading the partitions failed", "topic", p.topic, "error", err)
+		}
+		return
+	}
+	added := make([]*partitionProducer, 0, n-len(old))
+	for i := len(old); i < n; i++ {
+		pp := newPartitionProducer(p.client, partitionName(p.topic, i), int32(i), p.opts)
+		if err := pp.start(ctx); err != nil {
+			p.client.log.Warn("producing to a new partition failed; retrying at the next refresh", "topic", p.topic, "partition", i, "error", err)
+			break
+		}
+		added = append(added, pp)
+	}
+	p.growMu.Lock()
+	if p.closed {
+		p.growMu.Unlock()
+		for _, pp := range added {
+			pp.close(context.Background())
+		}
+		return
+	}
+	parts := append(append(make([]*partitionProducer, 0, len(old)+len(added)), old...), added...)
+	p.parts.Store(&parts)
+	p.growMu.Unlock()
+	if len(added) > 0 {
+		p.client.log.Info("the topic has new partitions; producing to them", "topic", p.topic, "partitions", len(parts))
+	}
+}
 
 func (p *Producer) route(m *ProducerMessage) *partitionProducer {
-	n := len(p.parts)
+	parts := p.partitions()
+	n := len(parts)
 	if n == 1 {
-		return p.parts[0]
+		return parts[0]
 	}
 	if m.Key != "" {
-		return p.parts[p.opts.HashingScheme.partition(m.Key, n)]
+		return parts[p.opts.HashingScheme.partition(m.Key, n)]
 	}
 	// Keyless messages go round-robin, sticking to one partition for a batch's worth.
 	per := uint64(p.opts.BatchingMaxMessages)
 	if p.opts.DisableBatching {
 		per = 1
 	}
-	return p.parts[(p.rr.Add(1)/per)%uint64(n)]
+	return parts[(p.rr.Add(1)/per)%uint64(n)]
 }
 
 // SendAsync queues m and returns; cb runs (on the producer's callback goroutine, in
@@ -140,7 +212,7 @@ func (p *Producer) SendStream(ctx context.Context, m *ProducerMessage, size int6
 // is settled.
 func (p *Producer) Flush(ctx context.Context) error {
 	var errs []error
-	for _, pp := range p.parts {
+	for _, pp := range p.partitions() {
 		if err := pp.flush(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -156,10 +228,15 @@ func (p *Producer) Close() error {
 		if timeout <= 0 {
 			timeout = 30 * time.Second
 		}
+		p.growMu.Lock()
+		p.closed = true
+		close(p.stop)
+		p.growMu.Unlock()
+		p.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
 		var wg sync.WaitGroup
-		for _, pp := range p.parts {
+		for _, pp := range p.partitions() {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -177,7 +254,7 @@ func (p *Producer) Close() error {
 // Err says why the producer stopped for good (nil while it works): a broker's
 // permanent refusal or, with Deduplication, a send timeout. Every later send fails with it.
 func (p *Producer) Err() error {
-	for _, pp := range p.parts {
+	for _, pp := range p.partitions() {
 		pp.mu.Lock()
 		err := pp.failed
 		pp.mu.Unlock()
@@ -199,7 +276,7 @@ type ProducerStats struct {
 // Stats returns the producer's current counters, summed over partitions.
 func (p *Producer) Stats() ProducerStats {
 	var s ProducerStats
-	for _, pp := range p.parts {
+	for _, pp := range p.partitions() {
 		n, b := pp.limiter.pending()
 		s.PendingMessages += n
 		s.PendingBytes += b

@@ -52,6 +52,13 @@ func (s regState) String() string {
 // recording the broker's answer; the attempt counts as failed and is retried.
 var errLostWhileRegistering = errors.New("pulsar: the connection closed while registering")
 
+// lostToClose reports whether a registration attempt failed only because its
+// connection closed (before or right after the broker's answer): worth another attempt
+// on a new connection even while creating the producer or consumer.
+func lostToClose(err error) bool {
+	return errors.Is(err, errLostWhileRegistering) || errors.Is(err, ErrConnectionClosed)
+}
+
 // maxRegistrationRaces is how many times creating a producer or consumer retries a
 // registration lost to a closing connection before it reports the error.
 const maxRegistrationRaces = 3
