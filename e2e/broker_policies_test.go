@@ -173,3 +173,40 @@ func TestPartitionsAddedAtRuntimeAreUsed(t *testing.T) {
 		_ = cons.Ack(m)
 	}
 }
+
+// TestChunkedMessageOfMoreChunksThanTheWindow: a 6 MiB message in 1 MiB chunks reaches a
+// consumer whose receiver window is 2: each non-final chunk's permit goes back on arrival.
+func TestChunkedMessageOfMoreChunksThanTheWindow(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "window")
+	c := newOurClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cons, err := c.Subscribe(ctx, pulsar.ConsumerOptions{Topics: []string{topic}, Subscription: "w", ReceiverQueueSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := c.CreateProducer(ctx, pulsar.ProducerOptions{Topic: topic, ChunkSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	want := bytes.Repeat([]byte("0123456789abcdef"), 6<<20/16)
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: want}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Receive(ctx)
+	if err != nil {
+		t.Fatalf("the chunked message never completed: %v", err)
+	}
+	if !bytes.Equal(m.Payload(), want) {
+		t.Fatalf("received %d bytes, want the %d sent", len(m.Payload()), len(want))
+	}
+	if m, err = cons.Receive(ctx); err != nil || string(m.Payload()) != "after" {
+		t.Fatalf("next: %v %v", m, err)
+	}
+}

@@ -278,3 +278,61 @@ func TestNackAfterUsesItsOwnDelay(t *testing.T) {
 		t.Fatal("a message nacked with a 20 ms delay was not redelivered within 5 s")
 	}
 }
+
+// TestChunkedMessageLongerThanTheWindowCompletes: a message of more chunks than the
+// receiver window completes, because each non-final chunk's permit goes back on arrival
+// (it used to keep the window closed until the message was taken: it never was).
+func TestChunkedMessageLongerThanTheWindowCompletes(t *testing.T) {
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 2})
+	const n = 7
+	var want string
+	var out []pulsartest.Outgoing
+	for i := range n {
+		part := fmt.Sprintf("part%d-", i)
+		want += part
+		out = append(out, chunk("long", i, n, part, 0))
+	}
+	for i := range out {
+		out[i].Metadata.TotalChunkMsgSize = proto.Int32(int32(len(want)))
+		out[i].Metadata.UncompressedSize = proto.Uint32(uint32(len(want)))
+	}
+	b.Deliver(faultTopic, append(out, single("after"))...)
+	got := receiveAll(t, cons, 2)
+	if got[0] != want || got[1] != "after" {
+		t.Fatalf("received %q; want the %d-chunk message whole, then %q", got, n, "after")
+	}
+}
+
+// TestDroppedChunksAreAcknowledged: chunks that can never be part of a whole message
+// (first chunk missing, duplicate, expired) are acknowledged, so they leave no backlog.
+func TestDroppedChunksAreAcknowledged(t *testing.T) {
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ChunkExpiry: 50 * time.Millisecond, AckGroupTime: 10 * time.Millisecond})
+	orphan, expired := chunk("orphan", 1, 2, "o", 2), chunk("expires", 0, 2, "e", 2)
+	orphan.LedgerID, orphan.EntryID = 9, 1
+	expired.LedgerID, expired.EntryID = 9, 2
+	b.Deliver(faultTopic, orphan, expired)
+	acked := func() map[uint64]bool {
+		m := map[uint64]bool{}
+		for _, a := range b.Acks(faultTopic) {
+			for _, id := range a.IDs {
+				if id.GetLedgerId() == 9 {
+					m[id.GetEntryId()] = true
+				}
+			}
+		}
+		return m
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !(acked()[1] && acked()[2]) {
+		if time.Now().After(deadline) {
+			t.Fatalf("acknowledged entries %v; want the orphan chunk (1) and the expired one (2)", acked())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.Deliver(faultTopic, single("next"))
+	if got := receiveAll(t, cons, 1); got[0] != "next" {
+		t.Fatalf("got %q", got)
+	}
+}

@@ -51,8 +51,13 @@ type ConsumerOptions struct {
 	InitialPosition InitialPosition
 	// Name of the consumer [chosen by the broker].
 	Name string
-	// ReceiverQueueSize is the flow-permit window per partition: at most this many
-	// messages are buffered before the application takes them [1000].
+	// ReceiverQueueSize is the flow-permit window per partition, in messages as the
+	// broker counts them [1000]. It is not a memory bound: the broker sends whole entries
+	// while any permit is left, so a window of 100 can hold 100 + a batch's messages less
+	// one, and messages are not bounded in size (a reassembled chunked message counts
+	// one). Bound memory in bytes above the client (egress's byte budget does).
+	// Chunks of an incomplete message do not hold permits: reassembly is bounded by
+	// MaxPendingChunkedMessages and MaxChunkedMessageSize bytes per partition.
 	ReceiverQueueSize int
 	// AckGroupTime and AckGroupMax: individual acknowledgements are sent in groups, after
 	// this long or this many [100 ms, 1000]; AckSync sends at once and waits.

@@ -88,6 +88,7 @@ type partitionConsumer struct {
 	permitsTaken     int  // permits the application (or a discard) freed since the last FLOW
 	permitsGranted   int
 	chunks           map[string]*chunkCtx
+	chunkBytes       int // payload bytes held by chunks, bounded by MaxChunkedMessageSize
 	chunkOrder       []string
 	trackers         map[entryKey]*batchTracker
 	acks             map[entryKey]*pb.MessageIdData // grouped individual acks
@@ -403,20 +404,29 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 		for len(p.chunks) >= p.opts.MaxPendingChunkedMessages && len(p.chunkOrder) > 0 {
 			p.dropChunksLocked(p.chunkOrder[0], "too many chunked messages pending")
 		}
+		// Reassembly is bounded in bytes too: older incomplete messages make room.
+		for p.chunkBytes+e.Chunk.TotalSize > p.opts.MaxChunkedMessageSize && len(p.chunkOrder) > 0 {
+			p.dropChunksLocked(p.chunkOrder[0], "reassembly bytes exhausted")
+		}
 		ctx = &chunkCtx{uuid: uuid, total: total, totalSize: e.Chunk.TotalSize, last: -1, md: md, created: time.Now()}
 		p.chunks[uuid] = ctx
 		p.chunkOrder = append(p.chunkOrder, uuid)
 	}
+	// A chunk that can never be part of a whole message is acknowledged, so it leaves no
+	// backlog for ever (the Java client acknowledges expired chunks likewise).
 	switch {
 	case ctx == nil:
 		p.log.Debug("discarding a chunk of a message whose first chunk is missing", "uuid", uuid, "chunk", chunkID)
+		p.ackDroppedLocked(mid)
 		p.discardLocked(nil, id, 1, 0, false)
 		return nil
 	case chunkID <= ctx.last:
-		p.discardLocked(nil, id, 1, 0, false) // a duplicate: the context goes on
+		p.ackDroppedLocked(mid) // a duplicate entry (a producer's resend): the context goes on
+		p.discardLocked(nil, id, 1, 0, false)
 		return nil
 	case chunkID != ctx.last+1 || total != ctx.total || e.Chunk.TotalSize != ctx.totalSize || ctx.size+len(payload) > ctx.totalSize:
 		p.dropChunksLocked(uuid, fmt.Sprintf("chunk %d after chunk %d", chunkID, ctx.last))
+		p.ackDroppedLocked(mid)
 		p.discardLocked(nil, id, 1, 0, false)
 		return nil
 	}
@@ -424,7 +434,12 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 	ctx.chunks = append(ctx.chunks, payload)
 	ctx.ids = append(ctx.ids, mid)
 	ctx.size += len(payload)
+	p.chunkBytes += len(payload)
 	if chunkID < total-1 {
+		// Its permit goes back now, not when the whole message is taken: a message of
+		// more chunks than the receiver window must still complete. Reassembly is
+		// bounded by MaxPendingChunkedMessages and MaxChunkedMessageSize bytes instead.
+		p.returnPermitsLocked(1)
 		return nil
 	}
 	p.removeChunkCtxLocked(uuid)
@@ -433,7 +448,7 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 	m.ID.BatchIndex = -1
 	setFromMetadata(&m, md)
 	m.chunkID = ctx.ids
-	m.permits = len(ctx.ids)
+	m.permits = 1 // the last chunk's; the others' went back on arrival
 	if md.GetCompression() != pb.CompressionType_NONE {
 		joined := make([]byte, 0, ctx.size)
 		for _, c := range ctx.chunks {
@@ -442,8 +457,12 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 		out, err := delivery.Decompress(md, joined, p.limitsLocked())
 		if err != nil {
 			p.log.Warn("discarding a chunked message that does not decompress", "uuid", uuid, "error", err)
-			for _, cid := range ctx.ids {
-				p.discardLocked(cn, &pb.MessageIdData{LedgerId: proto.Uint64(uint64(cid.LedgerID)), EntryId: proto.Uint64(uint64(cid.EntryID))}, 1, pb.CommandAck_DecompressionError, true)
+			for i, cid := range ctx.ids {
+				permits := 0
+				if i == len(ctx.ids)-1 {
+					permits = 1 // the other chunks' permits went back on arrival
+				}
+				p.discardLocked(cn, &pb.MessageIdData{LedgerId: proto.Uint64(uint64(cid.LedgerID)), EntryId: proto.Uint64(uint64(cid.EntryID))}, permits, pb.CommandAck_DecompressionError, true)
 			}
 			return nil
 		}
@@ -458,6 +477,9 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 }
 
 func (p *partitionConsumer) removeChunkCtxLocked(uuid string) {
+	if ctx := p.chunks[uuid]; ctx != nil {
+		p.chunkBytes -= ctx.size
+	}
 	delete(p.chunks, uuid)
 	for i, u := range p.chunkOrder {
 		if u == uuid {
@@ -473,8 +495,19 @@ func (p *partitionConsumer) dropChunksLocked(uuid, why string) {
 		return
 	}
 	p.removeChunkCtxLocked(uuid)
-	p.log.Warn("dropping an incomplete chunked message", "uuid", uuid, "chunks", len(ctx.ids), "of", ctx.total, "why", why)
-	p.discardLocked(nil, nil, len(ctx.ids), 0, false)
+	p.log.Warn("dropping an incomplete chunked message; its chunks are acknowledged", "uuid", uuid, "chunks", len(ctx.ids), "of", ctx.total, "why", why)
+	// Their permits went back on arrival; acknowledging them keeps them from staying in
+	// the backlog for ever (the message is lost to this subscription either way).
+	for _, id := range ctx.ids {
+		p.ackDroppedLocked(id)
+	}
+	p.discarded += len(ctx.ids)
+}
+
+// ackDroppedLocked acknowledges a chunk entry that was dropped (grouped with the others).
+func (p *partitionConsumer) ackDroppedLocked(id MessageID) {
+	key := entryKey{uint64(id.LedgerID), uint64(id.EntryID)}
+	p.acks[key] = &pb.MessageIdData{LedgerId: proto.Uint64(key.ledger), EntryId: proto.Uint64(key.entry)}
 }
 
 func (p *partitionConsumer) endOfTopic() {
@@ -687,7 +720,7 @@ func (p *partitionConsumer) connectionLost(h *consumerHandle, reason error) {
 		p.attempts++
 	}
 	// Whatever was buffered or half reassembled comes again on the next subscription.
-	p.chunks, p.chunkOrder = map[string]*chunkCtx{}, nil
+	p.chunks, p.chunkOrder, p.chunkBytes = map[string]*chunkCtx{}, nil, 0
 	p.mu.Unlock()
 	p.c.removeFrom(p)
 	p.log.Warn("consumer disconnected; resubscribing", "reason", reason)
