@@ -406,6 +406,7 @@ type slowChunks struct {
 	chunk     int
 	left      int
 	readInRow int
+	given     int // chunks handed to the producer whole
 	pause     time.Duration
 }
 
@@ -416,8 +417,8 @@ func (r *slowChunks) Read(p []byte) (int, error) {
 	if r.readInRow == r.chunk {
 		// The chunk before is on its way: wait for the broker to hold it, then let the
 		// send timeout pass before the next chunk's bytes arrive.
-		want := len(r.b.Messages(r.topic)) + 1
-		for end := time.Now().Add(wait); len(r.b.Messages(r.topic)) < want; {
+		r.given++
+		for end := time.Now().Add(wait); len(r.b.Messages(r.topic)) < r.given; {
 			if time.Now().After(end) {
 				return 0, errors.New("a chunk was never persisted")
 			}
