@@ -341,6 +341,7 @@ type ConsumerStats struct {
 	Discarded        int // messages dropped before delivery (corrupt, filtered, incomplete chunks)
 	ChecksumFailures int
 	Malformed        int // messages discarded because their metadata, batch or chunk fields do not validate
+	BatchTrackers    int // batches partly acknowledged, whose remaining indexes this consumer tracks
 }
 
 // Stats returns the consumer's counters.
@@ -353,6 +354,7 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.Discarded += pc.discarded
 		s.ChecksumFailures += pc.checksumFailures
 		s.Malformed += pc.malformed
+		s.BatchTrackers += len(pc.trackers)
 		pc.mu.Unlock()
 	}
 	return s

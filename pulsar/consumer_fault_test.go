@@ -336,3 +336,50 @@ func TestDroppedChunksAreAcknowledged(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+// TestBatchTrackersDoNotLeakOnSharedSubscriptions: on a shared subscription a nacked
+// batch is handed back to the broker (it may go to another consumer), and a reconnect
+// hands back every unacknowledged batch: their trackers go, instead of waiting for
+// acknowledgements of indexes this consumer will never see again.
+func TestBatchTrackersDoNotLeakOnSharedSubscriptions(t *testing.T) {
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{Type: pulsar.Shared, NackRedeliveryDelay: 10 * time.Millisecond, AckGroupTime: 10 * time.Millisecond})
+	b.Deliver(faultTopic, batchOf("a1", "a2", "a3"), batchOf("b1", "b2"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var msgs []*pulsar.Message
+	for range 5 {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	_ = cons.Ack(msgs[0]) // a1
+	cons.Nack(msgs[1])    // a2: batch a goes back to the broker
+	_ = cons.Ack(msgs[3]) // b1: batch b partly acknowledged
+	if n := cons.Stats().BatchTrackers; n != 2 {
+		t.Fatalf("%d batch trackers, want 2 before the redelivery", n)
+	}
+	for b.Frames(pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the nack never asked for a redelivery")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = cons.Ack(msgs[2]) // a3, acknowledged after its batch was handed back
+	if n := cons.Stats().BatchTrackers; n != 1 {
+		t.Fatalf("%d batch trackers after batch a was handed back, want 1 (batch b)", n)
+	}
+	b.DropConnections() // batch b is handed back too
+	for cons.Stats().Reconnects == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the consumer never resubscribed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_ = cons.Ack(msgs[4]) // b2
+	if n := cons.Stats().BatchTrackers; n != 0 {
+		t.Fatalf("%d batch trackers left after every batch was handed back", n)
+	}
+}

@@ -538,8 +538,17 @@ func (p *partitionConsumer) ackIDsLocked(m *Message) []*pb.MessageIdData {
 	key := entryKey{uint64(m.ID.LedgerID), uint64(m.ID.EntryID)}
 	t := p.trackers[key]
 	if t == nil {
-		t = newBatchTracker(int(m.ID.BatchSize), nil)
-		p.trackers[key] = t
+		// The entry was handed back to the broker since this message was delivered (a
+		// reconnect, a redelivery on a shared subscription): it comes again, perhaps to
+		// another consumer, so no tracker is kept for it (one would never complete).
+		// With batch-index acks this index alone is acknowledged; without, it is not.
+		if !p.opts.BatchIndexAck {
+			return nil
+		}
+		one := newBatchTracker(int(m.ID.BatchSize), nil)
+		one.clear(int(m.ID.BatchIndex))
+		id.AckSet, id.BatchSize = one.bits, proto.Int32(int32(one.size))
+		return []*pb.MessageIdData{id}
 	}
 	t.clear(int(m.ID.BatchIndex))
 	if t.done() {
@@ -675,6 +684,10 @@ func (p *partitionConsumer) redeliverDueLocked(now time.Time) {
 		return
 	}
 	if p.opts.Type == Shared || p.opts.Type == KeyShared {
+		for _, id := range ids {
+			// The entry may go to another consumer: its tracker would never complete.
+			delete(p.trackers, entryKey{id.GetLedgerId(), id.GetEntryId()})
+		}
 		_ = p.cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES.Enum(),
 			RedeliverUnacknowledgedMessages: &pb.CommandRedeliverUnacknowledgedMessages{ConsumerId: proto.Uint64(p.id), MessageIds: ids}})
 		return
@@ -721,6 +734,9 @@ func (p *partitionConsumer) connectionLost(h *consumerHandle, reason error) {
 	}
 	// Whatever was buffered or half reassembled comes again on the next subscription.
 	p.chunks, p.chunkOrder, p.chunkBytes = map[string]*chunkCtx{}, nil, 0
+	// Every unacknowledged entry is delivered again (on a shared subscription perhaps to
+	// another consumer): its batch tracker goes, or it would stay for ever.
+	p.trackers = map[entryKey]*batchTracker{}
 	p.mu.Unlock()
 	p.c.removeFrom(p)
 	p.log.Warn("consumer disconnected; resubscribing", "reason", reason)
