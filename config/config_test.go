@@ -283,6 +283,7 @@ func TestRetryIsValidated(t *testing.T) {
 		"retry: {multiplier: 0.5}":                     "want 0 < initial <= max, multiplier >= 1",
 		"retry: {initial: 5m, max: 1m}":                "want 0 < initial <= max",
 		"retry: {jitter: 1.5}":                         "jitter within 0..1",
+		"maxRate: -1":                                  "maxRate and maxByteRate must not be negative",
 	} {
 		_, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    " + doc + "\n"))
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {

@@ -44,6 +44,11 @@ type Stream struct {
 	AckTimeout Duration `yaml:"ackTimeout"`
 	// MaxUnacked stops delivery to an ack=client stream with this many messages unacknowledged [1000].
 	MaxUnacked int `yaml:"maxUnacked"`
+	// MaxRate limits the stream to this many records per second [0: no limit]; a limited
+	// stream keeps its backlog on the broker.
+	MaxRate float64 `yaml:"maxRate"`
+	// MaxByteRate limits the stream's payload bytes per second [0: no limit].
+	MaxByteRate int64 `yaml:"maxByteRate"`
 	// Retry is how a message a client negatively acknowledges (POST <path>/nack), or
 	// does not acknowledge within AckTimeout, is delivered again.
 	Retry Retry `yaml:"retry"`
@@ -173,6 +178,9 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 		if r := s.Retry; r.Initial < 0 || r.Max < r.Initial || r.Multiplier < 1 || *r.Jitter < 0 || *r.Jitter > 1 {
 			add("%s.retry: initial %v, max %v, multiplier %v, jitter %v: want 0 < initial <= max, multiplier >= 1 and jitter within 0..1",
 				at, r.Initial.D(), r.Max.D(), r.Multiplier, *r.Jitter)
+		}
+		if s.MaxRate < 0 || s.MaxByteRate < 0 {
+			add("%s: maxRate and maxByteRate must not be negative (0: no limit)", at)
 		}
 		if r := s.Retry; r.MaxDeliveries < 0 {
 			add("%s.retry.maxDeliveries: %d must not be negative", at, r.MaxDeliveries)

@@ -466,3 +466,101 @@ streams:
 	}
 	t.Logf("exclusive: through=4 twice (cumulative), the second client resumed at seq 5; shared: %d messages over two clients acked by position %v", len(seen), seen)
 }
+
+// TestEgressMaxRate: a stream with maxRate 200 over a 10 000-message backlog delivers
+// 200 ± 10 % records/s, the broker dispatches no more than what was written plus the
+// receiver window (the backlog stays on the broker), the bridge's memory stays flat, and
+// another stream on the same bridge runs unthrottled meanwhile.
+func TestEgressMaxRate(t *testing.T) {
+	b := broker.Get(t)
+	slowTopic, fastTopic := b.Topic(t, "rate"), b.Topic(t, "unrated")
+	publishUnbatchedAsync(t, b, slowTopic, 10_000)
+	p := startBridge(t, fmt.Sprintf(`
+pulsar:
+  url: %s
+streams:
+  - name: limited
+    topics: [%s]
+    position: earliest
+    maxRate: 200
+    receiverQueue: 100
+  - name: fast
+    topics: [%s]
+    position: earliest
+`, b.URL, slowTopic, fastTopic))
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/limited", nil)
+	defer resp.Body.Close()
+	rd := recordio.NewReader(resp.Body)
+	read := func(n int) error {
+		for i := range n {
+			if _, err := rd.Next(); err != nil {
+				return fmt.Errorf("limited stream, record %d: %v", i, err)
+			}
+		}
+		return nil
+	}
+	if err := read(400); err != nil { // past the start-up burst (a second's worth)
+		t.Fatal(err)
+	}
+	rss0 := processRSS(t, p.cmd.Process.Pid)
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- read(2000) }()
+	fastRate := fastStream(t, b, p, fastTopic, 5000) // while the limited one runs
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	rate := 2000 / elapsed.Seconds()
+	rss1 := processRSS(t, p.cmd.Process.Pid)
+	raw := b.MustAdmin(t, http.MethodGet, "/admin/v2/"+strings.Replace(slowTopic, "://", "/", 1)+"/stats", nil)
+	var st struct {
+		Subscriptions map[string]struct {
+			MsgOutCounter int64 `json:"msgOutCounter"`
+			MsgBacklog    int64 `json:"msgBacklog"`
+		} `json:"subscriptions"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	s := st.Subscriptions["bridge-limited"]
+	t.Logf("limited: %.1f records/s over %d records; broker dispatched %d (backlog %d); RSS %d -> %d MiB; the other stream meanwhile: %.0f records/s",
+		rate, 2000, s.MsgOutCounter, s.MsgBacklog, rss0>>20, rss1>>20, fastRate)
+	if rate < 180 || rate > 220 {
+		t.Errorf("maxRate 200: %.1f records/s", rate)
+	}
+	// Written: 2400 records; the consumer holds at most its receiver window (100) more.
+	if s.MsgOutCounter > 2400+100 {
+		t.Errorf("the broker dispatched %d messages for 2400 written: the limited stream buffers instead of leaving the backlog on the broker", s.MsgOutCounter)
+	}
+	if rss1-rss0 > 32<<20 {
+		t.Errorf("the bridge's RSS grew %d MiB while rate-limited", (rss1-rss0)>>20)
+	}
+	if fastRate < 5*200 {
+		t.Errorf("the unlimited stream ran at %.0f records/s next to a limited one", fastRate)
+	}
+}
+
+// publishUnbatchedAsync publishes n small messages, one per entry, so the broker's
+// dispatch counters count messages.
+func publishUnbatchedAsync(t testing.TB, b *broker.Broker, topic string, n int) {
+	t.Helper()
+	c := newOfficialClient(t, b)
+	p, err := c.CreateProducer(official.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	errs := make(chan error, n)
+	for i := range n {
+		p.SendAsync(context.Background(), &official.ProducerMessage{Payload: []byte(fmt.Sprintf(`{"seq":%d}`, i))},
+			func(_ official.MessageID, _ *official.ProducerMessage, err error) { errs <- err })
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -319,6 +319,7 @@ streams:
     envelope: json
     type: shared
     retry: {initial: 10ms, maxDeliveries: 2}
+    maxRate: 1
 `, b.URL, topic, topic)
 	// Tracing on (to a collector that drops everything), so the span metrics exist too.
 	sink := telemetrytest.DropSink()

@@ -137,6 +137,12 @@ type RetryObserver interface {
 	DeadLettered(stream string, ok bool)
 }
 
+// RateObserver, when the Observer implements it too, receives the time rate-limited
+// streams waited before writing a record (maxRate, maxByteRate).
+type RateObserver interface {
+	RateLimited(stream string, waited time.Duration)
+}
+
 // DeadLetterer is what a Subscription implements to move a message to a dead-letter
 // topic: it publishes the message's payload, key and properties, with the origin topic
 // and message id added (REAL_TOPIC, ORIGIN_MESSAGE_ID: the names Pulsar's Java client
@@ -147,6 +153,7 @@ type DeadLetterer interface {
 
 // The bridge's metrics count redeliveries and dead letters.
 var _ RetryObserver = (*telemetry.Metrics)(nil)
+var _ RateObserver = (*telemetry.Metrics)(nil)
 
 type nopObserver struct{}
 

@@ -98,6 +98,40 @@ type stream struct {
 	redelive int64
 
 	next int64 // the position of the next record written (the loop's)
+	pace pacer // maxRate, maxByteRate (the loop's)
+}
+
+// pacer spaces a stream's records to at most rate records and byteRate bytes a second
+// (0: no limit), with a burst of up to a second's worth: a stream held up for a moment
+// (a slow client, a busy machine) catches up on at most one second.
+type pacer struct {
+	rate, byteRate float64
+	tRec, tByte    time.Time // when the next record may go, by each limit
+}
+
+const paceBurst = time.Second
+
+// next reserves the sending of one record of size bytes at now and returns how long to
+// wait before sending it.
+func (p *pacer) next(now time.Time, size int64) time.Duration {
+	var at time.Time
+	if p.rate > 0 {
+		if p.tRec.Before(now.Add(-paceBurst)) {
+			p.tRec = now.Add(-paceBurst)
+		}
+		at = p.tRec
+		p.tRec = p.tRec.Add(time.Duration(float64(time.Second) / p.rate))
+	}
+	if p.byteRate > 0 {
+		if p.tByte.Before(now.Add(-paceBurst)) {
+			p.tByte = now.Add(-paceBurst)
+		}
+		if p.tByte.After(at) {
+			at = p.tByte
+		}
+		p.tByte = p.tByte.Add(time.Duration(float64(size) / p.byteRate * float64(time.Second)))
+	}
+	return max(at.Sub(now), 0)
 }
 
 type unackedEntry struct {
@@ -139,7 +173,8 @@ func (st *stream) putBack(es []*unackedEntry) {
 func newStream(s *Server, c echo.Context, ctx context.Context, def *mapping.Stream, o options, sub Subscription, recordType string, l Limits) *stream {
 	return &stream{srv: s, c: c, ctx: ctx, segments: s.tr.NewSegments("GET "+def.Name, trace.SpanContextFromContext(ctx)), rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
 		recordType: recordType, limits: l, unacked: map[string]*unackedEntry{},
-		byPos: map[int64]string{}, retrying: map[string]string{}, ackWake: make(chan struct{}, 1)}
+		byPos: map[int64]string{}, retrying: map[string]string{}, ackWake: make(chan struct{}, 1),
+		pace: pacer{rate: def.MaxRate, byteRate: float64(def.MaxByteRate)}}
 }
 
 var errWriteTimeout = errors.New("the client did not take the stream's data in time")
@@ -288,6 +323,26 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 				st.sub.Nack(d, st.def.Retry.Delay(d.Redeliveries, rand.Float64()))
 			}
 			continue
+		}
+		if wait := st.pace.next(time.Now(), d.Len()); wait > 0 {
+			// Over maxRate or maxByteRate: what is written goes out, then the stream waits.
+			// It takes nothing from the consumer meanwhile, so no permits are granted and
+			// the backlog stays on the broker.
+			if err := sendBuf(true); err != nil {
+				st.sub.Nack(d, 0)
+				return written, "write: " + err.Error()
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				st.sub.Nack(d, 0) // not written: delivered again
+				return written, ctx.Err().Error()
+			}
+			if o, ok := st.srv.obs.(RateObserver); ok {
+				o.RateLimited(st.def.Name, wait)
+			}
 		}
 		if st.opts.ack == "client" {
 			st.mu.Lock()

@@ -28,6 +28,8 @@ type Stream struct {
 	AckTimeout        time.Duration
 	MaxUnacked        int
 	Retry             Retry
+	MaxRate           float64 // records/s; 0: no limit
+	MaxByteRate       int64   // payload bytes/s; 0: no limit
 }
 
 // Retry is a stream's redelivery backoff (see config.Retry).
@@ -71,7 +73,8 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 			HeartbeatInterval: s.HeartbeatInterval.D(), Heartbeat: []byte(s.Heartbeat), ReceiverQueue: s.ReceiverQueue,
 			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
 			Retry: Retry{Initial: s.Retry.Initial.D(), Multiplier: s.Retry.Multiplier, Jitter: *s.Retry.Jitter, Max: s.Retry.Max.D(),
-				MaxDeliveries: s.Retry.MaxDeliveries}}
+				MaxDeliveries: s.Retry.MaxDeliveries},
+			MaxRate: s.MaxRate, MaxByteRate: s.MaxByteRate}
 		if s.Retry.DeadLetterTopic != "" {
 			topic, err := NormalizeTopic(s.Retry.DeadLetterTopic)
 			if err != nil {

@@ -42,6 +42,7 @@ type Metrics struct {
 	egressAcks     metric.Int64Counter
 	egressNacks    metric.Int64Counter // by stream, cause and attempt
 	deadLetters    metric.Int64Counter // by stream and result
+	rateLimited    metric.Float64Counter
 	ackLatency     metric.Float64Histogram
 
 	attrs sync.Map // attrKey -> metric.MeasurementOption
@@ -124,6 +125,8 @@ func NewMetrics(version string) (*Metrics, error) {
 	m.egressNacks, err = mt.Int64Counter("bridge.egress.nacks", metric.WithDescription("Messages sent back for redelivery after their backoff, by cause (nack: the client's POST /nack; ackTimeout) and attempt (the deliveries that failed so far, 10 for 10 or more)."))
 	must(err)
 	m.deadLetters, err = mt.Int64Counter("bridge.egress.dead.letters", metric.WithDescription("Messages moved to a dead-letter topic after retry.maxDeliveries (result ok), or whose publication there failed (result failed: left unacknowledged, redelivered)."))
+	must(err)
+	m.rateLimited, err = mt.Float64Counter("bridge.egress.rate.limited", metric.WithUnit("s"), metric.WithDescription("Time egress streams waited for their maxRate or maxByteRate before writing a record."))
 	must(err)
 	m.ackLatency, err = mt.Float64Histogram("bridge.egress.ack.duration", metric.WithUnit("s"), metric.WithDescription("Time from delivery to the client's acknowledgement (ack=client)."))
 	must(err)
@@ -295,4 +298,9 @@ func (m *Metrics) DeadLettered(stream string, ok bool) {
 		result = "failed"
 	}
 	m.deadLetters.Add(bg, 1, metric.WithAttributes(attribute.String("stream", stream), attribute.String("result", result)))
+}
+
+// RateLimited adds the time a rate-limited stream waited (egress.RateObserver).
+func (m *Metrics) RateLimited(stream string, waited time.Duration) {
+	m.rateLimited.Add(bg, waited.Seconds(), m.opt(stream, 0, 2))
 }

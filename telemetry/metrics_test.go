@@ -32,6 +32,7 @@ func TestMetricsReachThePrometheusHandler(t *testing.T) {
 	m.Nacked("out", "ackTimeout", 12)
 	m.DeadLettered("out", true)
 	m.DeadLettered("out", false)
+	m.RateLimited("out", 1500*time.Millisecond)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
@@ -49,6 +50,7 @@ func TestMetricsReachThePrometheusHandler(t *testing.T) {
 		`bridge_egress_nacks_total{attempt="10",cause="ackTimeout",stream="out"} 1`,
 		`bridge_egress_dead_letters_total{result="ok",stream="out"} 1`,
 		`bridge_egress_dead_letters_total{result="failed",stream="out"} 1`,
+		`bridge_egress_rate_limited_seconds_total{stream="out"} 1.5`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("missing %s", want)
