@@ -210,3 +210,61 @@ func TestChunkedMessageOfMoreChunksThanTheWindow(t *testing.T) {
 		t.Fatalf("next: %v %v", m, err)
 	}
 }
+
+// TestSendAsyncChunkedRecordsKeepTheirBytesAndOrder is issue 20 item 2 on the real
+// broker: records above the broker's maxMessageSize (chunked) and small ones are given to
+// SendAsync from one buffer that the caller overwrites as soon as SendAsync returns, as
+// ingress does with its read buffer. Every record arrives with its own bytes, in order.
+func TestSendAsyncChunkedRecordsKeepTheirBytesAndOrder(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "nokeep")
+	c := newOurClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cons, err := c.Subscribe(ctx, pulsar.ConsumerOptions{Topics: []string{topic}, Subscription: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	p, err := c.CreateProducer(ctx, pulsar.ProducerOptions{Topic: topic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const n = 8
+	large := 5<<20 + 512<<10 // above the broker's 5 MiB limit: chunked
+	buf := make([]byte, large+n)
+	var want [][]byte
+	errs := make(chan error, n)
+	for i := range n {
+		size := 100 + i
+		if i%2 == 0 {
+			size = large + i
+		}
+		rec := buf[:size]
+		for j := range rec {
+			rec[j] = byte('a' + i)
+		}
+		want = append(want, bytes.Clone(rec))
+		p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: rec}, func(_ pulsar.MessageID, err error) { errs <- err })
+		for j := range buf {
+			buf[j] = 'X'
+		}
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if got := m.Payload(); !bytes.Equal(got, want[i]) {
+			t.Fatalf("record %d: %d bytes starting %q, want %d bytes of %q (another record's bytes, or out of order)",
+				i, len(got), got[:min(8, len(got))], len(want[i]), want[i][:1])
+		}
+		_ = cons.Ack(m)
+	}
+}
