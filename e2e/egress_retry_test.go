@@ -564,3 +564,60 @@ func publishUnbatchedAsync(t testing.TB, b *broker.Broker, topic string, n int) 
 		}
 	}
 }
+
+// TestEgressRedeliveryCountForBarePayloads: an envelope=none client nacks a record by
+// position; when it comes back, GET <path>/ack?positions=N says its redelivery count.
+func TestEgressRedeliveryCountForBarePayloads(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "barecount")
+	publishPoison(t, b, topic, 1, nil)
+	p := startBridge(t, fmt.Sprintf(`
+pulsar:
+  url: %s
+streams:
+  - name: bare
+    topics: [%s]
+    position: earliest
+    type: shared
+    ack: client
+    retry: {initial: 100ms}
+`, b.URL, topic))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/bare", nil)
+	defer resp.Body.Close()
+	sid := resp.Header.Get("Stream-Id")
+	rd := recordio.NewReader(resp.Body)
+	count := func(pos int) float64 {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/v1/streams/bare/ack?positions=%d", p.DataURL, pos), nil)
+		req.Header.Set("Stream-Id", sid)
+		r, err := h1Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		var ans struct {
+			Records []struct{ RedeliveryCount float64 }
+		}
+		if err := json.NewDecoder(r.Body).Decode(&ans); err != nil || r.StatusCode != 200 || len(ans.Records) != 1 {
+			t.Fatalf("lookup of position %d: %d %+v %v", pos, r.StatusCode, ans, err)
+		}
+		return ans.Records[0].RedeliveryCount
+	}
+	for pos := range 2 {
+		rec, err := rd.Next()
+		if err != nil || !strings.Contains(string(rec), `"seq":0`) {
+			t.Fatalf("record %d: %q %v", pos, rec, err)
+		}
+		if c := count(pos); c != float64(pos) {
+			t.Fatalf("position %d: redeliveryCount %v, want %d", pos, c, pos)
+		}
+		endpoint := "/nack"
+		if pos == 1 {
+			endpoint = "/ack"
+		}
+		if st, m := postAck(t, p.DataURL+"/v1/streams/bare"+endpoint, sid, "application/json", []byte(fmt.Sprintf("[%d]", pos))); st != 200 {
+			t.Fatalf("POST %s [%d]: %d %v", endpoint, pos, st, m)
+		}
+	}
+}

@@ -691,3 +691,30 @@ func TestAcksByPosition(t *testing.T) {
 		t.Fatalf("%s\nwant %s", got, want)
 	}
 }
+
+// TestRedeliveryCountByPosition: a client reading bare payloads asks GET <path>/ack for
+// the redelivery count of the records it holds, by position.
+func TestRedeliveryCountByPosition(t *testing.T) {
+	f := &fakeSub{feed: make(chan *Delivery, 10)}
+	url := serveStreams(t, f, "streams:\n  - name: s\n    topics: [t]\n    ack: client\n")
+	resp, rd := get(t, url+"/v1/streams/s")
+	f.feed <- &Delivery{ID: "1:0:-1:-1", Topic: "t", Payload: []byte("a")}
+	f.feed <- &Delivery{ID: "1:1:-1:-1", Topic: "t", Payload: []byte("b"), Redeliveries: 2}
+	for range 2 {
+		if _, err := rd.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, url+"/v1/streams/s/ack?positions=0,1,9", nil)
+	req.Header.Set("Stream-Id", resp.Header.Get("Stream-Id"))
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	want := `"records":[{"position":0,"messageId":"1:0:-1:-1","redeliveryCount":0},{"position":1,"messageId":"1:1:-1:-1","redeliveryCount":2}],"status":200,"unknown":["9"]`
+	if r.StatusCode != 200 || !strings.Contains(string(b), want) {
+		t.Fatalf("%d %s", r.StatusCode, b)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -213,6 +214,12 @@ func (s *Server) Handle(c echo.Context) error {
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || isAck {
+		if isAck && strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/ack") {
+			if err := admission.Authorize(st.table, req.Header, mapping.Read, def.Name); err != nil {
+				return deny(c, err)
+			}
+			return s.lookup(c, def)
+		}
 		if isAck {
 			return answerError(c, http.StatusMethodNotAllowed, "acknowledge with POST "+req.URL.Path, 0)
 		}
@@ -300,4 +307,41 @@ func deny(c echo.Context, err error) error {
 	}
 	c.Response().Header().Set("WWW-Authenticate", `Bearer realm="recordio-bridge"`)
 	return answerError(c, http.StatusUnauthorized, err.Error(), 0)
+}
+
+// lookup serves GET <stream path>/ack?positions=0,1,…: for records awaiting their
+// acknowledgement, their message id and redelivery count, so a client reading bare
+// payloads (envelope=none) learns how often a record was delivered before.
+func (s *Server) lookup(c echo.Context, def *mapping.Stream) error {
+	sid := c.Request().Header.Get("Stream-Id")
+	s.mu.Lock()
+	sm := s.open[sid]
+	s.mu.Unlock()
+	if sm == nil || sm.def.Name != def.Name {
+		return answerError(c, http.StatusNotFound, fmt.Sprintf("no open stream %s with Stream-Id %q", def.Name, sid), 0)
+	}
+	raw := c.QueryParam("positions")
+	parts := strings.Split(raw, ",")
+	if raw == "" || len(parts) > 1000 {
+		return answerError(c, http.StatusBadRequest, "send positions=0,1,… (at most 1000)", 0)
+	}
+	type record struct {
+		Position        int64  `json:"position"`
+		MessageID       string `json:"messageId"`
+		RedeliveryCount uint32 `json:"redeliveryCount"`
+	}
+	out := make([]record, 0, len(parts))
+	var unknown []string
+	sm.mu.Lock()
+	for _, p := range parts {
+		pos, err := strconv.ParseInt(p, 10, 64)
+		id, ok := sm.byPos[pos]
+		if err != nil || !ok {
+			unknown = append(unknown, p)
+			continue
+		}
+		out = append(out, record{Position: pos, MessageID: id, RedeliveryCount: sm.unacked[id].d.Redeliveries})
+	}
+	sm.mu.Unlock()
+	return c.JSON(http.StatusOK, map[string]any{"status": 200, "records": out, "unknown": unknown})
 }
