@@ -63,10 +63,15 @@ type row struct {
 	Result                               string
 }
 
+// addRow adds a line to the table; with CHAOS_TABLE set the file is rewritten at once, so
+// a run cut short by its timeout still leaves the rows it has.
 func addRow(r row) {
 	rowsMu.Lock()
-	defer rowsMu.Unlock()
 	rows = append(rows, r)
+	rowsMu.Unlock()
+	if f := os.Getenv("CHAOS_TABLE"); f != "" {
+		_ = os.WriteFile(f, []byte(table()), 0o644)
+	}
 }
 
 // table renders the results as the Markdown table the README carries.
@@ -105,6 +110,7 @@ func mainCode(m *testing.M) int {
 		stop()
 	}
 	adminHTTP.CloseIdleConnections()
+	ingressHTTP.CloseIdleConnections()
 	if code == 0 {
 		if err := goleak.Find(
 			// The official client (the oracle, not our code) leaves these behind (v0.19.0).
