@@ -247,6 +247,11 @@ type receipt struct {
 	Failed     int64  `json:"failed"`
 	Offset     *int64 `json:"offset"`
 	RetryAfter int    `json:"retryAfter"`
+	// Named streams (Stream-Name).
+	Sequence       *int64 `json:"sequence"`
+	Duplicate      bool   `json:"duplicate"`
+	Duplicates     *int64 `json:"duplicates"`
+	ResumeSequence *int64 `json:"resumeSequence"`
 }
 
 // ingressStream is an open streaming POST: records go in through a pipe while receipts
