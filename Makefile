@@ -11,7 +11,7 @@ MODULES := . e2e bench k8s
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e chaos demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing fuzz clean
+.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e chaos demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing bench-named e2e-exactly-once fuzz clean
 
 all: build
 
@@ -98,6 +98,16 @@ bench-consumer:
 
 bench-ingress: build
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./ingress -bin $(CURDIR)/$(BIN) -rounds 7'
+
+## bench-named: exactly-once ingress (Stream-Name) against unnamed streams, 1 KiB records, side by side.
+bench-named: build
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./named -bin $(CURDIR)/$(BIN) -rounds 5'
+
+## e2e-exactly-once: issue 19's full proof (100 000 events; the bridge killed 10 times, the broker 5 times);
+## make e2e runs a short form of the same test (4 000 events, 3 and 1 kills).
+e2e-exactly-once: build
+	BRIDGE_BIN=$(CURDIR)/$(BIN) EXACTLY_ONCE_EVENTS=100000 EXACTLY_ONCE_BRIDGE_KILLS=10 EXACTLY_ONCE_BROKER_KILLS=5 \
+		$(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 60m -run TestExactlyOnceAcrossKills -v .'
 
 bench-egress: build
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./egress -bin $(CURDIR)/$(BIN) -rounds 7'

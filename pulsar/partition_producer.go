@@ -242,6 +242,17 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		cmd.ProducerName = proto.String(name)
 	}
 	resp, err := cn.Request(ctx, reqID, &pb.BaseCommand{Type: pb.BaseCommand_PRODUCER.Enum(), Producer: cmd})
+	// A registration given up on below (an error or timeout here, or the producer stopped
+	// meanwhile) may still be, or become, complete on the broker, which then keeps the
+	// name busy on this connection: a named producer's successors would get ProducerBusy
+	// for as long as the connection lives. So it is closed there too (after p.mu is
+	// released; a close that overtakes the creation cancels it).
+	abandoned := false
+	defer func() {
+		if abandoned && h.lost == nil {
+			p.closeOnBroker(cn)
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err == nil && resp.GetProducerSuccess() == nil {
@@ -257,6 +268,7 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 	}
 	if err != nil {
 		p.detachLocked(h)
+		abandoned = true
 		if p.state == stateRegistering {
 			p.state = stateReconnecting
 		}
@@ -267,6 +279,7 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 	}
 	if err := p.stoppedLocked(); err != nil {
 		p.detachLocked(h)
+		abandoned = true
 		return err
 	}
 	p.quotaErr = nil
@@ -298,6 +311,14 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		p.log.Info("producer reconnected", "broker", bc.logical, "resent", len(p.pending))
 	}
 	return nil
+}
+
+// closeOnBroker closes the producer's registration on cn without waiting (the broker
+// answers success for an id it does not know).
+func (p *partitionProducer) closeOnBroker(cn *conn.Conn) {
+	reqID := p.client.nextRequestID()
+	_ = cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(),
+		CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(reqID)}})
 }
 
 // run owns the producer's timers: batch delay, send timeouts and reconnects.
