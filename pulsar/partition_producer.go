@@ -249,7 +249,7 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 	// released; a close that overtakes the creation cancels it).
 	abandoned := false
 	defer func() {
-		if abandoned && h.lost == nil {
+		if abandoned {
 			p.closeOnBroker(cn)
 		}
 	}()
@@ -268,7 +268,7 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 	}
 	if err != nil {
 		p.detachLocked(h)
-		abandoned = true
+		abandoned = h.lost == nil // a lost connection took the registration with it
 		if p.state == stateRegistering {
 			p.state = stateReconnecting
 		}
@@ -279,7 +279,7 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 	}
 	if err := p.stoppedLocked(); err != nil {
 		p.detachLocked(h)
-		abandoned = true
+		abandoned = h.lost == nil // a lost connection took the registration with it
 		return err
 	}
 	p.quotaErr = nil
