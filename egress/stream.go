@@ -458,9 +458,13 @@ func (st *stream) retry(ctx context.Context, d *Delivery, cause string) bool {
 	if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries)+1 >= int64(m) && st.deadLetter(ctx, d) {
 		return true
 	}
-	st.mu.Lock()
-	st.retrying[d.ID] = d.Topic
-	st.mu.Unlock()
+	if st.def.Type == "exclusive" || st.def.Type == "failover" {
+		// Only where acks may be cumulative, and where the message comes back to this
+		// consumer (which forgets it then), so the set stays bounded.
+		st.mu.Lock()
+		st.retrying[d.ID] = d.Topic
+		st.mu.Unlock()
+	}
 	st.sub.Nack(d, st.def.Retry.Delay(d.Redeliveries, rand.Float64()))
 	if o, ok := st.srv.obs.(RetryObserver); ok {
 		o.Nacked(st.def.Name, cause, d.Redeliveries+1)
