@@ -127,39 +127,7 @@ func serve(t *testing.T, pub Publisher, tab *mapping.Table, l Limits) (*Server, 
 // open starts a streamed request and returns its body writer and a channel of response records.
 func open(t *testing.T, url string) (*io.PipeWriter, <-chan map[string]any) {
 	t.Helper()
-	pr, pw := io.Pipe()
-	req, _ := http.NewRequest(http.MethodPost, url, pr)
-	req.Header.Set("Content-Type", "application/recordio")
-	req.Header.Set("Message-Content-Type", "application/json")
-	req.Header.Set("Accept", "application/recordio")
-	out := make(chan map[string]any, 1024)
-	ready := make(chan struct{})
-	go func() {
-		defer close(out)
-		resp, err := http.DefaultClient.Do(req)
-		close(ready)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer resp.Body.Close()
-		rd := recordio.NewReader(resp.Body)
-		for {
-			b, err := rd.Next()
-			if err != nil {
-				return
-			}
-			var m map[string]any
-			if err := json.Unmarshal(b, &m); err != nil {
-				t.Errorf("%q: %v", b, err)
-				return
-			}
-			out <- m
-		}
-	}()
-	<-ready
-	t.Cleanup(func() { pw.Close() })
-	return pw, out
+	return openWith(t, url, nil)
 }
 
 func send(t *testing.T, w io.Writer, recs ...string) {
