@@ -139,3 +139,23 @@ func TestSequenceIDsNeedDeduplicationAndViceVersa(t *testing.T) {
 		t.Fatalf("broker holds %d messages, want none", n)
 	}
 }
+
+// A registration this side gave up on (its answer came too late) must be closed on the
+// broker: otherwise the name stays busy there, and every later producer of a named
+// stream gets ProducerBusy for as long as the connection lives (found by the
+// exactly-once kill test after a broker restart).
+func TestAbandonedRegistrationDoesNotKeepTheNameBusy(t *testing.T) {
+	b := fakeBroker(t)
+	b.UniqueProducerNames(true)
+	c := client(t, b.URL(), func(o *pulsar.ClientOptions) { o.OperationTimeout = 300 * time.Millisecond })
+	opts := pulsar.ProducerOptions{Topic: dedupTopic, Name: "named", Deduplication: true}
+	b.LoseProducerSuccess(1)
+	if _, err := c.CreateProducer(context.Background(), opts); err == nil {
+		t.Fatal("the first creation succeeded without an answer")
+	}
+	p, err := c.CreateProducer(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("the next producer of the name: %v, want it created", err)
+	}
+	p.Close()
+}

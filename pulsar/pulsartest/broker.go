@@ -69,7 +69,17 @@ type Broker struct {
 	acks           []AckRecord
 	closeAfter     map[pb.BaseCommand_Type]int              // close the connection after answering these
 	refuse         map[pb.BaseCommand_Type][]pb.ServerError // answer these with ERROR instead
+	uniqueNames    bool                                     // a producer name registered on a topic is busy until closed
+	lostProducerOK int                                      // register the next PRODUCERs but never answer them
 }
+
+// UniqueProducerNames makes a producer name busy on its topic while a producer of that
+// name is registered (ProducerBusy to another), as on the broker.
+func (b *Broker) UniqueProducerNames(on bool) { b.mu.Lock(); b.uniqueNames = on; b.mu.Unlock() }
+
+// LoseProducerSuccess registers the next n producers but never answers them, as a
+// broker whose answer comes after the client gave up.
+func (b *Broker) LoseProducerSuccess(n int) { b.mu.Lock(); b.lostProducerOK = n; b.mu.Unlock() }
 
 // NewBroker starts a fake broker on a loopback port.
 func NewBroker(opts ...Option) (*Broker, error) {
@@ -212,7 +222,7 @@ func (b *Broker) accept() {
 		if err != nil {
 			return
 		}
-		c := &serverConn{b: b, nc: nc, producers: map[uint64]string{}, gone: make(chan struct{})}
+		c := &serverConn{b: b, nc: nc, producers: map[uint64]string{}, names: map[uint64]string{}, gone: make(chan struct{})}
 		b.mu.Lock()
 		b.conns[c] = struct{}{}
 		b.mu.Unlock()
@@ -380,6 +390,7 @@ type serverConn struct {
 	nc        net.Conn
 	wmu       sync.Mutex
 	producers map[uint64]string // id -> topic; guarded by b.mu
+	names     map[uint64]string // id -> producer name; guarded by b.mu
 	received  int
 	frozen    bool // StopReading; guarded by b.mu
 	gone      chan struct{}
@@ -598,10 +609,22 @@ func (c *serverConn) handle(f *frame.Frame) {
 			b.producerSeq++
 			name = fmt.Sprintf("pulsartest-%d", b.producerSeq)
 		}
+		if b.uniqueNames && b.nameBusyLocked(r.GetTopic(), name) {
+			b.mu.Unlock()
+			c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{RequestId: proto.Uint64(r.GetRequestId()),
+				Error: pb.ServerError_ProducerBusy.Enum(), Message: proto.String("Producer with name '" + name + "' is already connected to topic")}})
+			return
+		}
 		c.producers[r.GetProducerId()] = r.GetTopic()
+		c.names[r.GetProducerId()] = name
 		last := int64(-1)
 		if h, ok := b.highest[dedupKey(r.GetTopic(), name)]; ok && b.dedup {
 			last = int64(h)
+		}
+		if b.lostProducerOK > 0 {
+			b.lostProducerOK--
+			b.mu.Unlock()
+			return
 		}
 		b.mu.Unlock()
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
@@ -610,6 +633,7 @@ func (c *serverConn) handle(f *frame.Frame) {
 		r := cmd.GetCloseProducer()
 		b.mu.Lock()
 		delete(c.producers, r.GetProducerId())
+		delete(c.names, r.GetProducerId())
 		b.mu.Unlock()
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{RequestId: proto.Uint64(r.GetRequestId())}})
 	case pb.BaseCommand_SEND:
@@ -681,6 +705,19 @@ func (c *serverConn) send(f *frame.Frame) {
 		return
 	}
 	b.mu.Unlock()
+}
+
+// nameBusyLocked reports whether a producer named name is registered on topic on a
+// connection that is still open.
+func (b *Broker) nameBusyLocked(topic, name string) bool {
+	for c := range b.conns {
+		for id, t := range c.producers {
+			if t == topic && c.names[id] == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // dedupKey keys deduplication state, per topic (partition) and producer name, as the broker does.
