@@ -82,6 +82,9 @@ type batch struct {
 	created  time.Time
 	key      string // the key of every message in the batch, unless mixed
 	mixed    bool
+	// acquired is what the batch's messages took from the pending limiter (their payload
+	// bytes), released exactly when the batch completes; size() counts the encoding too.
+	acquired int
 }
 
 // size is the number of payload bytes in the batch.
@@ -589,7 +592,7 @@ func (p *partitionProducer) takeAllLocked() []*pendingItem {
 	items := p.pending
 	p.pending = nil
 	if len(p.batch.reqs) > 0 {
-		items = append(items, &pendingItem{reqs: p.batch.reqs, numMsgs: len(p.batch.reqs), bytes: p.batch.size()})
+		items = append(items, &pendingItem{reqs: p.batch.reqs, numMsgs: len(p.batch.reqs), bytes: p.batch.acquired})
 		p.batch = batch{}
 	}
 	close(p.progress)
@@ -771,6 +774,7 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 	}
 	p.batch.buf = appendSingleMessage(p.batch.buf, seq, m)
 	p.batch.reqs = append(p.batch.reqs, req)
+	p.batch.acquired += len(m.Payload)
 	if len(p.batch.reqs) >= p.opts.BatchingMaxMessages || p.batch.size() >= p.opts.BatchingMaxBytes || len(p.pending) == 0 {
 		p.flushBatchLocked()
 	}
@@ -836,7 +840,7 @@ func (p *partitionProducer) flushBatchLocked() {
 		send.HighestSequenceId = proto.Uint64(b.lastSeq)
 	}
 	p.appendItemLocked(&pendingItem{seq: b.firstSeq, highestSeq: b.lastSeq, reqs: b.reqs, batched: true,
-		numMsgs: n, bytes: b.size(), created: b.created}, send, md, buf, headroom)
+		numMsgs: n, bytes: b.acquired, created: b.created}, send, md, buf, headroom)
 }
 
 // compressLocked returns the payload to send, raw or compressed, and how many unused

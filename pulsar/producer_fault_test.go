@@ -453,3 +453,28 @@ func TestLoneMessageLeavesAtOnceAndBatchesFormWhileInFlight(t *testing.T) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// What a batch takes from the pending limit is what it gives back: after batched sends
+// with keys and properties (whose encoding is larger than the payloads) complete, nothing
+// is pending. A batch that released its encoded size drove the count below zero, and the
+// per-producer byte bound stopped bounding.
+func TestBatchesReleaseWhatTheyAcquired(t *testing.T) {
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{BatchingMaxMessages: 50})
+	var wg sync.WaitGroup
+	wg.Add(200)
+	for i := range 200 {
+		m := &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%05d", i)), Key: fmt.Sprintf("key-%d", i%7),
+			Properties: map[string]string{"a-long-property-name": "and-a-long-property-value"}}
+		p.SendAsync(context.Background(), m, func(_ pulsar.MessageID, err error) {
+			if err != nil {
+				t.Errorf("send %d: %v", i, err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if s := p.Stats(); s.PendingBytes != 0 || s.PendingMessages != 0 {
+		t.Fatalf("after every receipt: %d bytes and %d messages pending, want 0 and 0", s.PendingBytes, s.PendingMessages)
+	}
+}
