@@ -38,17 +38,17 @@ k8s-test:
 	cd k8s && $(GO) test -count=1 ./...
 
 ## image: the container image from `make build`'s static binary, FROM scratch, no registry
-## (docker when a daemon answers, buildah otherwise; image/build.sh).
+## (docker when a daemon answers, buildah otherwise; k8s/image/build.sh).
 IMAGE ?= recordio-bridge:$(VERSION)
 STORAGE_DRIVER ?= vfs
 image: build
-	IMAGE=$(IMAGE) VERSION=$(VERSION) BIN=$(BIN) STORAGE_DRIVER=$(STORAGE_DRIVER) image/build.sh
+	IMAGE=$(IMAGE) VERSION=$(VERSION) BIN=$(BIN) STORAGE_DRIVER=$(STORAGE_DRIVER) k8s/image/build.sh
 
 ## image-test: the image built with buildah (podman's store) and run with podman as the manifests
 ## run it, against a real broker (e2e/image_test.go: PULSAR_URL's, or one of its own).
 PODMAN ?= podman --storage-driver $(STORAGE_DRIVER) --runtime runc --cgroup-manager cgroupfs
 image-test: build
-	IMAGE=$(IMAGE) VERSION=$(VERSION) BIN=$(BIN) STORAGE_DRIVER=$(STORAGE_DRIVER) IMAGE_BUILDER=buildah image/build.sh
+	IMAGE=$(IMAGE) VERSION=$(VERSION) BIN=$(BIN) STORAGE_DRIVER=$(STORAGE_DRIVER) IMAGE_BUILDER=buildah k8s/image/build.sh
 	cd e2e && BRIDGE_IMAGE=localhost/$(IMAGE) BRIDGE_BIN=$(CURDIR)/$(BIN) BRIDGE_PODMAN='$(PODMAN)' STORAGE_DRIVER=$(STORAGE_DRIVER) \
 		$(GO) test -race -count=1 -p 1 -timeout 10m -run '^TestImage' .
 

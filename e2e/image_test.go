@@ -191,7 +191,7 @@ func fileSHA256(t *testing.T, name string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// caBundle is the CA bundle the image was built with (image/build.sh's default).
+// caBundle is the CA bundle the image was built with (k8s/image/build.sh's default).
 func caBundle() string {
 	if f := os.Getenv("CA_BUNDLE"); f != "" {
 		return f
@@ -302,13 +302,13 @@ func TestImageIsReproducible(t *testing.T) {
 	}
 
 	again := strings.SplitN(img, ":", 2)[0] + ":rebuilt-" + broker.Name("r")
-	cmd := exec.Command("image/build.sh")
+	cmd := exec.Command("k8s/image/build.sh")
 	cmd.Dir = ".."
 	cmd.Env = append(os.Environ(), "IMAGE="+again, "BIN="+bin, "IMAGE_BUILDER=buildah", "CA_BUNDLE="+caBundle(),
 		"VERSION="+version, "REVISION="+labels["org.opencontainers.image.revision"],
 		"SOURCE_DATE_EPOCH="+strconv.FormatInt(created.Unix(), 10))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("image/build.sh: %v\n%s", err, out)
+		t.Fatalf("k8s/image/build.sh: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { _ = podmanCmd("rmi", again).Run() })
 	first := podman(t, "image", "inspect", "--format", "{{.Id}} {{.Digest}}", img)

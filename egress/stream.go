@@ -20,7 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/recordio-bridge/bridge/admission"
+	"github.com/recordio-bridge/bridge/internal/admission"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"

@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/recordio-bridge/bridge/admission"
+	"github.com/recordio-bridge/bridge/internal/admission"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -12,14 +11,9 @@ import (
 
 // TestPartitionsAdded: a partitioned topic grows from 2 to 4 partitions while 16 keyed
 // streams publish to it; the bridge must use the new partitions within a bounded time (the
-// official clients look for new partitions every minute) and lose nothing.
-//
-// The bridge does not look for new partitions yet (pulsar-reg, issue 14): until it does,
-// this runs in make chaos only, where its failure is in the table.
+// official clients look for new partitions every minute, and so does the bridge's client)
+// and lose nothing. It runs in the short form too.
 func TestPartitionsAdded(t *testing.T) {
-	if !full && os.Getenv("CHAOS_PARTITIONS") == "" {
-		t.Skip("make chaos only until the producer picks up new partitions (docs/chaos.md); CHAOS_PARTITIONS=1 runs it")
-	}
 	c := theCluster
 	run := randName("parts")
 	topic := "persistent://chaos/allowed/" + run

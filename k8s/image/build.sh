@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# image/build.sh: build the bridge's container image from the static binary `make build` made,
+# k8s/image/build.sh: build the bridge's container image from the static binary `make build` made,
 # without a registry (the Dockerfile is FROM scratch): docker when a daemon answers, buildah
 # otherwise. Reproducible: the same binary and CA bundle give the same image digest, because
 # every timestamp (files, history, the created date) is SOURCE_DATE_EPOCH.
@@ -18,9 +18,9 @@
 #   SOURCE_DATE_EPOCH  every timestamp in the image (default: the commit time of HEAD)
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
-say() { printf 'image/build.sh: %s\n' "$*" >&2; }
+say() { printf 'k8s/image/build.sh: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
 
 bin=${BIN:-bin/bridge}
