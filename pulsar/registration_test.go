@@ -192,3 +192,40 @@ func TestSendErrorNotAllowedFailsOnlyThatMessage(t *testing.T) {
 
 func strp(s string) *string { return &s }
 func u64p(v uint64) *uint64 { return &v }
+
+// TestBackoffKeepsGrowingWhenRegistrationsDieAtOnce: a broker that accepts a producer and
+// closes the connection at once, again and again, must see the producer back off more
+// each time, not re-register in a tight loop (issue 14 item 2: thousands of reconnects a
+// second, disconnecting every producer and consumer on the connection). Only a lower
+// bound on the time is checked, so a slow machine cannot fail it.
+func TestBackoffKeepsGrowingWhenRegistrationsDieAtOnce(t *testing.T) {
+	b := fakeBroker(t)
+	const initial, deaths = 40 * time.Millisecond, 5
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{DisableBatching: true, SendTimeout: -1,
+		Backoff: pulsar.Backoff{Initial: initial, Multiplier: 2, Jitter: 0.01, Max: 10 * time.Second}})
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	before := b.Frames(pb.BaseCommand_PRODUCER)
+	b.CloseAfterAnswering(pb.BaseCommand_PRODUCER, deaths)
+	start := time.Now()
+	b.DropConnections() // a stable registration lost: the first attempt goes at once
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("after")}); err != nil {
+		t.Fatalf("the producer did not come back after %d registrations died at once: %v", deaths, err)
+	}
+	elapsed := time.Since(start)
+	// Each registration that dies at once doubles the wait: 40+80+160+320+640 ms.
+	var want time.Duration
+	for i := range deaths {
+		want += initial << i
+	}
+	want = want * 99 / 100 // the jitter
+	if elapsed < want {
+		t.Fatalf("%d registrations that died at once were retried within %v; a growing backoff takes at least %v", deaths, elapsed, want)
+	}
+	if n := b.Frames(pb.BaseCommand_PRODUCER) - before; n != deaths+1 {
+		t.Fatalf("%d PRODUCER frames after the drop, want %d (each dead registration, then the one that lasts)", n, deaths+1)
+	}
+}
