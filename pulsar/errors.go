@@ -47,6 +47,10 @@ var (
 	// deduplication on, the broker then takes the resent message for a duplicate of what it
 	// already has. The message was NOT stored. Sending it again (as a new message) is safe.
 	ErrCorruptInTransit = errors.New("pulsar: message refused as corrupt in transit and not stored")
+	// ErrSequenceUsed: (Deduplication) the broker already stored a later sequence id of this
+	// producer, so this message can no longer be stored under its own: resending it with the
+	// same sequence id would be dropped as a duplicate. Not retryable.
+	ErrSequenceUsed = errors.New("pulsar: a later sequence id is already stored; this one can no longer be")
 )
 
 // ServerError is an error reported by the broker, with its code.
@@ -58,6 +62,9 @@ type ServerErrorCode = conn.ServerErrorCode
 // IsRetryable reports whether err is worth retrying: a closed connection, a timeout of
 // the broker's answer, or a broker error that a reconnect or new lookup can cure.
 func IsRetryable(err error) bool {
+	if errors.Is(err, ErrSequenceUsed) {
+		return false
+	}
 	var se *ServerError
 	if errors.As(err, &se) {
 		return se.Retryable()

@@ -469,6 +469,10 @@ func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 	if head.corrupt && messageIDFromPB(ids, p.partition).Duplicate() {
 		err := fmt.Errorf("%w: sequence %d on %s was refused with ChecksumError and later messages were stored before it was resent",
 			ErrCorruptInTransit, head.seq, p.topic)
+		if p.opts.Deduplication {
+			// The caller's own sequence id: sending it again can only be dropped.
+			err = fmt.Errorf("%w (%w)", err, ErrSequenceUsed)
+		}
 		for _, req := range head.reqs {
 			fns = deliver(fns, req, MessageID{}, err)
 		}

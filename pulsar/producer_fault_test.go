@@ -478,3 +478,49 @@ func TestBatchesReleaseWhatTheyAcquired(t *testing.T) {
 		t.Fatalf("after every receipt: %d bytes and %d messages pending, want 0 and 0", s.PendingBytes, s.PendingMessages)
 	}
 }
+
+// With Deduplication the sequence ids are the caller's: a message refused as corrupt after
+// a later one was stored can never be stored under its own id, so its error must not be
+// retryable (a caller resending it would get a "duplicate" for a message never stored).
+func TestCorruptedSendWithCallerSequenceIDsIsNotRetryable(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{Name: "named", Deduplication: true})
+	b.CorruptNextSends(2)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	errs := map[int]error{}
+	wg.Add(30)
+	for i := range 30 {
+		seq := int64(i)
+		p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%05d", i)), SequenceID: &seq},
+			func(_ pulsar.MessageID, err error) {
+				if err != nil {
+					mu.Lock()
+					errs[i] = err
+					mu.Unlock()
+				}
+				wg.Done()
+			})
+	}
+	wg.Wait()
+	stored := map[string]bool{}
+	for _, m := range b.Messages("persistent://public/default/fault") {
+		stored[string(m.Payload)] = true
+	}
+	for i := range 30 {
+		name := fmt.Sprintf("m-%05d", i)
+		err, failed := errs[i]
+		switch {
+		case failed && (!errors.Is(err, pulsar.ErrCorruptInTransit) || !errors.Is(err, pulsar.ErrSequenceUsed) || pulsar.IsRetryable(err)):
+			t.Fatalf("%s: %v; want ErrCorruptInTransit and ErrSequenceUsed, not retryable", name, err)
+		case failed && stored[name]:
+			t.Fatalf("%s failed but is stored", name)
+		case !failed && !stored[name]:
+			t.Fatalf("%s was reported sent but is not stored", name)
+		}
+	}
+	if len(errs) == 0 {
+		t.Log("no refused message was overtaken this run")
+	}
+}

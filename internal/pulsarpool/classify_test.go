@@ -2,6 +2,7 @@ package pulsarpool
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/recordio-bridge/bridge/ingress"
@@ -25,6 +26,10 @@ func TestClassifyChoosesTheIngressError(t *testing.T) {
 		{pulsar.ErrConnectionClosed, ingress.ErrUnavailable},
 		{pulsar.ErrMessageTooLarge, ingress.ErrTooLarge},
 		{pulsar.ErrProducerFailed, ingress.ErrRefused},
+		// Refused as corrupt, overtaken: a new message may be sent (unnamed stream) ...
+		{pulsar.ErrCorruptInTransit, ingress.ErrUnavailable},
+		// ... but not under the caller's own sequence id (named stream): skip it by number.
+		{fmt.Errorf("%w (%w)", pulsar.ErrCorruptInTransit, pulsar.ErrSequenceUsed), ingress.ErrRefused},
 	}
 	for _, c := range cases {
 		if got := Classify(c.err); !errors.Is(got, c.want) || !errors.Is(got, c.err) {
