@@ -180,22 +180,28 @@ func (c *Consumer) signal() {
 }
 
 // removeFrom drops the queued messages of one partition consumer (after a reconnect or
-// a redelivery of everything) and returns how many permits they stood for.
-func (c *Consumer) removeFrom(pc *partitionConsumer) int {
+// a redelivery of everything) and returns how many permits and bytes (of the current
+// registration) they stood for.
+func (c *Consumer) removeFrom(pc *partitionConsumer) (permits, bytes int) {
+	pc.mu.Lock()
+	gen := pc.gen
+	pc.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	permits := 0
 	kept := c.queue[:c.head]
 	for _, m := range c.queue[c.head:] {
 		if m.pc == pc {
 			permits += m.permits
+			if m.gen == gen {
+				bytes += m.size
+			}
 			continue
 		}
 		kept = append(kept, m)
 	}
 	clear(c.queue[len(kept):])
 	c.queue = kept
-	return permits
+	return permits, bytes
 }
 
 func (c *Consumer) partitionFailed(err error) {
@@ -342,6 +348,7 @@ type ConsumerStats struct {
 	ChecksumFailures int
 	Malformed        int // messages discarded because their metadata, batch or chunk fields do not validate
 	BatchTrackers    int // batches partly acknowledged, whose remaining indexes this consumer tracks
+	HeldBytes        int // with ReceiverQueueBytes: payload bytes queued and not yet taken
 }
 
 // Stats returns the consumer's counters.
@@ -355,6 +362,7 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.ChecksumFailures += pc.checksumFailures
 		s.Malformed += pc.malformed
 		s.BatchTrackers += len(pc.trackers)
+		s.HeldBytes += pc.heldBytes
 		pc.mu.Unlock()
 	}
 	return s

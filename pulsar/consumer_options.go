@@ -59,6 +59,14 @@ type ConsumerOptions struct {
 	// Chunks of an incomplete message do not hold permits: reassembly is bounded by
 	// MaxPendingChunkedMessages and MaxChunkedMessageSize bytes per partition.
 	ReceiverQueueSize int
+	// ReceiverQueueBytes, when positive, also bounds each partition's queue in bytes:
+	// permits are withheld while the payload bytes queued and not yet taken, plus the
+	// permits in flight at the bytes an arrival brought per permit (a moving average),
+	// would exceed it, and granted again as the application takes messages. Nothing is
+	// dropped; with nothing queued or in flight one permit always goes, so a message
+	// larger than the bound is still delivered. It is an estimate: an entry much larger
+	// than the ones before can overshoot it by that entry [0: bounded in messages only].
+	ReceiverQueueBytes int
 	// AckGroupTime and AckGroupMax: individual acknowledgements are sent in groups, after
 	// this long or this many [100 ms, 1000]; AckSync sends at once and waits.
 	AckGroupTime time.Duration
@@ -120,6 +128,9 @@ func (o ConsumerOptions) withDefaults() (ConsumerOptions, error) {
 	if o.MaxChunkedMessageSize <= 0 {
 		o.MaxChunkedMessageSize = 256 << 20
 	}
+	if o.ReceiverQueueBytes < 0 {
+		return o, fmt.Errorf("%w: ReceiverQueueBytes %d is negative", ErrInvalidOptions, o.ReceiverQueueBytes)
+	}
 	if o.ReceiverQueueSize < 1 || o.AckGroupMax < 1 || o.AckGroupTime < 0 || o.MaxPendingChunkedMessages < 1 {
 		return o, fmt.Errorf("%w: ReceiverQueueSize %d, AckGroupMax %d and MaxPendingChunkedMessages %d must be positive",
 			ErrInvalidOptions, o.ReceiverQueueSize, o.AckGroupMax, o.MaxPendingChunkedMessages)
@@ -144,7 +155,8 @@ type Message struct {
 	chunks  [][]byte    // a reassembled chunked message, chunk by chunk
 	chunkID []MessageID // every chunk's id, all acknowledged with the message
 	pc      *partitionConsumer
-	permits int // flow permits this message stands for
+	permits int    // flow permits this message stands for
+	gen     uint64 // its registration's generation (see partitionConsumer.gen)
 	size    int
 }
 

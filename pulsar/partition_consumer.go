@@ -79,14 +79,21 @@ type partitionConsumer struct {
 
 	mu sync.Mutex
 	// state, reg and cn are the registration's state machine (see regState).
-	state            regState
-	reg              *consumerHandle
-	cn               *conn.Conn // set only when ready
-	readyAt          time.Time
-	progressed       bool // a message arrived since the registration became ready
-	attempts         int  // failed attempts since the last stable registration
-	permitsTaken     int  // permits the application (or a discard) freed since the last FLOW
-	permitsGranted   int
+	state          regState
+	reg            *consumerHandle
+	cn             *conn.Conn // set only when ready
+	readyAt        time.Time
+	progressed     bool // a message arrived since the registration became ready
+	attempts       int  // failed attempts since the last stable registration
+	permitsTaken   int  // permits the application (or a discard) freed since the last FLOW
+	permitsGranted int
+	// With ReceiverQueueBytes: the bytes of this partition's messages queued and not yet
+	// taken, the permits granted and not yet used by an arrival, and the bytes an
+	// arrival brings per permit (a moving average, 0 until the first one).
+	heldBytes        int
+	inFlight         int
+	bytesPerPermit   int
+	gen              uint64 // the registration's generation: a message of an older one frees nothing
 	chunks           map[string]*chunkCtx
 	chunkBytes       int // payload bytes held by chunks, bounded by MaxChunkedMessageSize
 	chunkOrder       []string
@@ -236,8 +243,15 @@ func (p *partitionConsumer) connect(ctx context.Context) error {
 	p.readyAt = time.Now()
 	p.progressed = false
 	p.permitsTaken = 0
-	// A fresh subscription: the whole window is open again.
-	p.flowLocked(p.opts.ReceiverQueueSize)
+	p.gen++
+	// A fresh subscription: the whole window is open again (in bytes: as much of it as
+	// the byte bound allows; the queue of the last one was emptied on its loss).
+	if p.opts.ReceiverQueueBytes > 0 {
+		p.heldBytes, p.inFlight, p.permitsTaken = 0, 0, p.opts.ReceiverQueueSize
+		p.grantLocked()
+	} else {
+		p.flowLocked(p.opts.ReceiverQueueSize)
+	}
 	p.flushAcksLocked()
 	return nil
 }
@@ -258,18 +272,66 @@ func (p *partitionConsumer) flowLocked(n int) {
 }
 
 // taken is called when the application takes m: its permits return to the broker once
-// half the window is free.
+// half the window is free (and, with ReceiverQueueBytes, as the byte bound allows).
 func (p *partitionConsumer) taken(m *Message) {
 	p.mu.Lock()
+	if m.gen == p.gen {
+		p.heldBytes = max(0, p.heldBytes-m.size)
+	}
 	p.returnPermitsLocked(m.permits)
 	p.mu.Unlock()
 }
 
 func (p *partitionConsumer) returnPermitsLocked(n int) {
 	p.permitsTaken += n
+	if p.opts.ReceiverQueueBytes > 0 {
+		p.grantLocked()
+		return
+	}
 	if p.permitsTaken >= max(1, p.opts.ReceiverQueueSize/2) {
 		p.flowLocked(p.permitsTaken)
 		p.permitsTaken = 0
+	}
+}
+
+// grantLocked sends the broker as many of the withheld permits as the byte bound has
+// room for: the bytes queued, plus the permits in flight at the bytes an arrival brings
+// per permit, stay within ReceiverQueueBytes. With nothing queued and nothing in flight
+// one permit always goes, so a message larger than the bound is still delivered and the
+// flow never stalls; until the first arrival tells the size, one permit goes at a time.
+func (p *partitionConsumer) grantLocked() {
+	if p.permitsTaken == 0 || p.cn == nil {
+		return
+	}
+	k := 0
+	if per := p.bytesPerPermit; per > 0 {
+		if room := p.opts.ReceiverQueueBytes - p.heldBytes - p.inFlight*per; room > 0 {
+			k = room / per
+		}
+	}
+	if k < 1 && p.heldBytes == 0 && p.inFlight == 0 {
+		k = 1
+	}
+	k = min(k, p.permitsTaken)
+	if k < 1 {
+		return // granted again as the application takes messages
+	}
+	p.flowLocked(k)
+	p.permitsTaken -= k
+	p.inFlight += k
+}
+
+// arrivedLocked accounts an entry that used permits and brought bytes to the queue
+// (sample: its bytes per permit, 0 when it tells nothing).
+func (p *partitionConsumer) arrivedLocked(permits, held, sample int) {
+	p.inFlight = max(0, p.inFlight-permits)
+	p.heldBytes += held
+	if sample > 0 {
+		if p.bytesPerPermit == 0 {
+			p.bytesPerPermit = sample
+		} else {
+			p.bytesPerPermit = (3*p.bytesPerPermit + sample) / 4
+		}
 	}
 }
 
@@ -298,6 +360,7 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 	p.progressed = true
 	id := cmd.GetMessageId()
 	e, err := delivery.Parse(f.Metadata, f.Payload, cmd.GetAckSet(), p.limitsLocked())
+	p.inFlight = max(0, p.inFlight-max(e.Permits, 1))
 	if frameErr != nil {
 		p.checksumFailures++
 		p.log.Warn("discarding a corrupt message", "ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", frameErr)
@@ -321,6 +384,11 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 	switch e.Kind {
 	case delivery.Chunk:
 		msg := p.chunkLocked(cn, id, mid, &e, base)
+		if msg != nil {
+			msg.gen = p.gen
+			p.arrivedLocked(0, msg.size, 0)
+		}
+		p.arrivedLocked(0, 0, len(f.Payload))
 		p.mu.Unlock()
 		if msg != nil {
 			p.c.enqueue([]*Message{msg})
@@ -331,10 +399,18 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		m.ID.BatchIndex = -1
 		setFromMetadata(&m, md)
 		m.payload, m.size, m.permits = e.Payload, len(e.Payload), 1
+		m.gen = p.gen
+		p.arrivedLocked(0, m.size, max(m.size, 1))
 		p.mu.Unlock()
 		p.c.enqueue([]*Message{&m})
 	default:
 		msgs := p.unbatchLocked(mid, &e, cmd.GetAckSet(), base)
+		held := 0
+		for _, m := range msgs {
+			m.gen = p.gen
+			held += m.size
+		}
+		p.arrivedLocked(0, held, max(held/max(e.Permits, 1), 1))
 		if e.Skipped > 0 {
 			p.discardLocked(nil, id, e.Skipped, 0, false)
 		}
@@ -699,9 +775,10 @@ func (p *partitionConsumer) redeliverDueLocked(now time.Time) {
 }
 
 func (p *partitionConsumer) redeliverAll() {
-	freed := p.c.removeFrom(p)
+	freed, bytes := p.c.removeFrom(p)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.heldBytes = max(0, p.heldBytes-bytes)
 	if p.cn == nil {
 		return
 	}
