@@ -257,10 +257,22 @@ func (s *Server) Handle(c echo.Context) error {
 
 // answerError writes a JSON error for a request refused before its stream started.
 func answerError(c echo.Context, status int, msg string, retryAfter int) error {
+	closeIfBodyUnread(c.Request(), c.Response().Header(), false)
 	if retryAfter > 0 {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfter))
 	}
 	return c.JSON(status, map[string]any{"status": status, "error": msg})
+}
+
+// closeIfBodyUnread ends an HTTP/1.x connection after an answer written before the
+// request body was read to its end. Otherwise net/http first reads and drops up to 256 KiB
+// of what is left, holding the answer back: a client streaming an endless body would
+// not see its 429, 404 or 400 until it had sent that much or closed the body. (HTTP/2
+// answers a stream without touching the connection, so it is left alone there.)
+func closeIfBodyUnread(req *http.Request, h http.Header, sawEOF bool) {
+	if req.ProtoMajor == 1 && req.ContentLength != 0 && !sawEOF {
+		h.Set("Connection", "close")
+	}
 }
 
 type nopObserver struct{}

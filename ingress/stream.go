@@ -61,6 +61,7 @@ type stream struct {
 	unavailable       atomic.Bool
 	accepted          int64 // records with an entry: published + failed, once settled
 	abandoned         atomic.Bool
+	sawEOF            atomic.Bool         // the request body was read to its end
 	msg               Message             // reused for every record (the publisher does not keep it)
 	tallies           []tally             // by status, flushed to the Observer
 	idle              bool                // the collector waited before the record it settles
@@ -233,6 +234,7 @@ func (st *stream) run() int {
 		if retry > 0 {
 			res.Header().Set("Retry-After", strconv.Itoa(retry))
 		}
+		closeIfBodyUnread(st.c.Request(), res.Header(), st.sawEOF.Load())
 		_ = st.c.JSON(status, ans)
 	}
 	level := slog.LevelDebug
@@ -741,6 +743,9 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	_ = st.rc.SetReadDeadline(time.Now().Add(st.limits.IdleTimeout))
 	st.bodyMu.Unlock()
 	n, err := b.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		st.sawEOF.Store(true)
+	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		st.bodyMu.Lock()
 		stop := st.stopErr
