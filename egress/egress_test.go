@@ -718,3 +718,39 @@ func TestRedeliveryCountByPosition(t *testing.T) {
 		t.Fatalf("%d %s", r.StatusCode, b)
 	}
 }
+
+// TestAckBodiesAreBoundedInCount: an /ack or /nack body names at most maxAckIDs ids or
+// positions; a body of millions of empty records or zeros (16 MiB of them cost the
+// bridge some 400 MB before) is refused with a clear error before they are collected.
+func TestAckBodiesAreBoundedInCount(t *testing.T) {
+	for _, tc := range []struct {
+		name, ctype string
+		body        func(n int) string
+	}{
+		{"recordio", "application/recordio", func(n int) string { return strings.Repeat("1\n0", n) }},
+		{"json", "application/json", func(n int) string { return "[" + strings.Repeat("0,", n-1) + "0]" }},
+	} {
+		const limit = 10000 // maxAckIDs
+		for _, n := range []int{limit, limit + 1, 4 << 20} {
+			req := httptest.NewRequest(http.MethodPost, "/v1/streams/s/ack", strings.NewReader(tc.body(n)))
+			req.Header.Set("Content-Type", tc.ctype)
+			ids, err := readIDs(req)
+			if n <= limit {
+				if err != nil || len(ids) != n || ids[0] != "0" {
+					t.Errorf("%s, %d ids: %d read, %v", tc.name, n, len(ids), err)
+				}
+				continue
+			}
+			if err == nil || ids != nil || !strings.Contains(err.Error(), "more than 10000 ids") {
+				t.Errorf("%s, %d ids: %d read, %v; want errTooManyIDs", tc.name, n, len(ids), err)
+			}
+		}
+	}
+	for _, body := range []string{`{"a":1}`, `[1,`, `["1:2:3:4", {"x":1}]`, `[-1]`, ``} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/streams/s/ack", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if ids, err := readIDs(req); err == nil {
+			t.Errorf("%s: %v accepted", body, ids)
+		}
+	}
+}

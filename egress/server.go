@@ -321,10 +321,10 @@ func (s *Server) lookup(c echo.Context, def *mapping.Stream) error {
 		return answerError(c, http.StatusNotFound, fmt.Sprintf("no open stream %s with Stream-Id %q", def.Name, sid), 0)
 	}
 	raw := c.QueryParam("positions")
-	parts := strings.Split(raw, ",")
-	if raw == "" || len(parts) > 1000 {
+	if raw == "" || strings.Count(raw, ",") >= 1000 { // counted before anything is allocated
 		return answerError(c, http.StatusBadRequest, "send positions=0,1,… (at most 1000)", 0)
 	}
+	parts := strings.Split(raw, ",")
 	type record struct {
 		Position        int64  `json:"position"`
 		MessageID       string `json:"messageId"`

@@ -685,6 +685,9 @@ func (s *Server) HandleAck(c echo.Context) error {
 		return answerError(c, http.StatusConflict, fmt.Sprintf("stream %s acknowledges by itself (ack=auto)", def.Name), 0)
 	}
 	refs, err := readIDs(req)
+	if errors.Is(err, errTooManyIDs) {
+		return answerError(c, http.StatusRequestEntityTooLarge, err.Error(), 0)
+	}
 	if err != nil {
 		return answerError(c, http.StatusBadRequest, err.Error(), 0)
 	}
@@ -909,7 +912,16 @@ func (sm *stream) nack(c echo.Context, ids []string) error {
 	return c.JSON(http.StatusOK, map[string]any{"status": 200, "nacked": nacked, "deadLettered": dead})
 }
 
-// readIDs reads message ids from a RecordIO body (one id per record) or a JSON array.
+// maxAckIDs bounds the ids and positions one /ack or /nack request may name: each costs
+// memory while the request is served (and again in the answer's "unknown" list), so a
+// body of millions of tiny records cannot take the process's memory.
+const maxAckIDs = 10000
+
+// errTooManyIDs: a request named more than maxAckIDs ids (413).
+var errTooManyIDs = fmt.Errorf("more than %d ids or positions in one request: post them in several", maxAckIDs)
+
+// readIDs reads message ids from a RecordIO body (one id per record) or a JSON array,
+// at most maxAckIDs of them (errTooManyIDs beyond).
 func readIDs(req *http.Request) ([]string, error) {
 	mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
 	body := io.LimitReader(req.Body, 16<<20)
@@ -929,25 +941,48 @@ func readIDs(req *http.Request) ([]string, error) {
 			if err != nil {
 				return nil, err
 			}
+			if len(ids) == maxAckIDs {
+				return nil, errTooManyIDs
+			}
 			ids = append(ids, string(b))
 		}
 	case recordio.MediaJSON:
-		var refs []json.RawMessage
-		if err := json.NewDecoder(body).Decode(&refs); err != nil {
-			return nil, fmt.Errorf("the body is not a JSON array of message ids and record positions: %v", err)
+		const notArray = "the body is not a JSON array of message ids and record positions"
+		dec := json.NewDecoder(body)
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+			return nil, fmt.Errorf("%s: %v", notArray, errOrToken(err, tok))
 		}
-		ids := make([]string, len(refs))
-		for i, r := range refs {
+		var ids []string
+		for i := 0; dec.More(); i++ {
+			if i == maxAckIDs {
+				return nil, errTooManyIDs
+			}
+			var r json.RawMessage
+			if err := dec.Decode(&r); err != nil {
+				return nil, fmt.Errorf("%s: %v", notArray, err)
+			}
+			var id string
 			var pos uint64
-			if err := json.Unmarshal(r, &ids[i]); err == nil {
-				continue
+			if err := json.Unmarshal(r, &id); err != nil {
+				if err := json.Unmarshal(r, &pos); err != nil {
+					return nil, fmt.Errorf("element %d, %.64s, is neither a message id (a string) nor a record position (0, 1, 2, ...)", i, r)
+				}
+				id = strconv.FormatUint(pos, 10)
 			}
-			if err := json.Unmarshal(r, &pos); err != nil {
-				return nil, fmt.Errorf("element %d, %s, is neither a message id (a string) nor a record position (0, 1, 2, ...)", i, r)
-			}
-			ids[i] = strconv.FormatUint(pos, 10)
+			ids = append(ids, id)
+		}
+		if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
+			return nil, fmt.Errorf("%s: %v", notArray, errOrToken(err, tok))
 		}
 		return ids, nil
 	}
 	return nil, fmt.Errorf("Content-Type %q: send application/recordio (one id per record) or application/json (an array)", req.Header.Get("Content-Type"))
+}
+
+// errOrToken describes what stood where a JSON array's bracket should have.
+func errOrToken(err error, tok json.Token) any {
+	if err != nil {
+		return err
+	}
+	return fmt.Sprintf("found %v", tok)
 }
