@@ -65,3 +65,65 @@ routes:
 	}
 	t.Logf("exit 0 %s after SIGTERM (drain timeout 2s) with a client that reads nothing", took.Round(time.Millisecond))
 }
+
+// A trace collector that accepts connections and never answers must not hold SIGTERM
+// past the drain: every shutdown step shares the drain's deadline, the trace flush
+// last. Before, the traces had 5 s of their own after the drain (and the producers 2 s,
+// the metrics 1 s). The bound is the drain plus a generous slack for the process to
+// exit (a correctness bound, not a speed figure).
+func TestSIGTERMWithAHungTraceCollectorExitsWithinTheDrain(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "hungotlp")
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hole.Close()
+	var held []net.Conn
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c) // read nothing, answer nothing
+		}
+	}()
+	defer func() {
+		hole.Close()
+		<-accepted
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	const drain = 2 * time.Second
+	const slack = 1500 * time.Millisecond
+	p := startBridgeEnv(t, fmt.Sprintf(`
+pulsar:
+  url: %s
+ingress:
+  drainTimeout: %s
+routes:
+  - name: s
+    default: {topic: %s}
+`, b.URL, drain, topic), []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + hole.Addr().String(),
+		"OTEL_TRACES_SAMPLER=always_on", "OTEL_BSP_SCHEDULE_DELAY=50"})
+	// Records with spans, so there is something to export when SIGTERM comes.
+	for i := range 20 {
+		code, _, body := postOne(t, p.DataURL+"/v1/publish/s", map[string]string{"Content-Type": "application/json"},
+			fmt.Appendf(nil, `{"n":%d}`, i))
+		if code != 200 {
+			t.Fatalf("record %d: %d %s", i, code, body)
+		}
+	}
+	err, took := p.terminate(60 * time.Second)
+	if err != nil {
+		t.Fatalf("after SIGTERM: %v\n%s", err, tail(p.logs.String(), 20))
+	}
+	t.Logf("exit 0 %s after SIGTERM (drain timeout %s) with a hung trace collector", took.Round(time.Millisecond), drain)
+	if took > drain+slack {
+		t.Fatalf("exit %s after SIGTERM, past the %s drain + %s\n%s", took.Round(time.Millisecond), drain, slack, tail(p.logs.String(), 20))
+	}
+}

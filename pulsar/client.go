@@ -177,7 +177,12 @@ func (a tokenAuth) Data() ([]byte, error) {
 }
 
 // Close closes every producer and connection of the client.
-func (c *Client) Close() error {
+func (c *Client) Close() error { return c.CloseContext(context.Background()) }
+
+// CloseContext is Close bounded by ctx: when ctx ends (at once if it has ended), the
+// producers' flushes and the closes' waits for the broker's answers are cut, what is
+// pending fails with ErrProducerClosed, and the connections close.
+func (c *Client) CloseContext(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -187,6 +192,15 @@ func (c *Client) Close() error {
 	producers, consumers := c.producers, c.consumers
 	c.producers, c.consumers = nil, nil
 	c.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		for p := range producers {
+			p.cutNow()
+		}
+		for cons := range consumers {
+			cons.cutNow()
+		}
+	})
+	defer stop()
 	for p := range producers {
 		p.Close()
 	}

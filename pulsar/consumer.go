@@ -48,6 +48,9 @@ type Consumer struct {
 	avail  chan struct{}
 	done   chan struct{}
 	once   sync.Once
+	// cut ends a Close's wait for the broker's answers (Client.CloseContext's ctx ended).
+	cut    context.Context
+	cutNow context.CancelFunc
 }
 
 // Subscribe creates the subscription if needed and starts consuming; it returns once
@@ -61,6 +64,7 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	defer cancel()
 	cons := &Consumer{client: c, opts: opts, avail: make(chan struct{}, 1), done: make(chan struct{}), events: newDispatcher(),
 		partitioned: map[string]int{}, stop: make(chan struct{})}
+	cons.cut, cons.cutNow = context.WithCancel(context.Background())
 	for _, name := range opts.Topics {
 		topic, err := TopicName(name)
 		if err != nil {
@@ -321,7 +325,7 @@ func (c *Consumer) Close() error {
 		close(c.stop)
 		c.wg.Wait() // no partition is added from here on
 		close(c.done)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(c.cut, 10*time.Second)
 		defer cancel()
 		var wg sync.WaitGroup
 		for _, pc := range c.partitions() {
@@ -332,6 +336,7 @@ func (c *Consumer) Close() error {
 			}()
 		}
 		wg.Wait()
+		c.cutNow()
 		c.events.close()
 		c.client.mu.Lock()
 		delete(c.client.consumers, c)

@@ -24,6 +24,9 @@ type Producer struct {
 	growMu sync.Mutex // serialises growth with Close
 	closed bool
 	stop   chan struct{}
+	// cut ends the flush of a Close under way: a CloseContext caller whose ctx ended.
+	cut    context.Context
+	cutNow context.CancelFunc
 	wg     sync.WaitGroup
 }
 
@@ -51,6 +54,7 @@ func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Pro
 		return nil, err
 	}
 	p := &Producer{client: c, topic: topic, opts: opts, stop: make(chan struct{})}
+	p.cut, p.cutNow = context.WithCancel(context.Background())
 	var parts []*partitionProducer
 	if n == 0 {
 		parts = []*partitionProducer{newPartitionProducer(c, topic, -1, opts)}
@@ -222,7 +226,15 @@ func (p *Producer) Flush(ctx context.Context) error {
 
 // Close flushes (for at most the send timeout), closes the producer on the broker and
 // fails whatever is still pending with ErrProducerClosed.
-func (p *Producer) Close() error {
+func (p *Producer) Close() error { return p.CloseContext(context.Background()) }
+
+// CloseContext is Close with the flush also bounded by ctx: when ctx ends, what is
+// still pending is failed with ErrProducerClosed at once and CloseContext returns
+// promptly. It cuts a Close already under way (started by another caller) the same
+// way, so a shutdown's deadline holds whoever began closing the producer.
+func (p *Producer) CloseContext(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, p.cutNow)
+	defer stop()
 	p.once.Do(func() {
 		timeout := p.opts.SendTimeout
 		if timeout <= 0 {
@@ -233,7 +245,7 @@ func (p *Producer) Close() error {
 		close(p.stop)
 		p.growMu.Unlock()
 		p.wg.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		ctx, cancel := context.WithTimeout(p.cut, timeout)
 		defer cancel()
 		var wg sync.WaitGroup
 		for _, pp := range p.partitions() {
@@ -244,6 +256,7 @@ func (p *Producer) Close() error {
 			}()
 		}
 		wg.Wait()
+		p.cutNow()
 		p.client.mu.Lock()
 		delete(p.client.producers, p)
 		p.client.mu.Unlock()

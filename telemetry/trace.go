@@ -38,14 +38,20 @@ type Tracing struct {
 	sampler  sdktrace.Sampler // the configured sampler (inside the provider's), asked first for each record
 	segment  segmentOptions
 	provider *sdktrace.TracerProvider
+	cutNow   context.CancelFunc // ends every export under way or to come
 }
 
-// Shutdown flushes and stops the exporter.
+// Shutdown flushes and stops the exporter, by ctx's end: the SDK's batch processor
+// drains its queue in a goroutine of its own, whose exports are bounded by their own
+// timeout only, so when ctx ends first every export under way or to come is cut too (a
+// collector that accepts and never answers cannot keep that goroutine past ctx).
 func (t *Tracing) Shutdown(ctx context.Context) error {
 	if t.provider == nil {
 		return nil
 	}
-	return t.provider.Shutdown(ctx)
+	err := t.provider.Shutdown(ctx)
+	t.cutNow()
+	return err
 }
 
 // ForceFlush exports every span ended so far before it returns (or ctx ends).
@@ -122,10 +128,11 @@ func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler
 	bsp ...sdktrace.BatchSpanProcessorOption) *Tracing {
 	counts := &SpanCounts{}
 	s := bridgeSampler{sampler}
+	cut, cutNow := context.WithCancel(context.Background())
 	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(s), sdktrace.WithIDGenerator(idGenerator{}),
-		sdktrace.WithSpanProcessor(countEnded{counts}), sdktrace.WithBatcher(countingExporter{exp, counts}, bsp...))
+		sdktrace.WithSpanProcessor(countEnded{counts}), sdktrace.WithBatcher(countingExporter{exp, counts, cut}, bsp...))
 	return &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
-		Enabled: true, Spans: counts, sampler: sampler, segment: seg, provider: tp}
+		Enabled: true, Spans: counts, sampler: sampler, segment: seg, provider: tp, cutNow: cutNow}
 }
 
 const instrumentationName = "github.com/recordio-bridge/bridge"
@@ -218,13 +225,19 @@ func (p countEnded) OnEnd(s sdktrace.ReadOnlySpan) {
 func (countEnded) Shutdown(context.Context) error   { return nil }
 func (countEnded) ForceFlush(context.Context) error { return nil }
 
-// countingExporter counts what its exporter accepts and what it fails to export.
+// countingExporter counts what its exporter accepts and what it fails to export; an
+// export ends when cut does (Tracing.Shutdown's deadline passed).
 type countingExporter struct {
 	sdktrace.SpanExporter
-	c *SpanCounts
+	c   *SpanCounts
+	cut context.Context
 }
 
 func (e countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(e.cut, cancel)
+	defer stop()
 	err := e.SpanExporter.ExportSpans(ctx, spans)
 	if err != nil {
 		e.c.failed.Add(int64(len(spans)))

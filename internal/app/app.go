@@ -255,26 +255,30 @@ func (a *App) Run(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown drains the bridge, as net/http's Server.Shutdown does a server, and then
-// closes it:
+// Shutdown drains the bridge and closes it, returning by ctx's deadline as net/http's
+// Server.Shutdown does; every step shares that deadline, in this order and split:
 //
 //  1. /readyz turns 503; the data listener stops accepting; ingress refuses new streams
 //     (503) and stops reading the bodies of open ones; egress streams flush, acknowledge
 //     what they wrote and end.
-//  2. Open ingress streams settle what they read, until ctx's deadline; shortly before
-//     it (half the drain, at most a second) what is unsettled is answered "outcome
-//     unknown", and every write to a client is cut at the deadline.
-//  3. At the deadline (or once every stream ended), the data listener's remaining
-//     connections are closed and the memory budget refuses every waiter.
-//  4. The producers flush what they still hold and close, for at most closeGrace past
-//     the deadline; then the Pulsar client closes its connections, whatever is left.
-//  5. The ops listener closes; metrics (at most a second) and traces (at most 5 s) are
-//     flushed.
+//  2. Open ingress streams settle what they read, until the drain's end: the deadline
+//     less the shares of steps 4 and 5. Shortly before it (half the drain, at most a
+//     second) what is unsettled is answered "outcome unknown", and every write to a
+//     client is cut at the drain's end.
+//  3. Then (or once every stream ended) the data listener's remaining connections are
+//     closed and the memory budget refuses every waiter.
+//  4. The producers flush what they still hold until the deadline less step 5's share
+//     (a fifth of the time, at most producerShare, plus whatever the drain left);
+//     then the Pulsar client closes its connections, cutting what is left.
+//  5. The ops listener closes; metrics and traces are flushed with the rest of the time
+//     (at least a tenth, at most telemetryShare, more if the earlier steps ended
+//     early). They come last, so a hung collector cannot take the producers' time.
 //
-// It returns nil when every stream ended in time, else ctx's error; in both cases the
-// bridge is closed when it returns, at most closeGrace + 7 s after the deadline (9 s;
-// 3 s without tracing).
-// A second call waits for the first.
+// After the deadline nothing waits: what is still open is closed at once and Shutdown
+// returns ctx's error. It returns nil when every stream ended and everything flushed in
+// time. Without a deadline each step waits for its own bound (the producers' send
+// timeout, the exporters' timeouts) or until ctx is cancelled. A second call waits for
+// the first.
 func (a *App) Shutdown(ctx context.Context) error {
 	first := false
 	a.shutdownOnce.Do(func() {
@@ -292,39 +296,55 @@ func (a *App) Shutdown(ctx context.Context) error {
 	defer close(a.shutdownDone)
 	log := a.log
 	start := time.Now()
+	drainCtx, flushCtx := ctx, ctx
 	drainFor := time.Duration(0)
 	if dl, ok := ctx.Deadline(); ok {
-		drainFor = time.Until(dl)
+		total := time.Until(dl)
+		tel := min(total/10, telemetryShare)
+		prod := min(total/5, producerShare)
+		var cancelDrain, cancelFlush context.CancelFunc
+		drainCtx, cancelDrain = context.WithDeadline(ctx, dl.Add(-tel-prod))
+		defer cancelDrain()
+		flushCtx, cancelFlush = context.WithDeadline(ctx, dl.Add(-tel))
+		defer cancelFlush()
+		drainFor = total - tel - prod
 	}
 	log.Info("draining", "streams", a.ingress.Active(), "egressStreams", a.egress.Active(), "drainTimeout", drainFor.Round(time.Millisecond).String())
 	a.draining.Store(true)
 	shut := make(chan struct{})
 	go func() {
 		defer close(shut)
-		_ = a.data.Shutdown(ctx) // closes the listener now; waits for idle connections
+		_ = a.data.Shutdown(drainCtx) // closes the listener now; waits for idle connections
 	}()
 	egressErr := make(chan error, 1)
-	go func() { egressErr <- a.egress.Drain(ctx) }()
-	ingressErr := a.ingress.Drain(ctx)
+	go func() { egressErr <- a.egress.Drain(drainCtx) }()
+	ingressErr := a.ingress.Drain(drainCtx)
 	if ingressErr != nil {
 		log.Warn("drain timeout reached; unsettled records were answered as unknown", "drainTimeout", drainFor.String())
 	}
 	err := errors.Join(ingressErr, <-egressErr)
-	<-shut // returns by ctx's end
+	<-shut // returns by drainCtx's end
+	a.close(ctx, flushCtx, log, start)
 	if cerr := ctx.Err(); cerr != nil && err == nil {
 		err = cerr
 	}
 	a.shutdownErr = err
-	a.close(log, start)
 	return err
 }
 
-// closeGrace is how long past the drain's deadline producers may take to flush.
+// The shares of a Shutdown's time kept, at most, for the producers' flush after the
+// drain and for the telemetry's after that (see Shutdown).
+const (
+	producerShare  = 2 * time.Second
+	telemetryShare = time.Second
+)
+
+// closeGrace bounds the producers' flush in Close (which has no deadline of its own).
 const closeGrace = 2 * time.Second
 
 // Close closes the bridge at once: listeners and connections, producers (what they hold
-// gets closeGrace to flush), the Pulsar client, telemetry. It does not drain; after a
-// Shutdown it does nothing.
+// gets closeGrace to flush), the Pulsar client, telemetry (a second). It does not drain;
+// after a Shutdown it does nothing.
 func (a *App) Close() error {
 	first := false
 	a.shutdownOnce.Do(func() {
@@ -337,42 +357,35 @@ func (a *App) Close() error {
 	}
 	defer close(a.shutdownDone)
 	a.draining.Store(true)
-	a.close(a.log, time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), closeGrace+telemetryShare)
+	defer cancel()
+	flushCtx, cancelFlush := context.WithTimeout(ctx, closeGrace)
+	defer cancelFlush()
+	a.close(ctx, flushCtx, a.log, time.Now())
 	return nil
 }
 
-// close is the end of every shutdown: whatever is still open is closed, each step
-// bounded.
-func (a *App) close(log *slog.Logger, start time.Time) {
+// close is the end of every shutdown: whatever is still open is closed. The producers
+// flush until flushCtx ends, the telemetry until ctx does; nothing waits past ctx.
+func (a *App) close(ctx, flushCtx context.Context, log *slog.Logger, start time.Time) {
 	_ = a.data.Close() // the remaining connections, whatever their handlers do
 	a.stopWatch()
 	a.budget.Close() // a record or delivery still waiting for room gives up
-	closed := make(chan struct{})
-	go func() { a.prods.Close(); close(closed) }()
-	t := time.NewTimer(closeGrace)
-	select {
-	case <-closed:
-	case <-t.C:
-		log.Warn("producers did not flush in time; closing the broker connections under them", "closeGrace", closeGrace.String())
+	a.prods.CloseContext(flushCtx)
+	if flushCtx.Err() != nil {
+		log.Warn("producers did not flush in time; what they held was failed and their connections closed")
 	}
-	t.Stop()
-	a.client.Close() // cuts what the producers still wait for
-	select {
-	case <-closed:
-	case <-time.After(time.Second):
-		log.Error("producers did not close after their connections did")
-	}
+	// Every producer is closed; the consumers' closes are cut at ctx's end.
+	_ = a.client.CloseContext(ctx)
 	_ = a.ops.Close()
 	a.serving.Wait() // the Serve loops return once their listeners are closed; the watcher once stopped
-	mctx, mcancel := context.WithTimeout(context.Background(), time.Second)
-	_ = a.metrics.Shutdown(mctx)
-	mcancel()
-	a.shutdownTracing()
+	_ = a.metrics.Shutdown(ctx)
+	_ = a.tracing.Shutdown(ctx)
 	log.Info("bridge stopped", "took", time.Since(start).Round(time.Millisecond).String())
 }
 
 func (a *App) shutdownTracing() {
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), telemetryShare)
 	defer cancel()
 	_ = a.tracing.Shutdown(sctx)
 }

@@ -49,6 +49,9 @@ type Pool struct {
 	retiredReconnects int64
 	stop              chan struct{}
 	wg                sync.WaitGroup
+	// cut ends the producers' flushes at once: CloseContext's ctx ended.
+	cut    context.Context
+	cutNow context.CancelFunc
 	// claims are the named streams being published, by producer name.
 	claims map[string]*claim
 }
@@ -123,6 +126,7 @@ func New(client *pulsar.Client, o Options) *Pool {
 	}
 	ps := &Pool{client: client, opts: o.Producer, o: o, log: o.Logger,
 		m: map[string]*producerEntry{}, claims: map[string]*claim{}, retiring: map[*producerEntry]struct{}{}, room: make(chan struct{}), stop: make(chan struct{})}
+	ps.cut, ps.cutNow = context.WithCancel(context.Background())
 	ps.wg.Add(1)
 	go ps.reap()
 	return ps
@@ -250,7 +254,7 @@ func (ps *Pool) closeLocked(e *producerEntry) {
 	ps.wg.Add(1)
 	go func() {
 		defer ps.wg.Done()
-		_ = e.p.Close()
+		_ = e.p.CloseContext(ps.cut)
 		ps.mu.Lock()
 		ps.retiredReconnects += int64(e.p.Stats().Reconnects)
 		ps.mu.Unlock()
@@ -333,7 +337,7 @@ func (ps *Pool) create(e *producerEntry) {
 			ps.live--
 			close(e.ready)
 			ps.mu.Unlock()
-			_ = p.Close()
+			_ = p.CloseContext(ps.cut)
 			return
 		}
 		e.p = p
@@ -545,7 +549,14 @@ func (ps *Pool) Stats() telemetry.PulsarStats {
 
 // Close stops the reaper and closes every producer (each flushes what it holds, bounded
 // by its send timeout), waiting for the closes.
-func (ps *Pool) Close() {
+func (ps *Pool) Close() { ps.CloseContext(context.Background()) }
+
+// CloseContext is Close with every producer's flush also bounded by ctx, those closing
+// already (idle or evicted) included: when ctx ends, what the producers still hold is
+// failed at once and CloseContext returns promptly.
+func (ps *Pool) CloseContext(ctx context.Context) {
+	stop := context.AfterFunc(ctx, ps.cutNow)
+	defer stop()
 	ps.mu.Lock()
 	if ps.closed {
 		ps.mu.Unlock()
