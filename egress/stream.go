@@ -149,6 +149,18 @@ func (st *stream) putLocked(e *unackedEntry) {
 	st.byPos[e.pos] = e.d.ID
 }
 
+// take removes and returns the entry of id under the lock; an id that is not there is
+// added to unknown, and nil returned.
+func (st *stream) take(id string, unknown *[]string) *unackedEntry {
+	st.mu.Lock()
+	e := st.takeLocked(id)
+	st.mu.Unlock()
+	if e == nil {
+		*unknown = append(*unknown, id)
+	}
+	return e
+}
+
 // takeLocked removes and returns the entry of id, or nil.
 func (st *stream) takeLocked(id string) *unackedEntry {
 	e := st.unacked[id]
@@ -704,11 +716,8 @@ func (s *Server) HandleAck(c echo.Context) error {
 	var unknown []string
 	acked := 0
 	for i, id := range ids {
-		sm.mu.Lock()
-		e := sm.takeLocked(id)
-		sm.mu.Unlock()
+		e := sm.take(id, &unknown)
 		if e == nil {
-			unknown = append(unknown, id)
 			continue
 		}
 		if err := sm.sub.Ack(e.d); err != nil {
@@ -889,11 +898,8 @@ func (sm *stream) nack(c echo.Context, ids []string) error {
 	var unknown []string
 	nacked, dead := 0, 0
 	for _, id := range ids {
-		sm.mu.Lock()
-		e := sm.takeLocked(id)
-		sm.mu.Unlock()
+		e := sm.take(id, &unknown)
 		if e == nil {
-			unknown = append(unknown, id)
 			continue
 		}
 		if sm.retry(c.Request().Context(), e.d, "nack") {

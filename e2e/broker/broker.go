@@ -250,18 +250,28 @@ func (b *Broker) waitHealthy(d time.Duration) error {
 
 // Admin calls the broker's admin REST API. body, when not nil, is sent as JSON.
 func (b *Broker) Admin(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	return AdminRequest(ctx, adminClient, method, b.AdminURL+path, "", body)
+}
+
+// AdminRequest calls an admin REST API at url through client, with the bearer token
+// when it is not empty; body, when not nil, is sent as JSON. It returns the status and
+// the response's body.
+func AdminRequest(ctx context.Context, client *http.Client, method, url, token string, body []byte) (int, []byte, error) {
 	var r io.Reader
 	if body != nil {
 		r = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, b.AdminURL+path, r)
+	req, err := http.NewRequestWithContext(ctx, method, url, r)
 	if err != nil {
 		return 0, nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := adminClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}

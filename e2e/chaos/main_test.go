@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/recordio-bridge/bridge/e2e/broker"
 )
 
 // cluster is the production-shaped Pulsar of e2e/pulsar/cluster.sh: two brokers, TLS per
@@ -227,25 +228,11 @@ func (c *cluster) pid(t testing.TB, name string) int {
 
 // admin calls a broker's admin API as the superuser and returns the status and body.
 func (c *cluster) admin(ctx context.Context, method, url string, body string) (int, []byte, error) {
-	var r io.Reader
+	var b []byte
 	if body != "" {
-		r = strings.NewReader(body)
+		b = []byte(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, url, r)
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.SuperuserToken)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := adminHTTP.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, out, err
+	return broker.AdminRequest(ctx, adminHTTP, method, url, c.SuperuserToken, b)
 }
 
 // mustAdmin calls the admin API and fails the test unless it answers 2xx; a 5xx (a bundle
