@@ -46,6 +46,18 @@ type Message struct {
 	Sequence int64
 }
 
+// MetadataBytes is what the message's key and properties add to its payload: every
+// message (and every chunk of a chunked one) carries them, so a route that copies a
+// large request header into each record's properties makes each record that much larger
+// in memory, whatever its payload.
+func (m *Message) MetadataBytes() int64 {
+	n := int64(len(m.Key) + len(m.Producer))
+	for k, v := range m.Properties {
+		n += int64(len(k) + len(v))
+	}
+	return n
+}
+
 // Publisher is what ingress needs from a Pulsar producer pool.
 type Publisher interface {
 	// PublishAsync queues m and returns; done runs once the broker persisted it (with

@@ -83,7 +83,8 @@ type failure struct {
 // entry is one record between its publication and its receipt.
 type entry struct {
 	seq      int64
-	size     int64
+	size     int64 // the record's payload bytes
+	charge   int64 // what it holds of ingress.pendingBytes: payload, key and properties
 	start    time.Time
 	done     chan struct{}
 	id       string
@@ -426,17 +427,19 @@ func (st *stream) publish(rec recordio.Record) error {
 		}
 		sequence = n
 	}
-	if err := st.budget.acquire(st.ctx, rec.Size, st.abandonC); err != nil {
-		return err
-	}
-	e := entryPool.Get().(*entry)
-	e.seq, e.size, e.start, e.topic, e.id, e.err = rec.Index, rec.Size, time.Now(), tg.Topic, "", nil
-	e.sequence, e.dup = sequence, false
 	m := &st.msg // PublishAsync does not keep it
 	*m = Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
 	if st.named != nil {
 		m.Producer, m.Sequence = st.named.producer, sequence
 	}
+	// The record holds its key and properties too until its receipt (ingress.pendingBytes).
+	charge := rec.Size + m.MetadataBytes()
+	if err := st.budget.acquire(st.ctx, charge, st.abandonC); err != nil {
+		return err
+	}
+	e := entryPool.Get().(*entry)
+	e.seq, e.size, e.charge, e.start, e.topic, e.id, e.err = rec.Index, rec.Size, charge, time.Now(), tg.Topic, "", nil
+	e.sequence, e.dup = sequence, false
 	if tr := st.srv.tr; tr.Enabled {
 		// Each record is sampled on its own; the message carries its context (sampled or
 		// not), so consumers continue the trace and honour the decision.
@@ -453,7 +456,7 @@ func (st *stream) publish(rec recordio.Record) error {
 	case st.pending <- e:
 		st.accepted++
 	case <-st.ctx.Done():
-		st.budget.release(rec.Size)
+		st.budget.release(charge)
 		st.srv.tr.EndRecord(&e.span, "", st.ctx.Err()) // never sent: a failed record
 		return st.ctx.Err()
 	}
@@ -497,7 +500,7 @@ func (st *stream) recordParent(props map[string]string) trace.SpanContext {
 // publishFailed settles a record that was never sent.
 func (st *stream) publishFailed(seq int64, status int, err error) error {
 	e := entryPool.Get().(*entry)
-	e.seq, e.size, e.start, e.topic, e.id = seq, 0, time.Now(), "", ""
+	e.seq, e.size, e.charge, e.start, e.topic, e.id = seq, 0, 0, time.Now(), "", ""
 	e.err = &statusError{status: status, err: err}
 	e.sequence, e.dup = -1, false
 	if st.named != nil {
@@ -589,13 +592,13 @@ func (st *stream) collect() {
 			case <-st.abandonC:
 				// The drain timeout passed: the outcome is unknown. The publisher's
 				// callback will still come; the entry is not reused.
-				st.budget.release(e.size)
+				st.budget.release(e.charge)
 				st.settle(&entry{seq: e.seq, sequence: e.sequence, span: e.span, err: &statusError{status: http.StatusServiceUnavailable,
 					err: errors.New("not confirmed by the broker before the drain timeout; outcome unknown")}}, &buf)
 				continue
 			}
 		}
-		st.budget.release(e.size)
+		st.budget.release(e.charge)
 		st.settle(e, &buf)
 		entryPool.Put(e)
 		if len(buf) >= 32<<10 {

@@ -349,7 +349,7 @@ func (ps *Pool) create(e *producerEntry) {
 
 // PublishAsync implements ingress.Publisher.
 func (ps *Pool) PublishAsync(ctx context.Context, m *ingress.Message, done func(string, error)) {
-	size := int64(len(m.Payload))
+	size := int64(len(m.Payload)) + m.MetadataBytes() // what the producer holds of it until the receipt
 	if err := ps.o.Budget.Acquire(ctx, size); err != nil {
 		done("", ps.stopNamed(m, budgetErr(err)))
 		return
@@ -412,6 +412,7 @@ func (ps *Pool) PublishStream(ctx context.Context, m *ingress.Message, size int6
 	if lim := int64(ps.opts.MaxPendingBytes); lim > 0 {
 		charge = min(charge, lim)
 	}
+	charge += m.MetadataBytes()
 	if err := ps.o.Budget.Acquire(ctx, charge); err != nil {
 		return "", budgetErr(err)
 	}
