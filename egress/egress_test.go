@@ -202,6 +202,11 @@ func TestResolveQuery(t *testing.T) {
 		{"envelope=xml", `envelope="xml" is not one of none, json`, options{}},
 		{"subscription=a/b", "is not a subscription name", options{}},
 		{"x=1", `unknown query parameter "x"`, options{}},
+		{"envelope=json&envelope=none", `query parameter "envelope" given 2 times`, options{}},
+		{"envelope=json&%zz", "is malformed", options{}},
+		{"subscription=a%00b", "is not a subscription name", options{}},
+		{"subscription=" + strings.Repeat("a", 257), "is not a subscription name", options{}},
+		{"subscription=" + strings.Repeat("a", 256), "", options{strings.Repeat("a", 256), "latest", "auto", "none"}},
 	}
 	for _, c := range cases {
 		req := httptest.NewRequest(http.MethodGet, "/v1/streams/s?"+c.q, nil)

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"mime"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,13 +41,19 @@ var queryValues = map[string][]string{
 // resolveQuery applies the query parameters the stream allows, refusing any other.
 func resolveQuery(def *mapping.Stream, req *http.Request) (options, error) {
 	o := options{subscription: def.Subscription, position: def.Position, ack: def.Ack, envelope: def.Envelope}
-	q := req.URL.Query()
+	q, err := url.ParseQuery(req.URL.RawQuery)
+	if err != nil {
+		return o, fmt.Errorf("the query %.64q is malformed: %v", req.URL.RawQuery, err)
+	}
 	names := make([]string, 0, len(q))
 	for k := range q {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	for _, k := range names {
+		if len(q[k]) > 1 {
+			return o, fmt.Errorf("query parameter %q given %d times", k, len(q[k]))
+		}
 		v := q.Get(k)
 		dst := map[string]*string{"subscription": &o.subscription, "position": &o.position, "ack": &o.ack, "envelope": &o.envelope}[k]
 		if dst == nil {
@@ -64,12 +71,29 @@ func resolveQuery(def *mapping.Stream, req *http.Request) (options, error) {
 				return o, fmt.Errorf("%s=%q is not one of %s", k, v, strings.Join(allowed, ", "))
 			}
 		}
-		if k == "subscription" && (v == "" || strings.ContainsAny(v, "/ ")) {
-			return o, fmt.Errorf("subscription=%q is not a subscription name", v)
+		if k == "subscription" && !validSubscription(v) {
+			return o, fmt.Errorf("subscription=%.64q is not a subscription name (1 to %d printable ASCII characters, no '/' or space)", v, maxSubscriptionName)
 		}
 		*dst = v
 	}
 	return o, nil
+}
+
+// maxSubscriptionName bounds a subscription name a client chooses (subscription=).
+const maxSubscriptionName = 256
+
+// validSubscription reports whether a client may name a subscription v: the broker
+// keeps it, and admin tools must be able to name it back in a URL path.
+func validSubscription(v string) bool {
+	if v == "" || len(v) > maxSubscriptionName {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c > '~' || c == '/' {
+			return false
+		}
+	}
+	return true
 }
 
 // stream is one open GET: its goroutine receives messages, writes them as records,
