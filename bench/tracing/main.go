@@ -44,7 +44,10 @@ func main() {
 	shapes := flag.String("parallel", "1,8", "streams open at once: one run of every round per value")
 	protocol := flag.String("protocol", "http/protobuf", "OTLP protocol: http/protobuf or grpc (the sink shares the machine; receiving gRPC costs it ~3x more CPU)")
 	rate := flag.Int("rate", 0, "offered records per second per run (0: as fast as the bridge takes them)")
+	profile := flag.String("profile", "", "a directory: in the last round, write the bridge's CPU profile and allocations (pprof) of each mode for -profile-seconds from the start of the timed run (make the runs last longer than that)")
+	profileSeconds := flag.Int("profile-seconds", 5, "how long the -profile profiles last")
 	flag.Parse()
+	harness.Pprof = *profile != ""
 	if *url == "" {
 		log.Fatal("no broker: set -url or PULSAR_URL (make bench-tracing starts one)")
 	}
@@ -153,7 +156,15 @@ func main() {
 					next <- s
 				}
 				close(next)
-				var wg sync.WaitGroup
+				var wg, profiles sync.WaitGroup
+				if *profile != "" && r == *rounds-1 {
+					name := fmt.Sprintf("%s-p%d-%s", strings.TrimSuffix(strings.ReplaceAll(m.name, " ", ""), "%"), parallel, "%s.pprof")
+					for _, kind := range []string{"profile", "allocs"} {
+						profiles.Go(func() {
+							fetchProfile(br.OpsURL, kind, *profileSeconds, filepath.Join(*profile, fmt.Sprintf(name, kind)))
+						})
+					}
+				}
 				for range parallel {
 					wg.Go(func() {
 						for s := range next {
@@ -167,6 +178,7 @@ func main() {
 				}
 				wg.Wait()
 				x := res{elapsed: time.Since(t0), cpu: br.CPU() - cpu0, all: procCPU(br) - all0, broker: brokerCPU() - b0}
+				profiles.Wait() // (the profiled round's figures include the profiler's cost)
 				if m.env != nil {
 					// Spans the bridge ended, and those not exported once its queue has
 					// drained (dropped because the queue was full, or failed).
@@ -247,6 +259,23 @@ func spanCounts(opsURL string) (ended, lost int64) {
 		if lost = n["ended"] - n["exported"]; lost == 0 || time.Now().After(deadline) {
 			return n["ended"], lost
 		}
+	}
+}
+
+// fetchProfile writes the bridge's pprof profile kind (profile: CPU; allocs: the
+// allocations made meanwhile) over the next seconds to path.
+func fetchProfile(opsURL, kind string, seconds int, path string) {
+	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", opsURL, kind, seconds))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		log.Fatalf("%s profile: %d %v %s", kind, resp.StatusCode, err, b)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		log.Fatal(err)
 	}
 }
 

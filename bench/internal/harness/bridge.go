@@ -21,6 +21,10 @@ type Bridge struct {
 	OpsURL  string
 }
 
+// Pprof turns the bridge's /debug/pprof/ on (listen.pprof) for the bridges started
+// after it is set.
+var Pprof bool
+
 // StartBridge runs bin with cfg (YAML without the listen section, which gets free
 // loopback ports) and waits until /readyz answers 200. env (KEY=VALUE) is added to the
 // process's environment.
@@ -33,7 +37,7 @@ func StartBridge(bin, cfg string, env ...string) (*Bridge, error) {
 	if err != nil {
 		return nil, err
 	}
-	full := fmt.Sprintf("listen:\n  data: 127.0.0.1:%d\n  ops: 127.0.0.1:%d\n%s", ports[0], ports[1], cfg)
+	full := fmt.Sprintf("listen:\n  data: 127.0.0.1:%d\n  ops: 127.0.0.1:%d\n  pprof: %t\n%s", ports[0], ports[1], Pprof, cfg)
 	path := filepath.Join(dir, "bridge.yaml")
 	if err := os.WriteFile(path, []byte(full), 0o644); err != nil {
 		return nil, err
