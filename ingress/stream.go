@@ -441,16 +441,19 @@ func (st *stream) publish(rec recordio.Record) error {
 	e.seq, e.size, e.charge, e.start, e.topic, e.id, e.err = rec.Index, rec.Size, charge, time.Now(), tg.Topic, "", nil
 	e.sequence, e.dup = sequence, false
 	if tr := st.srv.tr; tr.Enabled {
-		// Each record is sampled on its own; the message carries its context (sampled or
-		// not), so consumers continue the trace and honour the decision.
+		// Each record is sampled on its own; a sampled record's message carries its
+		// context, so consumers continue the trace (an unsampled one's only as
+		// Propagates says).
 		tr.StartPublish(&e.span, st.recordParent(m.Properties), st.segments.Next(rec.Size), tg.Topic, rec.Size, e.start)
-		if m.Properties == nil {
-			if st.traceProps == nil {
-				st.traceProps = make(map[string]string, 2)
+		if e.span.Propagates(m.Properties) {
+			if m.Properties == nil {
+				if st.traceProps == nil {
+					st.traceProps = make(map[string]string, 2)
+				}
+				m.Properties = st.traceProps // the publisher does not keep it; Inject overwrites it
 			}
-			m.Properties = st.traceProps // the publisher does not keep it; Inject overwrites it
+			e.span.Inject(m.Properties)
 		}
-		e.span.Inject(m.Properties)
 	}
 	select {
 	case st.pending <- e:

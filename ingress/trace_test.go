@@ -44,12 +44,25 @@ func (p *propsPublisher) PublishStream(context.Context, *Message, int64, io.Read
 	return "", nil
 }
 
-// TestRecordsAreTracedOnTheirOwn, with a sampler that samples no root: every message
-// carries its record's (unsampled) context; a failed record is traced all the same,
-// linked to its stream's segment; a record whose route gives it the client's sampled
-// context is that context's child; the record of a single-record request is a child of
-// the request's span.
+// TestRecordsAreTracedOnTheirOwn, with a sampler that samples no root: an unsampled
+// record's message carries no context (its record's unsampled one with
+// BRIDGE_TRACE_PROPAGATE_UNSAMPLED=true); a failed record is traced all the same, linked
+// to its stream's segment; a record whose route gives it the client's sampled context is
+// that context's child; one given the client's unsampled context carries its own
+// unsampled context, continuing the client's; the record of a single-record request is
+// a child of the request's span.
 func TestRecordsAreTracedOnTheirOwn(t *testing.T) {
+	for _, propagate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("propagate unsampled %v", propagate), func(t *testing.T) {
+			if propagate {
+				t.Setenv("BRIDGE_TRACE_PROPAGATE_UNSAMPLED", "true")
+			}
+			recordsAreTracedOnTheirOwn(t, propagate)
+		})
+	}
+}
+
+func recordsAreTracedOnTheirOwn(t *testing.T, propagate bool) {
 	url, spans := telemetrytest.SpanSink(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
@@ -93,7 +106,8 @@ routes:
 	}
 	client := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	var body []byte
-	for _, r := range []string{`{"n":1}`, `{"n":2}`, `{"x":0}`, `{"n":3,"tp":"` + client + `"}`} {
+	unsampled := "00-0af7651916cd43dd8448eb211c80319d-b7ad6b7169203332-00"
+	for _, r := range []string{`{"n":1}`, `{"n":2}`, `{"x":0}`, `{"n":3,"tp":"` + client + `"}`, `{"n":5,"tp":"` + unsampled + `"}`} {
 		body = recordio.AppendRecord(body, []byte(r))
 	}
 	post(body)
@@ -102,19 +116,28 @@ routes:
 		t.Fatal(err)
 	}
 
-	if len(pub.props) != 4 {
-		t.Fatalf("%d messages published, want 4", len(pub.props))
+	if len(pub.props) != 5 {
+		t.Fatalf("%d messages published, want 5", len(pub.props))
 	}
-	ctxs := make([]trace.SpanContext, 4)
+	ctxs := make([]trace.SpanContext, 5)
 	for i, p := range pub.props {
 		sc, ok := telemetry.ParseTraceparent(p)
+		if i < 2 && !propagate {
+			if len(p) != 0 {
+				t.Fatalf("message %d of an unsampled record carries %v; want no context", i, p)
+			}
+			continue
+		}
 		if !ok {
 			t.Fatalf("message %d carries no context: %v", i, p)
 		}
 		ctxs[i] = sc
 	}
-	if ctxs[0].IsSampled() || ctxs[1].IsSampled() || ctxs[0].TraceID() == ctxs[1].TraceID() {
+	if propagate && (ctxs[0].IsSampled() || ctxs[1].IsSampled() || ctxs[0].TraceID() == ctxs[1].TraceID()) {
 		t.Errorf("records 1 and 2: contexts %v and %v; want two unsampled traces of their own", ctxs[0], ctxs[1])
+	}
+	if tid := ctxs[3].TraceID(); ctxs[3].IsSampled() || tid.String() != unsampled[3:35] || ctxs[3].SpanID().String() == unsampled[36:52] {
+		t.Errorf("the record given the client's unsampled context %s carries %v; want its own unsampled context in the same trace", unsampled, ctxs[3])
 	}
 	byName := map[string][]*tracepb.Span{}
 	for _, sp := range spans() {

@@ -18,8 +18,8 @@ import (
 // egress. Each record is sampled on its own: the configured sampler is asked about the
 // record's own trace id (a new root) or its parent (a context the client or the message
 // supplied), so at 1 % one record in a hundred is traced, whatever the streams. A record
-// whose span was not sampled still has a context (flag not sampled) to pass on, so every
-// hop after it makes the same decision. A sampled record's span is an ordinary SDK span,
+// whose span was not sampled still has a context (flag not sampled), which its message
+// carries only as Propagates says. A sampled record's span is an ordinary SDK span,
 // started when the record is; an unsampled one costs the sampler's decision and its ids.
 //
 // A record that fails is always traced: End starts its span then, with the ids and the
@@ -36,6 +36,9 @@ type RecordSpan struct {
 	topic   string
 	group   string // process spans: the subscription
 	process bool
+	// propagate: an unsampled record's context goes into its message too
+	// (BRIDGE_TRACE_PROPAGATE_UNSAMPLED).
+	propagate bool
 }
 
 // SpanContext is the record's context (invalid with tracing off).
@@ -44,9 +47,33 @@ func (r *RecordSpan) SpanContext() trace.SpanContext { return r.sc }
 // Recording reports whether the record's span was sampled.
 func (r *RecordSpan) Recording() bool { return r.span != nil }
 
+// Propagates reports whether the record's context goes into its message, whose
+// properties (nil for none) are props: a sampled record's always, so its consumers
+// continue the trace. An unsampled record's only when the message already carries a
+// traceparent (the client's context for the record: it is replaced by the record's own,
+// which continues it and carries its decision) or BRIDGE_TRACE_PROPAGATE_UNSAMPLED is
+// on. Otherwise an unsampled record's message carries no context: no 55-byte property in
+// every message for the broker to store and every consumer to decode, at the price that
+// a consumer cannot tell "not sampled" from "never traced" (README, Operations: traces).
+// False with tracing off.
+func (r *RecordSpan) Propagates(props map[string]string) bool {
+	if r.sc.IsSampled() {
+		return true
+	}
+	if !r.sc.IsValid() {
+		return false
+	}
+	if r.propagate {
+		return true
+	}
+	_, ok := props["traceparent"]
+	return ok
+}
+
 // Inject writes the record's context into a message's properties as traceparent (and
 // tracestate, when it has one), so its consumers continue the trace — and honour the
-// decision when it was not sampled. It does nothing with tracing off.
+// decision when it was not sampled. It does nothing with tracing off. Callers inject
+// only when Propagates says so.
 func (r *RecordSpan) Inject(props map[string]string) {
 	if !r.sc.IsValid() {
 		return
@@ -93,6 +120,7 @@ func (t *Tracing) StartProcess(r *RecordSpan, props map[string]string, link trac
 }
 
 func (t *Tracing) startRecord(r *RecordSpan) {
+	r.propagate = t.propagateUnsampled
 	pctx := context.Background()
 	var tid trace.TraceID
 	if r.parent.IsValid() {

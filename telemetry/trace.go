@@ -35,10 +35,13 @@ type Tracing struct {
 	// tracing off).
 	Spans *SpanCounts
 
-	sampler  sdktrace.Sampler // the configured sampler (inside the provider's), asked first for each record
-	segment  segmentOptions
-	provider *sdktrace.TracerProvider
-	cutNow   context.CancelFunc // ends every export under way or to come
+	sampler sdktrace.Sampler // the configured sampler (inside the provider's), asked first for each record
+	segment segmentOptions
+	// propagateUnsampled puts unsampled records' contexts into their messages too
+	// (BRIDGE_TRACE_PROPAGATE_UNSAMPLED).
+	propagateUnsampled bool
+	provider           *sdktrace.TracerProvider
+	cutNow             context.CancelFunc // ends every export under way or to come
 }
 
 // Shutdown flushes and stops the exporter, by ctx's end: the SDK's batch processor
@@ -80,6 +83,8 @@ func Disabled() *Tracing {
 //     and batches are up to 4 096 (the SDK's 2 048 / 512 are small for a span per record).
 //   - BRIDGE_TRACE_SEGMENT_RECORDS and BRIDGE_TRACE_SEGMENT_INTERVAL: a stream's segment
 //     span ends after that many records or that long (default 10 000 records, 1m).
+//   - BRIDGE_TRACE_PROPAGATE_UNSAMPLED=true: an unsampled record's message carries its
+//     context (flag not sampled) too; by default only sampled records' messages do.
 //   - OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the downward-API variables POD_NAME,
 //     POD_NAMESPACE, NODE_NAME and CONTAINER_NAME become k8s.* resource attributes.
 func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
@@ -104,6 +109,12 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 	if err != nil {
 		return nil, err
 	}
+	propagate := false
+	if v := os.Getenv("BRIDGE_TRACE_PROPAGATE_UNSAMPLED"); v != "" {
+		if propagate, err = strconv.ParseBool(v); err != nil {
+			return nil, fmt.Errorf("BRIDGE_TRACE_PROPAGATE_UNSAMPLED %q: want true or false", v)
+		}
+	}
 	res, err := Resource(ctx, version)
 	if err != nil {
 		return nil, err
@@ -119,7 +130,9 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 	if os.Getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") == "" {
 		bsp = append(bsp, sdktrace.WithMaxExportBatchSize(4096))
 	}
-	return newTracing(version, res, sampler, seg, exp, bsp...), nil
+	t := newTracing(version, res, sampler, seg, exp, bsp...)
+	t.propagateUnsampled = propagate
+	return t, nil
 }
 
 // newTracing builds the SDK pipeline around exp: the counting processor, then the batch

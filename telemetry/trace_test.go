@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -36,6 +37,17 @@ func TestTracingIsOnlyOnWhenAsked(t *testing.T) {
 	if _, err := SetupTracing(context.Background(), "v"); err == nil {
 		t.Fatal("an unknown OTLP protocol was accepted")
 	}
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("BRIDGE_TRACE_PROPAGATE_UNSAMPLED", "sometimes")
+	if _, err := SetupTracing(context.Background(), "v"); err == nil || !strings.Contains(err.Error(), `BRIDGE_TRACE_PROPAGATE_UNSAMPLED "sometimes"`) {
+		t.Fatalf("BRIDGE_TRACE_PROPAGATE_UNSAMPLED=sometimes: error %v", err)
+	}
+	t.Setenv("BRIDGE_TRACE_PROPAGATE_UNSAMPLED", "true")
+	tr, err := SetupTracing(context.Background(), "v")
+	if err != nil || !tr.propagateUnsampled {
+		t.Fatalf("BRIDGE_TRACE_PROPAGATE_UNSAMPLED=true: %+v, %v", tr, err)
+	}
+	_ = tr.Shutdown(context.Background())
 }
 
 func TestPropertiesCarryTheTraceContextAndLogsItsIDs(t *testing.T) {
