@@ -761,6 +761,10 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 			return n, stop
 		case isTimeout(err):
 			return n, fmt.Errorf("%w (ingress.idleTimeout is %s)", errIdle, st.limits.IdleTimeout)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			// The body ended before its Content-Length (or its last chunk): a client that
+			// half-closed may still be reading, and is told so (400), not "went away".
+			return n, fmt.Errorf("the request body ended early: %w", err)
 		case st.ctx.Err() != nil:
 			return n, st.ctx.Err()
 		}
