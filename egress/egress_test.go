@@ -751,6 +751,28 @@ func TestAckBodiesAreBoundedInCount(t *testing.T) {
 			}
 		}
 	}
+	// The longest ids, 10 000 of them, fit; one huge string, or a body over 1 MiB, does not.
+	longest := "9223372036854775807:9223372036854775807:2147483647:2147483647"
+	for _, tc := range []struct {
+		ctype, body string
+		ok          bool
+	}{
+		{"application/json", "[" + strings.Repeat(`"`+longest+`",`, 9999) + `"` + longest + `"]`, true},
+		{"application/recordio", strings.Repeat(fmt.Sprintf("%d\n%s", len(longest), longest), 10000), true},
+		{"application/json", `["` + strings.Repeat("x", 2<<20) + `"]`, false},
+		{"application/json", "[" + strings.Repeat(" ", 2<<20) + "1]", false},
+		{"application/recordio", strings.Repeat("200\n"+strings.Repeat("x", 200), 6000), false},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/streams/s/ack", strings.NewReader(tc.body))
+		req.Header.Set("Content-Type", tc.ctype)
+		ids, err := readIDs(req)
+		if tc.ok && (err != nil || len(ids) != 10000 || ids[9999] != longest) {
+			t.Errorf("%s body of %d bytes: %d ids, %v", tc.ctype, len(tc.body), len(ids), err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "bytes, in one request")) {
+			t.Errorf("%s body of %d bytes: %d ids, %v; want the body refused as too large", tc.ctype, len(tc.body), len(ids), err)
+		}
+	}
 	for _, body := range []string{`{"a":1}`, `[1,`, `["1:2:3:4", {"x":1}]`, `[-1]`, ``} {
 		req := httptest.NewRequest(http.MethodPost, "/v1/streams/s/ack", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")

@@ -947,14 +947,42 @@ func (sm *stream) nack(c echo.Context, ids []string) error {
 // body of millions of tiny records cannot take the process's memory.
 const maxAckIDs = 10000
 
-// errTooManyIDs: a request named more than maxAckIDs ids (413).
-var errTooManyIDs = fmt.Errorf("more than %d ids or positions in one request: post them in several", maxAckIDs)
+// maxAckBody bounds an /ack or /nack body: room for maxAckIDs of the longest ids
+// (ledger:entry:partition:batch, 61 characters) with their framing, so one JSON string
+// cannot make the decoder hold megabytes.
+const maxAckBody = 1 << 20
+
+// errTooManyIDs: a request named more than maxAckIDs ids, or its body is over maxAckBody (413).
+var errTooManyIDs = fmt.Errorf("more than %d ids or positions, or more than %d bytes, in one request: post them in several", maxAckIDs, maxAckBody)
+
+// capped reads at most n bytes and then fails with errTooManyIDs (instead of an early
+// io.EOF, which would make a long body look like a malformed one).
+type capped struct {
+	r io.Reader
+	n int64
+}
+
+func (c *capped) Read(p []byte) (int, error) {
+	if c.n <= 0 {
+		var one [1]byte
+		if n, _ := io.ReadFull(c.r, one[:]); n == 0 {
+			return 0, io.EOF
+		}
+		return 0, errTooManyIDs
+	}
+	if int64(len(p)) > c.n {
+		p = p[:c.n]
+	}
+	n, err := c.r.Read(p)
+	c.n -= int64(n)
+	return n, err
+}
 
 // readIDs reads message ids from a RecordIO body (one id per record) or a JSON array,
 // at most maxAckIDs of them (errTooManyIDs beyond).
 func readIDs(req *http.Request) ([]string, error) {
 	mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
-	body := io.LimitReader(req.Body, 16<<20)
+	body := &capped{r: req.Body, n: maxAckBody}
 	switch mt {
 	case "":
 		if req.ContentLength == 0 {
@@ -968,6 +996,9 @@ func readIDs(req *http.Request) ([]string, error) {
 			if errors.Is(err, io.EOF) {
 				return ids, nil
 			}
+			if errors.Is(err, errTooManyIDs) {
+				return nil, errTooManyIDs
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -979,7 +1010,9 @@ func readIDs(req *http.Request) ([]string, error) {
 	case recordio.MediaJSON:
 		const notArray = "the body is not a JSON array of message ids and record positions"
 		dec := json.NewDecoder(body)
-		if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		if tok, err := dec.Token(); errors.Is(err, errTooManyIDs) {
+			return nil, errTooManyIDs
+		} else if err != nil || tok != json.Delim('[') {
 			return nil, fmt.Errorf("%s: %v", notArray, errOrToken(err, tok))
 		}
 		var ids []string
@@ -988,7 +1021,9 @@ func readIDs(req *http.Request) ([]string, error) {
 				return nil, errTooManyIDs
 			}
 			var r json.RawMessage
-			if err := dec.Decode(&r); err != nil {
+			if err := dec.Decode(&r); errors.Is(err, errTooManyIDs) {
+				return nil, errTooManyIDs
+			} else if err != nil {
 				return nil, fmt.Errorf("%s: %v", notArray, err)
 			}
 			var id string
@@ -1001,7 +1036,9 @@ func readIDs(req *http.Request) ([]string, error) {
 			}
 			ids = append(ids, id)
 		}
-		if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
+		if tok, err := dec.Token(); errors.Is(err, errTooManyIDs) {
+			return nil, errTooManyIDs
+		} else if err != nil || tok != json.Delim(']') {
 			return nil, fmt.Errorf("%s: %v", notArray, errOrToken(err, tok))
 		}
 		return ids, nil
