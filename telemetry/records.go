@@ -19,15 +19,19 @@ import (
 // record's own trace id (a new root) or its parent (a context the client or the message
 // supplied), so at 1 % one record in a hundred is traced, whatever the streams. A record
 // whose span was not sampled still has a context (flag not sampled), which its message
-// carries only as Propagates says. A sampled record's span is an ordinary SDK span,
-// started when the record is; an unsampled one costs the sampler's decision and its ids.
+// carries only as Propagates says. An unsampled record costs the sampler's decision and
+// its ids. A sampled record's span is an ordinary SDK span, made when the record ends
+// (EndRecord): started with the ids, the decision and the start time the record already
+// had, its attributes, link and outcome set, and ended, through the SDK's tracer, span
+// limits, processors and exporter. Making it whole at the end, rather than starting it
+// with the record, keeps no SDK span alive while the record waits for the broker and
+// sets the attributes once.
 //
-// A record that fails is always traced: End starts its span then, with the ids and the
-// start time it already had, through the same SDK pipeline.
+// A record that fails is always traced: EndRecord makes its span the same way whatever
+// the sampler said.
 //
 // The zero RecordSpan (tracing off) is no span.
 type RecordSpan struct {
-	span    trace.Span        // the SDK's span, when recording
 	sc      trace.SpanContext // the record's context, sampled or not
 	parent  trace.SpanContext // the context the record continues, if any
 	link    trace.SpanContext // the stream's segment span
@@ -36,6 +40,7 @@ type RecordSpan struct {
 	topic   string
 	group   string // process spans: the subscription
 	process bool
+	record  bool // the sampler said record: EndRecord makes the span
 	// propagate: an unsampled record's context goes into its message too
 	// (BRIDGE_TRACE_PROPAGATE_UNSAMPLED).
 	propagate bool
@@ -45,7 +50,7 @@ type RecordSpan struct {
 func (r *RecordSpan) SpanContext() trace.SpanContext { return r.sc }
 
 // Recording reports whether the record's span was sampled.
-func (r *RecordSpan) Recording() bool { return r.span != nil }
+func (r *RecordSpan) Recording() bool { return r.record }
 
 // Propagates reports whether the record's context goes into its message, whose
 // properties (nil for none) are props: a sampled record's always, so its consumers
@@ -134,66 +139,70 @@ func (t *Tracing) startRecord(r *RecordSpan) {
 	if r.process {
 		kind = trace.SpanKindConsumer
 	}
-	// The configured sampler (the provider's, without the forcing wrapper), asked first so
-	// that an unsampled record costs no span. The SDK asks it again in Start, about the
-	// same ids, and decides the same.
+	// The configured sampler (the provider's, without the forcing wrapper), asked once:
+	// EndRecord makes the span it decided on.
 	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: pctx, TraceID: tid, Kind: kind})
-	if res.Decision == sdktrace.Drop {
-		r.sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceState: res.Tracestate, Remote: false})
-		return
+	var flags trace.TraceFlags
+	if res.Decision == sdktrace.RecordAndSample {
+		flags = trace.FlagsSampled
 	}
-	span := t.startSDK(pctx, r, tid, sid, false)
-	r.sc = span.SpanContext()
-	if span.IsRecording() { // always, for the deterministic standard samplers
-		r.span = span
-	}
+	r.record = res.Decision != sdktrace.Drop
+	r.sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: flags, TraceState: res.Tracestate})
 }
 
-// startSDK starts r's span in the SDK with the ids given; force records it whatever the
-// sampler says.
-func (t *Tracing) startSDK(pctx context.Context, r *RecordSpan, tid trace.TraceID, sid trace.SpanID, force bool) trace.Span {
-	ctx := context.WithValue(pctx, presetKey{}, &preset{traceID: tid, spanID: sid, force: force})
-	var attrs []attribute.KeyValue
-	name, kind := "publish", trace.SpanKindProducer
+// The span kinds, made once.
+var (
+	kindProducer = trace.WithSpanKind(trace.SpanKindProducer)
+	kindConsumer = trace.WithSpanKind(trace.SpanKindConsumer)
+)
+
+// EndRecord ends r: the record was persisted (or delivered) as messageID, or failed with
+// err. Its span, if it was sampled or it failed, is made in the SDK now: started at the
+// record's start with its ids and decision (a failed record's always recorded and
+// sampled), given its attributes, its link to the segment and its outcome, and ended.
+func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
+	if !r.record && (err == nil || !t.Enabled || !r.sc.IsValid()) {
+		return
+	}
+	decision := sdktrace.RecordAndSample
+	if r.record && !r.sc.IsSampled() {
+		decision = sdktrace.RecordOnly // a sampler's "record, do not sample"
+	}
+	r.record = false
+	ctx := &presetCtx{Context: context.Background(), p: preset{traceID: r.sc.TraceID(), spanID: r.sc.SpanID(), force: true,
+		decision: decision, state: r.sc.TraceState()}}
+	if r.parent.IsValid() {
+		ctx.Context = trace.ContextWithSpanContext(ctx.Context, r.parent)
+	}
+	name, kind := "publish", kindProducer
 	if r.process {
-		name, kind = "process", trace.SpanKindConsumer
-		attrs = []attribute.KeyValue{AttrSystemPulsar, AttrOpProcess, AttrOperationName("process"), AttrDestination(r.topic),
-			AttrBodySize(int(r.size)), AttrConsumerGroup(r.group)}
-	} else {
-		attrs = []attribute.KeyValue{AttrSystemPulsar, AttrOpPublish, AttrDestination(r.topic), AttrBodySize(int(r.size))}
+		name, kind = "process", kindConsumer
 	}
 	if r.topic != "" {
 		name += " " + r.topic
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(kind), trace.WithTimestamp(r.start), trace.WithAttributes(attrs...)}
-	if r.link.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: r.link}))
+	_, span := t.Tracer.Start(ctx, name, kind, trace.WithTimestamp(r.start))
+	var attrs []attribute.KeyValue
+	if r.process {
+		attrs = []attribute.KeyValue{AttrSystemPulsar, AttrOpProcess, AttrOperationName("process"), AttrDestination(r.topic),
+			AttrBodySize(int(r.size)), AttrConsumerGroup(r.group), {}}
+	} else {
+		attrs = []attribute.KeyValue{AttrSystemPulsar, AttrOpPublish, AttrDestination(r.topic), AttrBodySize(int(r.size)), {}}
 	}
-	_, span := t.Tracer.Start(ctx, name, opts...)
-	return span
-}
-
-// EndRecord ends r: the record was persisted (or delivered) as messageID, or failed with
-// err. A failed record whose span was not sampled is traced now, as if it had been.
-func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
-	if r.span == nil {
-		if err == nil || !t.Enabled || !r.sc.IsValid() {
-			return
-		}
-		pctx := context.Background()
-		if r.parent.IsValid() {
-			pctx = trace.ContextWithSpanContext(pctx, r.parent)
-		}
-		r.span = t.startSDK(pctx, r, r.sc.TraceID(), r.sc.SpanID(), true)
+	if err == nil && messageID != "" {
+		attrs[len(attrs)-1] = AttrMessageID(messageID)
+	} else {
+		attrs = attrs[:len(attrs)-1]
+	}
+	span.SetAttributes(attrs...)
+	if r.link.IsValid() {
+		span.AddLink(trace.Link{SpanContext: r.link})
 	}
 	if err != nil {
-		r.span.RecordError(err)
-		r.span.SetStatus(codes.Error, err.Error())
-	} else if messageID != "" {
-		r.span.SetAttributes(AttrMessageID(messageID))
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 	}
-	r.span.End()
-	r.span = nil
+	span.End()
 }
 
 // presetKey marks a context whose span must get these ids (and, with force, be
@@ -202,9 +211,24 @@ func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
 type presetKey struct{}
 
 type preset struct {
-	traceID trace.TraceID
-	spanID  trace.SpanID
-	force   bool
+	traceID  trace.TraceID
+	spanID   trace.SpanID
+	force    bool // the span gets decision and state, whatever the sampler says
+	decision sdktrace.SamplingDecision
+	state    trace.TraceState
+}
+
+// presetCtx is a context (its parent's, if any) that carries a preset: one allocation.
+type presetCtx struct {
+	context.Context
+	p preset
+}
+
+func (c *presetCtx) Value(key any) any {
+	if key == (presetKey{}) {
+		return &c.p
+	}
+	return c.Context.Value(key)
 }
 
 func presetOf(ctx context.Context) *preset {
@@ -218,7 +242,7 @@ type bridgeSampler struct{ sdktrace.Sampler }
 
 func (s bridgeSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
 	if pre := presetOf(p.ParentContext); pre != nil && pre.force {
-		return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample, Tracestate: trace.SpanContextFromContext(p.ParentContext).TraceState()}
+		return sdktrace.SamplingResult{Decision: pre.decision, Tracestate: pre.state}
 	}
 	return s.Sampler.ShouldSample(p)
 }
@@ -384,7 +408,7 @@ func (s *Segments) Close() {
 }
 
 func (s *Segments) startLocked() {
-	ctx := context.WithValue(context.Background(), presetKey{}, &preset{force: true})
+	ctx := &presetCtx{Context: context.Background(), p: preset{force: true, decision: sdktrace.RecordAndSample}}
 	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.Int64("bridge.segment.index", s.index))}
 	if s.stream.IsValid() {

@@ -121,6 +121,63 @@ func TestFailedRecordsAreAlwaysTraced(t *testing.T) {
 	}
 }
 
+// A sampled record's span, made when the record ends, starts when the record did, with
+// the ids its message carries, its attributes (the message id once persisted) and its
+// link to the segment.
+func TestASampledRecordsSpanHasItsStartAndAttributes(t *testing.T) {
+	tr, exp := testTracing(t, sdktrace.AlwaysSample(), bigSegments)
+	segs := tr.NewSegments("POST r", trace.SpanContext{})
+	seg := segs.Next(7)
+	start := time.Now().Add(-time.Second)
+	var r RecordSpan
+	tr.StartPublish(&r, trace.SpanContext{}, seg, "persistent://public/default/t", 7, start)
+	if !r.Recording() || !r.SpanContext().IsSampled() || !r.Propagates(nil) {
+		t.Fatalf("always_on: recording %v, context %v", r.Recording(), r.SpanContext())
+	}
+	tr.EndRecord(&r, "5:6:-1:0", nil)
+	segs.Close()
+	var got *tracetest.SpanStub
+	spans := flushed(t, tr, exp)
+	for i := range spans {
+		if spans[i].Name == "publish persistent://public/default/t" {
+			got = &spans[i]
+		}
+	}
+	if got == nil {
+		t.Fatalf("no publish span in %v", spans)
+	}
+	attrs := map[attribute.Key]attribute.Value{}
+	for _, kv := range got.Attributes {
+		attrs[kv.Key] = kv.Value
+	}
+	if !got.SpanContext.Equal(r.SpanContext()) || !got.StartTime.Equal(start) || !got.EndTime.After(start) || got.SpanKind != trace.SpanKindProducer ||
+		attrs["messaging.message.id"].AsString() != "5:6:-1:0" || attrs["messaging.message.body.size"].AsInt64() != 7 ||
+		attrs["messaging.destination.name"].AsString() != "persistent://public/default/t" || attrs["messaging.system"].AsString() != "pulsar" ||
+		len(got.Links) != 1 || got.Links[0].SpanContext.SpanID() != seg.SpanID() || got.Status.Code == codes.Error {
+		t.Fatalf("span %+v; want the record's context %v, start %v, attributes and segment link", got, r.SpanContext(), start)
+	}
+}
+
+// An unsampled record costs no allocation: no span, no context, no property.
+func TestAnUnsampledRecordAllocatesNothing(t *testing.T) {
+	tr, _ := testTracing(t, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0)), bigSegments)
+	segs := tr.NewSegments("POST r", trace.SpanContext{})
+	defer segs.Close()
+	segs.Next(1) // the segment's span
+	start := time.Now()
+	props := map[string]string{}
+	if n := testing.AllocsPerRun(1000, func() {
+		var r RecordSpan
+		tr.StartPublish(&r, trace.SpanContext{}, segs.Next(1), "persistent://public/default/t", 1, start)
+		if r.Propagates(nil) {
+			r.Inject(props)
+		}
+		tr.EndRecord(&r, "1:2:-1:0", nil)
+	}); n != 0 {
+		t.Fatalf("%v allocations per unsampled record", n)
+	}
+}
+
 // A context the client gave the record is its span's parent, and its decision counts.
 func TestARecordContinuesItsClientsContext(t *testing.T) {
 	tr, exp := testTracing(t, sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0)), bigSegments)
@@ -270,7 +327,9 @@ func BenchmarkRecordSpan(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				var r RecordSpan
 				tr.StartPublish(&r, trace.SpanContext{}, seg.Next(1024), "persistent://public/default/t", 1024, time.Now())
-				r.Inject(props)
+				if r.Propagates(nil) { // as ingress does, for a message without properties
+					r.Inject(props)
+				}
 				tr.EndRecord(&r, "123:456:-1:0", nil)
 				if c.ratio > 0 && i%4096 == 0 {
 					_ = tr.ForceFlush(context.Background()) // measure the export too, not drops
