@@ -44,16 +44,23 @@ type Tracing struct {
 	cutNow             context.CancelFunc // ends every export under way or to come
 }
 
-// Shutdown flushes and stops the exporter, by ctx's end: the SDK's batch processor
+// Shutdown flushes and stops the exporter, by ctx's end. The SDK's batch processor
 // drains its queue in a goroutine of its own, whose exports are bounded by their own
-// timeout only, so when ctx ends first every export under way or to come is cut too (a
-// collector that accepts and never answers cannot keep that goroutine past ctx).
+// timeout only, so when ctx ends every export under way or to come is cut (a collector
+// that accepts and never answers cannot keep that goroutine past ctx). Every processor
+// is shut down even when ctx has ended already (the SDK would skip them then, leaving
+// the batch processor's goroutine running): with the exports cut, that is prompt.
 func (t *Tracing) Shutdown(ctx context.Context) error {
 	if t.provider == nil {
 		return nil
 	}
-	err := t.provider.Shutdown(ctx)
+	stop := context.AfterFunc(ctx, t.cutNow)
+	defer stop()
+	err := t.provider.Shutdown(context.WithoutCancel(ctx))
 	t.cutNow()
+	if cerr := ctx.Err(); err == nil && cerr != nil {
+		err = cerr
+	}
 	return err
 }
 

@@ -375,8 +375,9 @@ func (a *App) close(ctx, flushCtx context.Context, log *slog.Logger, start time.
 	if flushCtx.Err() != nil {
 		log.Warn("producers did not flush in time; what they held was failed and their connections closed")
 	}
-	// Every producer is closed; the consumers' closes are cut at ctx's end.
-	_ = a.client.CloseContext(ctx)
+	// Every producer is closed; the consumers' closes are cut with the producers' share,
+	// so the telemetry keeps its own.
+	_ = a.client.CloseContext(flushCtx)
 	_ = a.ops.Close()
 	a.serving.Wait() // the Serve loops return once their listeners are closed; the watcher once stopped
 	_ = a.metrics.Shutdown(ctx)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -57,7 +58,8 @@ func blackHole(t *testing.T) (addr string, stop func()) {
 
 // Shutdown must return at its deadline whatever hangs: a broker that stopped reading
 // (the producers cannot flush), an OTLP collector that accepts and never answers (the
-// trace export cannot finish) and an ingress client that stopped reading its receipts.
+// trace export cannot finish), an ingress client that stopped reading its receipts and
+// an egress stream whose consumer cannot be closed on the broker.
 // The bound is the deadline plus a generous slack for the closes after it (a
 // correctness bound, not a speed figure); goleak (TestMain) checks that every goroutine
 // still ends.
@@ -74,7 +76,7 @@ func TestShutdownReturnsAtItsDeadlineWhateverHangs(t *testing.T) {
 	}
 	defer b.Close()
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
-	writeConfig(t, path, b.URL(), "ingress:\n  publishTimeout: 60s")
+	writeConfig(t, path, b.URL(), "ingress:\n  publishTimeout: 60s\nstreams:\n  - name: s\n    topics: [t]")
 	a, err := New(Options{ConfigPath: path, Version: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +118,21 @@ func TestShutdownReturnsAtItsDeadlineWhateverHangs(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// An egress stream reading the topic (its consumer's close cannot be answered either).
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	ereq, _ := http.NewRequest(http.MethodGet, "http://"+a.DataAddr().String()+"/v1/streams/s", nil)
+	ereq.Header.Set("Accept", "application/recordio")
+	eresp, err := client.Do(ereq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eresp.StatusCode != http.StatusOK {
+		t.Fatalf("egress stream: %s", eresp.Status)
+	}
+	egressDone := make(chan struct{})
+	go func() { defer close(egressDone); _, _ = io.Copy(io.Discard, eresp.Body) }()
+	defer func() { eresp.Body.Close(); <-egressDone }()
 	// ... then the broker freezes with records in flight.
 	b.StopReading()
 
