@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -136,8 +138,41 @@ routes:
 			}
 		})
 	}
-	got := readTopic(t, newOfficialClient(t, b), "persistent://public/default/"+topic, 3)
-	for i, want := range []int{0, 2, 2} {
+	// Requests pipelined on one HTTP/1.1 connection, each with its whole body, one of
+	// them refused: every one is answered, in order; the refusal does not cost the
+	// connection the requests queued behind it.
+	t.Run("HTTP/1.1/pipelined, one refused", func(t *testing.T) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(p.DataURL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		var reqs []byte
+		for i, ct := range []string{"application/json", "text/plain", "application/json"} {
+			body := rec(3 + i)
+			reqs = fmt.Appendf(reqs, "POST /v1/publish/r HTTP/1.1\r\nHost: bridge\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s", ct, len(body), body)
+			reqs = fmt.Appendf(reqs, "POST /v1/publish/r HTTP/1.1\r\nHost: bridge\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", ct, len(body), body)
+		}
+		if _, err := conn.Write(reqs); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		for i, want := range []int{200, 200, 415, 415, 200, 200} {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("answer %d: %v", i, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != want {
+				t.Fatalf("answer %d: %d %s %v; want %d", i, resp.StatusCode, body, err, want)
+			}
+		}
+	})
+
+	got := readTopic(t, newOfficialClient(t, b), "persistent://public/default/"+topic, 7)
+	for i, want := range []int{0, 2, 2, 3, 3, 5, 5} {
 		if got[i] != string(rec(want)) {
 			t.Fatalf("message %d is %q, want %q", i, got[i], rec(want))
 		}

@@ -269,23 +269,39 @@ func (s *Server) Handle(c echo.Context) error {
 
 // answerError writes a JSON error for a request refused before its stream started.
 func answerError(c echo.Context, status int, msg string, retryAfter int) error {
-	closeIfBodyUnread(c.Request(), c.Response().Header(), false)
+	settleBody(c, false)
 	if retryAfter > 0 {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfter))
 	}
 	return c.JSON(status, map[string]any{"status": status, "error": msg})
 }
 
-// closeIfBodyUnread ends an HTTP/1.x connection after an answer written before the
-// request body was read to its end. Otherwise net/http first reads and drops up to 256 KiB
-// of what is left, holding the answer back: a client streaming an endless body would
-// not see its 429, 404 or 400 until it had sent that much or closed the body. (HTTP/2
+// settleBody readies an HTTP/1.x connection for an answer written before the request
+// body was read to its end. net/http would first read and drop up to 256 KiB of what
+// is left, with no deadline: a client streaming an endless body would not see its 429,
+// 404 or 400 until it had sent that much or closed the body, and one that announced a
+// body it never sends would hold the connection for good. Instead what is left is
+// dropped for at most discardGrace: a body that was all sent (pipelined requests) ends
+// and the connection goes on; any other ends the connection after the answer. (HTTP/2
 // answers a stream without touching the connection, so it is left alone there.)
-func closeIfBodyUnread(req *http.Request, h http.Header, sawEOF bool) {
-	if req.ProtoMajor == 1 && req.ContentLength != 0 && !sawEOF {
-		h.Set("Connection", "close")
+func settleBody(c echo.Context, sawEOF bool) {
+	req := c.Request()
+	if req.ProtoMajor != 1 || req.ContentLength == 0 || sawEOF {
+		return
 	}
+	if req.ContentLength < maxDiscard {
+		_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(discardGrace))
+		if _, err := io.CopyN(io.Discard, req.Body, maxDiscard); errors.Is(err, io.EOF) {
+			return
+		}
+	}
+	c.Response().Header().Set("Connection", "close")
 }
+
+const (
+	maxDiscard   = 256 << 10 // net/http's own bound on a body it drops
+	discardGrace = 200 * time.Millisecond
+)
 
 type nopObserver struct{}
 

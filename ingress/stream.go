@@ -235,7 +235,7 @@ func (st *stream) run() int {
 		if retry > 0 {
 			res.Header().Set("Retry-After", strconv.Itoa(retry))
 		}
-		closeIfBodyUnread(st.c.Request(), res.Header(), st.sawEOF.Load())
+		settleBody(st.c, st.sawEOF.Load())
 		_ = st.c.JSON(status, ans)
 	}
 	level := slog.LevelDebug
