@@ -232,6 +232,10 @@ func (s *Server) Handle(c echo.Context) error {
 	if err != nil {
 		return answerError(c, http.StatusBadRequest, err.Error(), 0)
 	}
+	if !dropBody(c) {
+		// Checked before subscribing: the stream's answer never waits for a body.
+		return answerError(c, http.StatusBadRequest, "a GET of a stream has no body; this one did not end", 0)
+	}
 	recordType := def.ContentType
 	if opts.envelope == "json" {
 		recordType = recordio.MediaJSON
@@ -287,11 +291,38 @@ func (s *Server) Handle(c echo.Context) error {
 }
 
 func answerError(c echo.Context, status int, msg string, retryAfter int) error {
+	if !dropBody(c) {
+		c.Response().Header().Set("Connection", "close")
+	}
 	if retryAfter > 0 {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfter))
 	}
 	return c.JSON(status, map[string]any{"status": status, "error": msg})
 }
+
+// dropBody reads and drops what is left of an HTTP/1.x request body for at most
+// discardGrace and reports whether it ended (true for HTTP/2, and for a body read to its
+// end already). net/http would otherwise wait for it, without a deadline, before the
+// answer's first byte: a request announcing a body it never sends would hold the answer
+// (and a GET's subscription) for as long as its connection stays open. When it reports
+// false, the connection must close after the answer.
+func dropBody(c echo.Context) bool {
+	req := c.Request()
+	if req.ProtoMajor != 1 || req.ContentLength == 0 {
+		return true
+	}
+	if req.ContentLength >= maxDiscard {
+		return false
+	}
+	_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(discardGrace))
+	_, err := io.CopyN(io.Discard, req.Body, maxDiscard)
+	return errors.Is(err, io.EOF) || errors.Is(err, http.ErrBodyReadAfterClose)
+}
+
+const (
+	maxDiscard   = 256 << 10 // net/http's own bound on a body it drops
+	discardGrace = 200 * time.Millisecond
+)
 
 func newStreamID() string {
 	var b [12]byte

@@ -727,6 +727,9 @@ func (s *Server) HandleAck(c echo.Context) error {
 	if err != nil {
 		return answerError(c, http.StatusBadRequest, err.Error(), 0)
 	}
+	if !dropBody(c) { // anything after the ids: the answer does not wait for it
+		c.Response().Header().Set("Connection", "close")
+	}
 	ids, through, err := sm.resolve(refs, req.URL.Query().Get("through"))
 	if err != nil {
 		return answerError(c, http.StatusBadRequest, err.Error(), 0)

@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/recordio-bridge/bridge/e2e/broker"
+)
+
+// TestEgressRequestWithABodyThatNeverComes: a GET of a stream that announces a body and
+// never sends it, and an /ack POST likewise, are answered (400, 404) instead of waiting
+// for that body without a deadline. Before, net/http waited to drop the body before the
+// GET's first byte, with the exclusive subscription already taken: every other client
+// got 409 for as long as the connection stayed open.
+func TestEgressRequestWithABodyThatNeverComes(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "getbody")
+	p := startBridge(t, fmt.Sprintf(`
+pulsar:
+  url: %s
+streams:
+  - name: out
+    topics: [%s]
+    ack: client
+    envelope: json
+`, b.URL, topic))
+	host := strings.TrimPrefix(p.DataURL, "http://")
+	ask := func(t *testing.T, req string) *http.Response {
+		t.Helper()
+		conn, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(15 * time.Second))
+		if _, err := io.WriteString(conn, req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no answer while the announced body does not come: %v", err)
+		}
+		return resp
+	}
+	t.Run("GET", func(t *testing.T) {
+		resp := ask(t, "GET /v1/streams/out HTTP/1.1\r\nHost: bridge\r\nAccept: application/recordio\r\nContent-Length: 10\r\n\r\n")
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode != 400 || !strings.Contains(string(body), "body") {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		// The subscription is free for the next client.
+		next := ask(t, "GET /v1/streams/out HTTP/1.1\r\nHost: bridge\r\nAccept: application/recordio\r\n\r\n")
+		if next.StatusCode != 200 {
+			body, _ := io.ReadAll(io.LimitReader(next.Body, 4096))
+			t.Fatalf("the next client: %d %s", next.StatusCode, body)
+		}
+	})
+	t.Run("ack", func(t *testing.T) {
+		resp := ask(t, "POST /v1/streams/out/ack HTTP/1.1\r\nHost: bridge\r\nStream-Id: nope\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n")
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode != 404 || !strings.Contains(string(body), "no open stream") {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	})
+}
