@@ -357,6 +357,12 @@ type Target struct {
 	Rule       int // index of the rule that matched; -1 for the default
 }
 
+// MaxTopicName bounds a topic name a template makes from a request or a record (as
+// rendered, before the persistent://tenant/namespace/ prefix a bare name gets): the broker
+// keeps every topic's name in its metadata store and in every lookup, so a client must
+// not be able to make one of hundreds of kilobytes.
+const MaxTopicName = 255
+
 // Resolve routes one record. data is the record, or nil when it is streamed (then JSON
 // conditions do not match and JSON placeholders have no value).
 func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
@@ -376,6 +382,9 @@ func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
 		raw, err := tg.topic.render(&in, checkTopicPart)
 		if err != nil {
 			return fail("topic " + tg.topic.src + ": " + err.Error())
+		}
+		if len(raw) > MaxTopicName {
+			return fail(fmt.Sprintf("topic %s: the name made is %d bytes long, more than %d", tg.topic.src, len(raw), MaxTopicName))
 		}
 		if raw == req.lastRaw && req.lastRoute == r && req.lastTopic != "" {
 			out.Topic = req.lastTopic

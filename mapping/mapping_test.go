@@ -87,6 +87,12 @@ func TestResolveRoutesMesosEventsByType(t *testing.T) {
 			err: "route mesos, default target: topic mesos/events/{json:type}: the record has no JSON field type"},
 		{name: "value that would change the topic", path: "/v1/publish/mesos/us", ctype: "application/json", body: `{"type":"a/b"}`,
 			err: `json field type is "a/b", which is not a topic name part`},
+		{name: "value making a topic name of 255 bytes", path: "/v1/publish/mesos/us", ctype: "application/json",
+			body:  `{"type":"` + strings.Repeat("t", 255-len("mesos/events/")) + `"}`,
+			topic: "persistent://mesos/events/" + strings.Repeat("t", 255-len("mesos/events/")), rule: -1, props: map[string]string{"source": "scheduler", "cluster": "us"}},
+		{name: "value making a topic name over 255 bytes", path: "/v1/publish/mesos/us", ctype: "application/json",
+			body: `{"type":"` + strings.Repeat("t", 300000) + `"}`,
+			err:  "topic mesos/events/{json:type}: the name made is 300013 bytes long, more than 255"},
 		{name: "number field", path: "/v1/publish/mesos/us", ctype: "application/json", body: `{"type":42}`,
 			topic: "persistent://mesos/events/42", rule: -1, props: map[string]string{"source": "scheduler", "cluster": "us"}},
 	}
