@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"math/rand/v2"
 	"sync"
@@ -265,23 +266,23 @@ func (idGenerator) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID 
 }
 
 func newTraceID() (id trace.TraceID) {
-	for !id.IsValid() {
+	for {
 		a, b := rand.Uint64(), rand.Uint64()
-		for i := range 8 {
-			id[i], id[8+i] = byte(a>>(8*i)), byte(b>>(8*i))
+		if a|b != 0 {
+			binary.LittleEndian.PutUint64(id[:8], a)
+			binary.LittleEndian.PutUint64(id[8:], b)
+			return id
 		}
 	}
-	return id
 }
 
 func newSpanID() (id trace.SpanID) {
-	for !id.IsValid() {
-		v := rand.Uint64()
-		for i := range 8 {
-			id[i] = byte(v >> (8 * i))
+	for {
+		if v := rand.Uint64(); v != 0 {
+			binary.LittleEndian.PutUint64(id[:], v)
+			return id
 		}
 	}
-	return id
 }
 
 // ParseTraceparent reads the W3C trace context a message carries in its properties
