@@ -171,9 +171,29 @@ func (c *Consumer) enqueue(msgs []*Message) {
 		return
 	}
 	c.mu.Lock()
+	if c.closed {
+		c.uncharge(msgs) // Close returned the queue's charge: these are not counted either
+	}
 	c.queue = append(c.queue, msgs...)
 	c.mu.Unlock()
 	c.signal()
+}
+
+// uncharge returns the MemoryLimiter charge of messages leaving the queue (taken by the
+// application or dropped); a message's charge goes back once.
+func (c *Consumer) uncharge(msgs []*Message) {
+	lim := c.opts.MemoryLimiter
+	if lim == nil {
+		return
+	}
+	var n int64
+	for _, m := range msgs {
+		n += int64(m.charged)
+		m.charged = 0
+	}
+	if n > 0 {
+		lim.Release(n)
+	}
 }
 
 func (c *Consumer) signal() {
@@ -193,15 +213,21 @@ func (c *Consumer) removeFrom(pc *partitionConsumer) (permits, bytes int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	kept := c.queue[:c.head]
+	var charged int64
 	for _, m := range c.queue[c.head:] {
 		if m.pc == pc {
 			permits += m.permits
 			if m.gen == gen {
 				bytes += m.size
 			}
+			charged += int64(m.charged)
+			m.charged = 0
 			continue
 		}
 		kept = append(kept, m)
+	}
+	if charged > 0 {
+		c.opts.MemoryLimiter.Release(charged)
 	}
 	clear(c.queue[len(kept):])
 	c.queue = kept
@@ -237,7 +263,13 @@ func (c *Consumer) TryReceive() (*Message, bool) {
 	if c.head == len(c.queue) {
 		c.queue, c.head = c.queue[:0], 0
 	}
+	charged := m.charged
+	m.charged = 0
 	c.mu.Unlock()
+	if charged > 0 {
+		// Released before the permits return, so they can be granted from it.
+		c.opts.MemoryLimiter.Release(int64(charged))
+	}
 	m.pc.taken(m)
 	return m, true
 }
@@ -321,6 +353,9 @@ func (c *Consumer) Close() error {
 	c.once.Do(func() {
 		c.mu.Lock()
 		c.closed = true
+		// What is still queued is no longer counted against the MemoryLimiter: the
+		// consumer is done with it (the broker redelivers what was not acknowledged).
+		c.uncharge(c.queue[c.head:])
 		c.mu.Unlock()
 		close(c.stop)
 		c.wg.Wait() // no partition is added from here on

@@ -67,6 +67,19 @@ type ConsumerOptions struct {
 	// larger than the bound is still delivered. It is an estimate: an entry much larger
 	// than the ones before can overshoot it by that entry [0: bounded in messages only].
 	ReceiverQueueBytes int
+	// MemoryLimiter, when set, is a byte budget the consumer shares with the rest of the
+	// process (the official Java client's MemoryLimitController does this for its
+	// producers and consumers). Each queued message's payload bytes are charged to it from
+	// arrival until the application takes it (or the queue drops it: a reconnect, a
+	// redelivery of everything, Close), and FLOW permits are granted only as far as it can
+	// cover them: the permits in flight are reserved at the bytes an arrival brings per
+	// permit, and an arrival's reservation becomes the charge of what it brought. When it
+	// cannot cover them, permits are withheld and granted again as the application takes
+	// messages. A partition with nothing queued and nothing in flight still gets one
+	// permit (charged even beyond the limit), so a budget filled by others never stalls a
+	// consumer for good. It implies ReceiverQueueBytes' byte accounting; without
+	// ReceiverQueueBytes only the limiter bounds the bytes [nil: none].
+	MemoryLimiter MemoryLimiter
 	// AckGroupTime and AckGroupMax: individual acknowledgements are sent in groups, after
 	// this long or this many [100 ms, 1000]; AckSync sends at once and waits.
 	AckGroupTime time.Duration
@@ -158,6 +171,7 @@ type Message struct {
 	permits int    // flow permits this message stands for
 	gen     uint64 // its registration's generation (see partitionConsumer.gen)
 	size    int
+	charged int // bytes charged to the MemoryLimiter while it is queued (under the Consumer's mu once queued)
 }
 
 // Payload returns the message's bytes. For a chunked message it joins the chunks
@@ -186,4 +200,16 @@ func (m *Message) Body() io.Reader {
 		readers[i] = &sliceReader{c}
 	}
 	return io.MultiReader(readers...)
+}
+
+// MemoryLimiter is a byte budget shared by consumers and whatever else the application
+// counts against it. TryReserve takes n bytes if used + n stays within the limit now (an
+// empty limiter does not admit more than its limit); Charge takes n bytes
+// whether they fit or not (bytes already in hand); Release returns bytes taken by
+// either. Implementations must be safe for concurrent use and must not call back into
+// the consumer.
+type MemoryLimiter interface {
+	TryReserve(n int64) bool
+	Charge(n int64)
+	Release(n int64)
 }

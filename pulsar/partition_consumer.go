@@ -90,10 +90,12 @@ type partitionConsumer struct {
 	// With ReceiverQueueBytes: the bytes of this partition's messages queued and not yet
 	// taken, the permits granted and not yet used by an arrival, and the bytes an
 	// arrival brings per permit (a moving average, 0 until the first one).
-	heldBytes        int
-	inFlight         int
-	bytesPerPermit   int
-	gen              uint64 // the registration's generation: a message of an older one frees nothing
+	heldBytes      int
+	inFlight       int
+	bytesPerPermit int
+	gen            uint64 // the registration's generation: a message of an older one frees nothing
+	// With a MemoryLimiter: the bytes reserved from it for the permits in flight.
+	reserved         int
 	chunks           map[string]*chunkCtx
 	chunkBytes       int // payload bytes held by chunks, bounded by MaxChunkedMessageSize
 	chunkOrder       []string
@@ -245,8 +247,10 @@ func (p *partitionConsumer) connect(ctx context.Context) error {
 	p.permitsTaken = 0
 	p.gen++
 	// A fresh subscription: the whole window is open again (in bytes: as much of it as
-	// the byte bound allows; the queue of the last one was emptied on its loss).
-	if p.opts.ReceiverQueueBytes > 0 {
+	// the byte bound and the limiter allow; the queue of the last one was emptied on its
+	// loss, and the permits in flight there are void).
+	if p.byteMode() {
+		p.unreserveLocked()
 		p.heldBytes, p.inFlight, p.permitsTaken = 0, 0, p.opts.ReceiverQueueSize
 		p.grantLocked()
 	} else {
@@ -284,7 +288,7 @@ func (p *partitionConsumer) taken(m *Message) {
 
 func (p *partitionConsumer) returnPermitsLocked(n int) {
 	p.permitsTaken += n
-	if p.opts.ReceiverQueueBytes > 0 {
+	if p.byteMode() {
 		p.grantLocked()
 		return
 	}
@@ -294,25 +298,55 @@ func (p *partitionConsumer) returnPermitsLocked(n int) {
 	}
 }
 
+// byteMode: permits are granted by grantLocked, in bytes (ReceiverQueueBytes and/or a
+// MemoryLimiter), rather than in halves of the window.
+func (p *partitionConsumer) byteMode() bool {
+	return p.opts.ReceiverQueueBytes > 0 || p.opts.MemoryLimiter != nil
+}
+
 // grantLocked sends the broker as many of the withheld permits as the byte bound has
 // room for: the bytes queued, plus the permits in flight at the bytes an arrival brings
-// per permit, stay within ReceiverQueueBytes. With nothing queued and nothing in flight
-// one permit always goes, so a message larger than the bound is still delivered and the
-// flow never stalls; until the first arrival tells the size, one permit goes at a time.
+// per permit, stay within ReceiverQueueBytes; with a MemoryLimiter, the permits granted
+// are also reserved from it at that estimate (as many as it can cover). With nothing
+// queued and nothing in flight one permit always goes (charged to the limiter even
+// beyond its limit), so a message larger than the bound is still delivered and the flow
+// never stalls; until the first arrival tells the size, one permit goes at a time.
 func (p *partitionConsumer) grantLocked() {
 	if p.permitsTaken == 0 || p.cn == nil {
 		return
 	}
+	bound := p.opts.ReceiverQueueBytes
+	if bound <= 0 {
+		bound = math.MaxInt
+	}
 	k := 0
-	if per := p.bytesPerPermit; per > 0 {
-		if room := p.opts.ReceiverQueueBytes - p.heldBytes - p.inFlight*per; room > 0 {
+	per := p.bytesPerPermit
+	if per > 0 {
+		if room := bound - p.heldBytes - p.inFlight*per; room > 0 {
 			k = room / per
 		}
 	}
-	if k < 1 && p.heldBytes == 0 && p.inFlight == 0 {
-		k = 1
-	}
+	idle := p.heldBytes == 0 && p.inFlight == 0
 	k = min(k, p.permitsTaken)
+	if lim := p.opts.MemoryLimiter; lim != nil && k > 0 {
+		// As many as the shared budget can cover now: halve until they fit, then add
+		// one at a time while they still do.
+		unit, want := max(per, 1), k
+		for k > 0 && !lim.TryReserve(int64(k)*int64(unit)) {
+			k /= 2
+		}
+		for k > 0 && k < want && lim.TryReserve(int64(unit)) {
+			k++
+		}
+		p.reserved += k * unit
+	}
+	if k < 1 && idle {
+		k = 1
+		if lim := p.opts.MemoryLimiter; lim != nil {
+			lim.Charge(int64(max(per, 1)))
+			p.reserved += max(per, 1)
+		}
+	}
 	if k < 1 {
 		return // granted again as the application takes messages
 	}
@@ -321,10 +355,52 @@ func (p *partitionConsumer) grantLocked() {
 	p.inFlight += k
 }
 
-// arrivedLocked accounts an entry that used permits and brought bytes to the queue
-// (sample: its bytes per permit, 0 when it tells nothing).
-func (p *partitionConsumer) arrivedLocked(permits, held, sample int) {
-	p.inFlight = max(0, p.inFlight-permits)
+// landedLocked accounts an entry that used n of the permits in flight: its share of
+// the limiter's reservation is returned (the entry's messages are charged instead).
+func (p *partitionConsumer) landedLocked(n int) {
+	if p.inFlight <= 0 {
+		return
+	}
+	n = min(n, p.inFlight)
+	rel := p.reserved
+	if n < p.inFlight {
+		rel = p.reserved * n / p.inFlight
+	}
+	p.inFlight -= n
+	p.reserved -= rel
+	if lim := p.opts.MemoryLimiter; lim != nil && rel > 0 {
+		lim.Release(int64(rel))
+	}
+}
+
+// unreserveLocked returns the whole reservation: the permits in flight are void (the
+// registration was lost, or the consumer closes).
+func (p *partitionConsumer) unreserveLocked() {
+	if lim := p.opts.MemoryLimiter; lim != nil && p.reserved > 0 {
+		lim.Release(int64(p.reserved))
+	}
+	p.reserved, p.inFlight = 0, 0
+}
+
+// chargeLocked charges the limiter for messages about to be queued; the Consumer
+// releases the charge when the application takes them or the queue drops them.
+func (p *partitionConsumer) chargeLocked(msgs ...*Message) {
+	lim := p.opts.MemoryLimiter
+	if lim == nil {
+		return
+	}
+	for _, m := range msgs {
+		if m.size > 0 {
+			m.charged = m.size
+			lim.Charge(int64(m.size))
+		}
+	}
+}
+
+// arrivedLocked accounts an entry that brought bytes to the queue (sample: its bytes
+// per permit, 0 when it tells nothing); the permits it used were accounted by
+// landedLocked.
+func (p *partitionConsumer) arrivedLocked(held, sample int) {
 	p.heldBytes += held
 	if sample > 0 {
 		if p.bytesPerPermit == 0 {
@@ -360,7 +436,7 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 	p.progressed = true
 	id := cmd.GetMessageId()
 	e, err := delivery.Parse(f.Metadata, f.Payload, cmd.GetAckSet(), p.limitsLocked())
-	p.inFlight = max(0, p.inFlight-max(e.Permits, 1))
+	p.landedLocked(max(e.Permits, 1))
 	if frameErr != nil {
 		p.checksumFailures++
 		p.log.Warn("discarding a corrupt message", "ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", frameErr)
@@ -386,9 +462,10 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		msg := p.chunkLocked(cn, id, mid, &e, base)
 		if msg != nil {
 			msg.gen = p.gen
-			p.arrivedLocked(0, msg.size, 0)
+			p.arrivedLocked(msg.size, 0)
+			p.chargeLocked(msg)
 		}
-		p.arrivedLocked(0, 0, len(f.Payload))
+		p.arrivedLocked(0, len(f.Payload))
 		p.mu.Unlock()
 		if msg != nil {
 			p.c.enqueue([]*Message{msg})
@@ -400,7 +477,8 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		setFromMetadata(&m, md)
 		m.payload, m.size, m.permits = e.Payload, len(e.Payload), 1
 		m.gen = p.gen
-		p.arrivedLocked(0, m.size, max(m.size, 1))
+		p.arrivedLocked(m.size, max(m.size, 1))
+		p.chargeLocked(&m)
 		p.mu.Unlock()
 		p.c.enqueue([]*Message{&m})
 	default:
@@ -410,7 +488,8 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 			m.gen = p.gen
 			held += m.size
 		}
-		p.arrivedLocked(0, held, max(held/max(e.Permits, 1), 1))
+		p.arrivedLocked(held, max(held/max(e.Permits, 1), 1))
+		p.chargeLocked(msgs...)
 		if e.Skipped > 0 {
 			p.discardLocked(nil, id, e.Skipped, 0, false)
 		}
@@ -809,8 +888,10 @@ func (p *partitionConsumer) connectionLost(h *consumerHandle, reason error) {
 	} else {
 		p.attempts++
 	}
-	// Whatever was buffered or half reassembled comes again on the next subscription.
+	// Whatever was buffered or half reassembled comes again on the next subscription;
+	// the permits in flight went with the connection.
 	p.chunks, p.chunkOrder, p.chunkBytes = map[string]*chunkCtx{}, nil, 0
+	p.unreserveLocked()
 	// Every unacknowledged entry is delivered again (on a shared subscription perhaps to
 	// another consumer): its batch tracker goes, or it would stay for ever.
 	p.trackers = map[entryKey]*batchTracker{}
@@ -900,6 +981,7 @@ func (p *partitionConsumer) fail(err error) {
 	if p.reg != nil {
 		p.detachLocked(p.reg)
 	}
+	p.unreserveLocked()
 	p.mu.Unlock()
 	p.log.Error("consumer failed", "error", err)
 	p.c.partitionFailed(fmt.Errorf("%w: %s: %w", ErrConsumerFailed, p.topic, err))
@@ -914,6 +996,7 @@ func (p *partitionConsumer) close(ctx context.Context) {
 	p.flushAcksLocked()
 	p.closing = true
 	p.state = stateClosed
+	p.unreserveLocked()
 	cn := p.cn // set only when ready
 	if p.reg != nil {
 		p.detachLocked(p.reg)

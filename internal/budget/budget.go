@@ -84,6 +84,23 @@ func (b *Budget) TryAcquire(n int64) bool {
 	return true
 }
 
+// TryReserve takes n bytes only if used + n stays within the limit now: unlike
+// TryAcquire, an empty budget does not admit more than its limit. Consumers reserve
+// their permits in flight with it (see pulsar.MemoryLimiter).
+func (b *Budget) TryReserve(n int64) bool {
+	if b == nil || n <= 0 {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.used+n > b.limit {
+		return false
+	}
+	b.used += n
+	b.peak = max(b.peak, b.used)
+	return true
+}
+
 // Charge takes n bytes whether they fit or not: for bytes already in hand that cannot be
 // refused (the overshoot is bounded by the caller). Later acquisitions wait until the
 // budget is back under its limit.

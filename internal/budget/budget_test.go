@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/recordio-bridge/bridge/pulsar"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -89,4 +91,28 @@ func TestOverReleasePanics(t *testing.T) {
 		}
 	}()
 	New(5).Release(1)
+}
+
+// TestTryReserveNeverPassesTheLimit: a reservation (a consumer's permits in flight) is
+// refused beyond the limit even when the budget is empty, where TryAcquire admits one
+// oversized request; and the budget is a pulsar.MemoryLimiter.
+func TestTryReserveNeverPassesTheLimit(t *testing.T) {
+	b := New(100)
+	if b.TryReserve(101) {
+		t.Fatal("an empty budget of 100 reserved 101 bytes")
+	}
+	if !b.TryReserve(100) || b.TryReserve(1) {
+		t.Fatal("reservations up to the limit, and not beyond it, must succeed")
+	}
+	b.Release(100)
+	b.Close()
+	if b.TryReserve(1) {
+		t.Fatal("a closed budget reserved")
+	}
+	var lim pulsar.MemoryLimiter = b
+	lim.Charge(5)
+	lim.Release(5)
+	if st := b.Stats(); st.Used != 0 {
+		t.Fatalf("stats %+v", st)
+	}
 }

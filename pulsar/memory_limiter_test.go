@@ -1,0 +1,199 @@
+package pulsar_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/recordio-bridge/bridge/internal/budget"
+	"github.com/recordio-bridge/bridge/pulsar"
+	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
+)
+
+// waitFor polls cond (a real sync point: the fake broker's permits and the queue) until
+// it holds or a generous deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// settled: the broker used every permit it was given, or has nothing left to send, so
+// the consumer's queue and the budget no longer change until the reader takes one.
+func settled(b *pulsartest.Broker, cons *pulsar.Consumer, remaining int) func() bool {
+	return func() bool {
+		_, avail := b.Permits(faultTopic)
+		return (avail == 0 || cons.Buffered() >= remaining) && cons.Buffered() > 0
+	}
+}
+
+// TestMemoryLimiterBoundsTheQueue: with a shared MemoryLimiter (the bridge's budget) a
+// slow reader's queue is charged to it from arrival until taken, permits are withheld
+// when it cannot cover more, every message still arrives in order, and nothing stays
+// charged once everything is taken and the consumer closed.
+func TestMemoryLimiterBoundsTheQueue(t *testing.T) {
+	const (
+		limit = 64 << 10
+		size  = 16 << 10
+		n     = 40
+	)
+	bud := budget.New(limit)
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 1000, MemoryLimiter: bud})
+	var out []pulsartest.Outgoing
+	var want []string
+	for i := range n {
+		p := fmt.Sprintf("%04d", i) + strings.Repeat("x", size-4)
+		out = append(out, single(p))
+		want = append(want, p)
+	}
+	b.Deliver(faultTopic, out...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	maxUsed := int64(0)
+	for i, w := range want {
+		waitFor(t, fmt.Sprintf("message %d to arrive", i), settled(b, cons, len(want)-i))
+		used := bud.Stats().Used
+		maxUsed = max(maxUsed, used)
+		// Uniform messages fit the estimate exactly: never more than the limit, except
+		// the one permit an idle partition always gets.
+		if used > limit+size {
+			t.Fatalf("before message %d the budget counts %d bytes (%d queued), limit %d", i, used, cons.Buffered(), limit)
+		}
+		if held := int64(cons.Stats().HeldBytes); used < held {
+			t.Fatalf("before message %d the queue holds %d bytes but the budget counts only %d", i, held, used)
+		}
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d messages: %v", i, len(want), err)
+		}
+		if got := string(m.Payload()); got != w {
+			t.Fatalf("message %d: got %.8q…, want %.8q…", i, got, w)
+		}
+		if err := cons.Ack(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nothingMore(t, cons)
+	if maxUsed < limit/2 {
+		t.Fatalf("the budget never counted more than %d bytes: the test did not exercise the limit %d", maxUsed, limit)
+	}
+	if granted, _ := b.Permits(faultTopic); granted > n+limit/size+1 {
+		t.Fatalf("%d permits granted for %d messages: the limiter did not withhold them", granted, n)
+	}
+	cons.Close()
+	if st := bud.Stats(); st.Used != 0 {
+		t.Fatalf("%d bytes still charged after the consumer closed", st.Used)
+	}
+	t.Logf("max charged %d bytes, limit %d, peak %d", maxUsed, limit, bud.Stats().Peak)
+}
+
+// TestMemoryLimiterSpentByOthersStillDelivers: a budget filled by someone else (ingress)
+// does not stall a consumer for good: with nothing queued and nothing in flight it gets
+// one permit at a time, and the whole budget comes back when the others release theirs.
+func TestMemoryLimiterSpentByOthersStillDelivers(t *testing.T) {
+	const (
+		limit = 64 << 10
+		size  = 8 << 10
+		n     = 20
+	)
+	bud := budget.New(limit)
+	bud.Charge(limit) // the others hold all of it
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 1000, ReceiverQueueBytes: 1 << 20, MemoryLimiter: bud})
+	var out []pulsartest.Outgoing
+	for i := range n {
+		out = append(out, single(fmt.Sprintf("%04d", i)+strings.Repeat("z", size-4)))
+	}
+	b.Deliver(faultTopic, out...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range n {
+		waitFor(t, fmt.Sprintf("message %d to arrive", i), settled(b, cons, 1))
+		if q := cons.Buffered(); q > 1 {
+			t.Fatalf("before message %d: %d messages queued although the budget is spent by others", i, q)
+		}
+		if used := bud.Stats().Used; used > limit+size {
+			t.Fatalf("before message %d the budget counts %d bytes: more than the others' %d and one message", i, used, limit)
+		}
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d messages: %v", i, n, err)
+		}
+		if !strings.HasPrefix(string(m.Payload()), fmt.Sprintf("%04d", i)) {
+			t.Fatalf("message %d out of order: %.4q", i, m.Payload())
+		}
+		_ = cons.Ack(m)
+	}
+	bud.Release(limit)
+	cons.Close()
+	if st := bud.Stats(); st.Used != 0 {
+		t.Fatalf("%d bytes still charged after the others released theirs and the consumer closed", st.Used)
+	}
+}
+
+// TestMemoryLimiterNoLeak: what is queued or in flight when the connection drops, when
+// everything is redelivered, or when the consumer closes, is returned to the budget.
+func TestMemoryLimiterNoLeak(t *testing.T) {
+	const (
+		limit = 256 << 10
+		size  = 4 << 10
+	)
+	bud := budget.New(limit)
+	b := fakeBroker(t)
+	c := client(t, b.URL())
+	cons := subscribe(t, c, pulsar.ConsumerOptions{ReceiverQueueSize: 1000, ReceiverQueueBytes: 32 << 10, MemoryLimiter: bud})
+	deliver := func(k int) {
+		var out []pulsartest.Outgoing
+		for i := range k {
+			out = append(out, single(fmt.Sprintf("%04d", i)+strings.Repeat("n", size-4)))
+		}
+		b.Deliver(faultTopic, out...)
+	}
+	// Filled, then the connection drops: the queue and the reservation go back.
+	deliver(40)
+	waitFor(t, "the queue to fill", settled(b, cons, 40))
+	if used := bud.Stats().Used; used == 0 {
+		t.Fatal("nothing charged for a full queue")
+	}
+	b.DropConnections()
+	waitFor(t, "the resubscription", func() bool { return cons.Stats().Reconnects >= 1 })
+	waitFor(t, "the queue to refill after the reconnect", settled(b, cons, 1))
+	used, held := bud.Stats().Used, int64(cons.Stats().HeldBytes)
+	// What is charged now is what is queued plus at most the reservation for the
+	// permits in flight: the old registration's queue and reservation are gone.
+	if used > held+(32<<10)+size {
+		t.Fatalf("after the reconnect %d bytes are charged for a queue of %d bytes", used, held)
+	}
+	// Everything redelivered: the queue is dropped and its charge goes back.
+	cons.RedeliverUnacknowledged()
+	waitFor(t, "the queue to refill after the redelivery", settled(b, cons, 1))
+	used, held = bud.Stats().Used, int64(cons.Stats().HeldBytes)
+	if used > held+(32<<10)+size {
+		t.Fatalf("after the redelivery %d bytes are charged for a queue of %d bytes", used, held)
+	}
+	// Some taken (their charge moves to the application), the rest closed with the queue.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 3 {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = cons.Ack(m)
+	}
+	if cons.Buffered() == 0 {
+		t.Fatal("nothing left queued: the test does not exercise Close with a queue")
+	}
+	cons.Close()
+	if st := bud.Stats(); st.Used != 0 {
+		t.Fatalf("%d bytes still charged after the consumer closed with a queue (peak %d)", st.Used, st.Peak)
+	}
+}
