@@ -298,3 +298,32 @@ func TestRetryIsValidated(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// TestReceiverQueueBytes: streams[].receiverQueueBytes defaults to 1 MiB per partition,
+// takes a size, and a value that is not a positive size is refused naming it.
+func TestReceiverQueueBytes(t *testing.T) {
+	cfg, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n  - name: u\n    topics: [t]\n    receiverQueueBytes: 256KiB\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Streams[0].WithDefaults().ReceiverQueueBytes; got != 1<<20 {
+		t.Fatalf("default receiverQueueBytes %d, want 1MiB", got)
+	}
+	if got := cfg.Streams[1].WithDefaults().ReceiverQueueBytes; got != 256<<10 {
+		t.Fatalf("receiverQueueBytes %d, want 256KiB", got)
+	}
+	for doc, want := range map[string]string{
+		"receiverQueueBytes: -1MiB": `line 4: "-1MiB" is not a size`,
+		"receiverQueueBytes: lots":  `line 4: "lots" is not a size`,
+	} {
+		_, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    " + doc + "\n"))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", doc, err, want)
+		}
+	}
+	cfg = Default()
+	cfg.Streams = []Stream{{Name: "s", Topics: []string{"t"}, ReceiverQueueBytes: -5}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "streams[0].receiverQueueBytes: -5 must be greater than zero") {
+		t.Fatalf("a negative receiverQueueBytes: %v", err)
+	}
+}

@@ -40,6 +40,11 @@ type Stream struct {
 	// ReceiverQueue is the flow-permit window per partition: what a client that stops
 	// reading can hold in memory [1000].
 	ReceiverQueue int `yaml:"receiverQueue"`
+	// ReceiverQueueBytes bounds the same queue in payload bytes per partition: flow
+	// permits are withheld while the bytes queued plus the permits in flight (at the
+	// bytes a message brought so far) would exceed it; one message larger than it still
+	// comes [1MiB]. The queues are charged to memory.budget too.
+	ReceiverQueueBytes Size `yaml:"receiverQueueBytes"`
 	// AckTimeout redelivers a message a client (ack=client) has not acknowledged in time [30s].
 	AckTimeout Duration `yaml:"ackTimeout"`
 	// MaxUnacked stops delivery to an ack=client stream with this many messages unacknowledged [1000].
@@ -112,6 +117,9 @@ func (s Stream) WithDefaults() Stream {
 	if s.ReceiverQueue == 0 {
 		s.ReceiverQueue = 1000
 	}
+	if s.ReceiverQueueBytes == 0 {
+		s.ReceiverQueueBytes = 1 << 20
+	}
 	if s.AckTimeout == 0 {
 		s.AckTimeout = Duration(30 * time.Second)
 	}
@@ -174,6 +182,9 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 		}
 		if s.ReceiverQueue < 0 || s.MaxUnacked < 0 {
 			add("%s: receiverQueue and maxUnacked must be positive", at)
+		}
+		if s.ReceiverQueueBytes < 0 {
+			add("%s.receiverQueueBytes: %d must be greater than zero (bytes per partition, e.g. 1MiB; 0 or absent: the default 1MiB)", at, int64(s.ReceiverQueueBytes))
 		}
 		if r := s.Retry; r.Initial < 0 || r.Max < r.Initial || r.Multiplier < 1 || *r.Jitter < 0 || *r.Jitter > 1 {
 			add("%s.retry: initial %v, max %v, multiplier %v, jitter %v: want 0 < initial <= max, multiplier >= 1 and jitter within 0..1",

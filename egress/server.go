@@ -44,6 +44,8 @@ type SubscribeOptions struct {
 	Type          string // exclusive, shared, failover, key_shared
 	Position      string // earliest, latest
 	ReceiverQueue int
+	// ReceiverQueueBytes bounds the consumer's queue per partition in payload bytes.
+	ReceiverQueueBytes int64
 }
 
 // Delivery is one message handed to a stream.
@@ -264,7 +266,7 @@ func (s *Server) Handle(c echo.Context) error {
 			telemetry.AttrSystemPulsar, telemetry.AttrConsumerGroup(opts.subscription)))
 	defer span.End()
 	sub, err := s.sub.Subscribe(ctx, SubscribeOptions{Topics: def.Topics, Subscription: opts.subscription, Type: def.Type,
-		Position: opts.position, ReceiverQueue: def.ReceiverQueue})
+		Position: opts.position, ReceiverQueue: def.ReceiverQueue, ReceiverQueueBytes: def.ReceiverQueueBytes})
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrBusy):

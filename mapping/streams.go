@@ -12,24 +12,25 @@ import (
 
 // Stream is a compiled egress stream definition. It is immutable.
 type Stream struct {
-	Name              string
-	Path              string
-	Topics            []string // normalised
-	Subscription      string
-	Type              string // exclusive, shared, failover, key_shared
-	Position          string // earliest, latest
-	ContentType       string
-	Ack               string // auto, client
-	Envelope          string // none, json
-	Overrides         []string
-	HeartbeatInterval time.Duration
-	Heartbeat         []byte
-	ReceiverQueue     int
-	AckTimeout        time.Duration
-	MaxUnacked        int
-	Retry             Retry
-	MaxRate           float64 // records/s; 0: no limit
-	MaxByteRate       int64   // payload bytes/s; 0: no limit
+	Name               string
+	Path               string
+	Topics             []string // normalised
+	Subscription       string
+	Type               string // exclusive, shared, failover, key_shared
+	Position           string // earliest, latest
+	ContentType        string
+	Ack                string // auto, client
+	Envelope           string // none, json
+	Overrides          []string
+	HeartbeatInterval  time.Duration
+	Heartbeat          []byte
+	ReceiverQueue      int
+	ReceiverQueueBytes int64 // per partition
+	AckTimeout         time.Duration
+	MaxUnacked         int
+	Retry              Retry
+	MaxRate            float64 // records/s; 0: no limit
+	MaxByteRate        int64   // payload bytes/s; 0: no limit
 }
 
 // Retry is a stream's redelivery backoff (see config.Retry).
@@ -71,7 +72,8 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 		cs := &Stream{Name: s.Name, Path: "/" + strings.Trim(s.Path, "/"), Subscription: s.Subscription, Type: s.Type,
 			Position: s.Position, Ack: s.Ack, Envelope: s.Envelope, Overrides: s.Overrides,
 			HeartbeatInterval: s.HeartbeatInterval.D(), Heartbeat: []byte(s.Heartbeat), ReceiverQueue: s.ReceiverQueue,
-			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
+			ReceiverQueueBytes: int64(s.ReceiverQueueBytes),
+			AckTimeout:         s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
 			Retry: Retry{Initial: s.Retry.Initial.D(), Multiplier: s.Retry.Multiplier, Jitter: *s.Retry.Jitter, Max: s.Retry.Max.D(),
 				MaxDeliveries: s.Retry.MaxDeliveries},
 			MaxRate: s.MaxRate, MaxByteRate: s.MaxByteRate}

@@ -389,6 +389,9 @@ type ConsumerStats struct {
 	Malformed        int // messages discarded because their metadata, batch or chunk fields do not validate
 	BatchTrackers    int // batches partly acknowledged, whose remaining indexes this consumer tracks
 	HeldBytes        int // with ReceiverQueueBytes: payload bytes queued and not yet taken
+	// With a MemoryLimiter: the bytes charged to it for queued messages, and reserved
+	// from it for the permits in flight.
+	ChargedBytes, ReservedBytes int
 }
 
 // Stats returns the consumer's counters.
@@ -403,7 +406,13 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.Malformed += pc.malformed
 		s.BatchTrackers += len(pc.trackers)
 		s.HeldBytes += pc.heldBytes
+		s.ReservedBytes += pc.reserved
 		pc.mu.Unlock()
 	}
+	c.mu.Lock()
+	for _, m := range c.queue[c.head:] {
+		s.ChargedBytes += m.charged
+	}
+	c.mu.Unlock()
 	return s
 }

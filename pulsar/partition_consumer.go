@@ -409,6 +409,11 @@ func (p *partitionConsumer) arrivedLocked(held, sample int) {
 			p.bytesPerPermit = (3*p.bytesPerPermit + sample) / 4
 		}
 	}
+	if p.byteMode() {
+		// The window fills up to the bound without waiting for the application: the
+		// first arrival tells the size, and later ones may leave room the estimate allows.
+		p.grantLocked()
+	}
 }
 
 // discardLocked drops an entry before delivery: it is reported to the broker (when

@@ -237,6 +237,46 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 	return err
 }
 
+// MemoryStats are the process-wide memory budget's figures at one instant, and what
+// its users hold of it.
+type MemoryStats struct {
+	Limit, Used, Peak int64
+	// ConsumerQueues: messages in egress consumers' queues; ConsumerReserved: reserved
+	// for their flow permits in flight; Egress: handed to egress streams and not yet
+	// settled; Ingress: the rest (records awaiting their broker receipt).
+	ConsumerQueues, ConsumerReserved, Egress, Ingress int64
+}
+
+// ObserveMemory registers bridge_memory_budget_limit_bytes, _used_bytes, _peak_bytes and
+// bridge_memory_budget_charged_bytes{user=ingress|consumer_queues|consumer_reserved|egress},
+// read from stats at each scrape (all 0 with no budget).
+func (m *Metrics) ObserveMemory(stats func() MemoryStats) error {
+	mt := m.provider.Meter("github.com/recordio-bridge/bridge")
+	limit, err1 := mt.Int64ObservableGauge("bridge.memory.budget.limit.bytes", metric.WithUnit("By"), metric.WithDescription("The process-wide memory budget (memory.budget)."))
+	used, err2 := mt.Int64ObservableGauge("bridge.memory.budget.used.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes charged to the memory budget now."))
+	peak, err3 := mt.Int64ObservableGauge("bridge.memory.budget.peak.bytes", metric.WithUnit("By"), metric.WithDescription("The most bytes ever charged to the memory budget at once."))
+	charged, err4 := mt.Int64ObservableGauge("bridge.memory.budget.charged.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes charged to the memory budget by user: ingress (records awaiting receipts), consumer_queues (messages in egress consumers' queues), consumer_reserved (reserved for their permits in flight), egress (handed to streams, not yet acknowledged)."))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return err
+	}
+	user := func(u string) metric.ObserveOption {
+		return metric.WithAttributeSet(attribute.NewSet(attribute.String("user", u)))
+	}
+	ingress, queues, reserved, egress := user("ingress"), user("consumer_queues"), user("consumer_reserved"), user("egress")
+	_, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := stats()
+		o.ObserveInt64(limit, s.Limit)
+		o.ObserveInt64(used, s.Used)
+		o.ObserveInt64(peak, s.Peak)
+		o.ObserveInt64(charged, s.Ingress, ingress)
+		o.ObserveInt64(charged, s.ConsumerQueues, queues)
+		o.ObserveInt64(charged, s.ConsumerReserved, reserved)
+		o.ObserveInt64(charged, s.Egress, egress)
+		return nil
+	}, limit, used, peak, charged)
+	return err
+}
+
 // ObserveSpans registers bridge.trace.spans{result=ended|exported|failed}: sampled spans
 // ended, accepted by the exporter, and lost to failed exports. Ended - exported - failed
 // is what waits in the export queue or was dropped because it was full (a collector too

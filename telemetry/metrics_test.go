@@ -86,3 +86,36 @@ func TestMetricsArePushedOverOTLPWhenAsked(t *testing.T) {
 		t.Fatal("no OTLP metrics export reached the collector")
 	}
 }
+
+// TestMemoryBudgetOnMetrics: the memory budget's limit, use, peak and users are gauges.
+func TestMemoryBudgetOnMetrics(t *testing.T) {
+	m, err := NewMetrics("v-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	if err := m.ObserveMemory(func() MemoryStats {
+		return MemoryStats{Limit: 128 << 20, Used: 7000, Peak: 9000, ConsumerQueues: 4000, ConsumerReserved: 1000, Egress: 1500, Ingress: 500}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`bridge_memory_budget_limit_bytes 1.34217728e+08`,
+		`bridge_memory_budget_used_bytes 7000`,
+		`bridge_memory_budget_peak_bytes 9000`,
+		`bridge_memory_budget_charged_bytes{user="consumer_queues"} 4000`,
+		`bridge_memory_budget_charged_bytes{user="consumer_reserved"} 1000`,
+		`bridge_memory_budget_charged_bytes{user="egress"} 1500`,
+		`bridge_memory_budget_charged_bytes{user="ingress"} 500`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("missing %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("exposition:\n%s", body)
+	}
+}

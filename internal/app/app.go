@@ -150,6 +150,15 @@ func New(o Options) (a *App, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	if err := a.metrics.ObserveMemory(func() telemetry.MemoryStats {
+		st := a.budget.Stats()
+		ms := telemetry.MemoryStats{Limit: st.Limit, Used: st.Used, Peak: st.Peak}
+		ms.ConsumerQueues, ms.ConsumerReserved, ms.Egress = a.subs.Memory()
+		ms.Ingress = max(0, st.Used-ms.ConsumerQueues-ms.ConsumerReserved-ms.Egress)
+		return ms
+	}); err != nil {
+		return nil, err
+	}
 	a.egress.Update(snap.table, egressLimitsOf(cfg))
 
 	if a.data, err = a.dataServer(cfg); err != nil {

@@ -130,6 +130,49 @@ func (b *Budget) Release(n int64) {
 	b.mu.Unlock()
 }
 
+// AcquireUnless takes n bytes, waiting until used + n fits within the limit, unless
+// idle reports that the caller holds nothing of the budget: then they are taken at once
+// even beyond it (so a budget spent by others never stalls that caller for good). idle
+// is asked again whenever its channel closes (or bytes are released).
+func (b *Budget) AcquireUnless(ctx context.Context, n int64, idle func() (bool, <-chan struct{})) error {
+	if b == nil || n <= 0 {
+		return nil
+	}
+	waited := false
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return ErrClosed
+		}
+		if b.used+n <= b.limit {
+			b.used += n
+			b.peak = max(b.peak, b.used)
+			b.mu.Unlock()
+			return nil
+		}
+		room := b.room
+		b.mu.Unlock()
+		holdsNothing, changed := idle()
+		if holdsNothing {
+			b.Charge(n)
+			return nil
+		}
+		if !waited {
+			waited = true
+			b.mu.Lock()
+			b.waits++
+			b.mu.Unlock()
+		}
+		select {
+		case <-room:
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Close makes every waiting and later Acquire fail with ErrClosed; Release still works.
 func (b *Budget) Close() {
 	if b == nil {

@@ -15,10 +15,16 @@ import (
 )
 
 // Subscriber is the egress Subscriber: one consumer of the bridge's client per stream
-// (they share the client's broker connections). Each message handed to egress is charged
-// to the budget (its payload's bytes) until it is acknowledged, negatively acknowledged
-// or its subscription closes; Receive waits for room, so a spent budget pauses egress
-// deliveries as it pauses ingress reads.
+// (they share the client's broker connections). Every message is charged to the budget
+// (its payload's bytes) from its arrival in the consumer's queue until it is
+// acknowledged, negatively acknowledged or its subscription closes: the consumer charges
+// it while it is queued (the budget is its pulsar.MemoryLimiter, so it withholds flow
+// permits the budget cannot cover), and at hand-off the charge passes to the delivery
+// (released by the consumer, taken again here: transferred, never counted twice).
+// Receive, which waits for an arrival, also waits for room while its stream holds
+// deliveries not yet settled, so a spent budget pauses egress as it pauses ingress reads;
+// a stream holding nothing always gets its message, so a budget spent elsewhere cannot
+// stall it for good.
 type Subscriber struct {
 	client *pulsar.Client
 	budget *budget.Budget
@@ -33,6 +39,27 @@ type Subscriber struct {
 // NewSubscriber returns the egress Subscriber of c, charging b (nil: no budget).
 func NewSubscriber(c *pulsar.Client, b *budget.Budget) *Subscriber {
 	return &Subscriber{client: c, budget: b, open: map[*subscription]struct{}{}}
+}
+
+// Memory returns what egress holds of the budget: the bytes charged for messages in the
+// consumers' queues, reserved for their permits in flight, and charged for deliveries
+// handed to streams and not yet settled.
+func (s *Subscriber) Memory() (queues, reserved, delivered int64) {
+	s.mu.Lock()
+	subs := make([]*subscription, 0, len(s.open))
+	for sub := range s.open {
+		subs = append(subs, sub)
+	}
+	s.mu.Unlock()
+	for _, sub := range subs {
+		cs := sub.c.Stats()
+		queues += int64(cs.ChargedBytes)
+		reserved += int64(cs.ReservedBytes)
+		sub.mu.Lock()
+		delivered += sub.heldBytes
+		sub.mu.Unlock()
+	}
+	return queues, reserved, delivered
 }
 
 // DeadLetters has the subscriber's subscriptions publish dead letters through ps; call
@@ -67,8 +94,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 	if o.Position == "earliest" {
 		pos = pulsar.Earliest
 	}
+	var lim pulsar.MemoryLimiter
+	if s.budget != nil {
+		lim = s.budget
+	}
 	c, err := s.client.Subscribe(ctx, pulsar.ConsumerOptions{Topics: o.Topics, Subscription: o.Subscription, Type: subTypes[o.Type],
-		InitialPosition: pos, ReceiverQueueSize: o.ReceiverQueue,
+		InitialPosition: pos, ReceiverQueueSize: o.ReceiverQueue, ReceiverQueueBytes: int(o.ReceiverQueueBytes), MemoryLimiter: lim,
 		// A message nacked after its acknowledgement timeout comes back soon, not in a minute.
 		NackRedeliveryDelay: time.Second,
 		// Acknowledge single messages of a batch (PIP-54), so a redelivered batch brings
@@ -89,7 +120,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		// temporary, as it is for producers.
 		return nil, fmt.Errorf("%w: %w", egress.ErrUnavailable, err)
 	}
-	sub := &subscription{c: c, owner: s, held: map[*handle]struct{}{}}
+	sub := &subscription{c: c, owner: s, held: map[*handle]struct{}{}, settled: make(chan struct{})}
 	s.mu.Lock()
 	s.open[sub] = struct{}{}
 	s.mu.Unlock()
@@ -100,9 +131,11 @@ type subscription struct {
 	c     *pulsar.Consumer
 	owner *Subscriber
 
-	mu     sync.Mutex
-	held   map[*handle]struct{} // delivered, charged to the budget, not yet settled
-	closed bool
+	mu        sync.Mutex
+	held      map[*handle]struct{} // delivered, charged to the budget, not yet settled
+	heldBytes int64
+	settled   chan struct{} // closed and replaced when a delivery is settled
+	closed    bool
 }
 
 // streamFrom is the payload size from which a message goes to egress as a Body: a
@@ -123,6 +156,7 @@ func (s *subscription) delivery(m *pulsar.Message, size int64) *egress.Delivery 
 		s.owner.budget.Release(size)
 	} else {
 		s.held[h] = struct{}{}
+		s.heldBytes += size
 		s.mu.Unlock()
 	}
 	d := &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
@@ -140,7 +174,12 @@ func (s *subscription) settle(d *egress.Delivery) *pulsar.Message {
 	h := d.Handle.(*handle)
 	s.mu.Lock()
 	_, ok := s.held[h]
-	delete(s.held, h)
+	if ok {
+		delete(s.held, h)
+		s.heldBytes -= h.size
+		close(s.settled)
+		s.settled = make(chan struct{})
+	}
 	s.mu.Unlock()
 	if ok {
 		s.owner.budget.Release(h.size)
@@ -157,7 +196,7 @@ func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {
 		return nil, err
 	}
 	size := int64(m.Size())
-	if err := s.owner.budget.Acquire(ctx, size); err != nil {
+	if err := s.charge(ctx, size); err != nil {
 		s.c.Nack(m) // not handed over: delivered again later
 		if errors.Is(err, budget.ErrClosed) {
 			return nil, fmt.Errorf("%w: the bridge is shutting down", egress.ErrUnavailable)
@@ -167,9 +206,22 @@ func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {
 	return s.delivery(m, size), nil
 }
 
-// TryReceive returns a buffered message without waiting, for the budget too: what it
-// takes from the consumer's queue is charged even beyond the budget (by at most the
-// stream's receiver queue), since it cannot be put back.
+// charge takes the budget's bytes for a message the consumer just released (the
+// transfer from its queue to the delivery): at once when they fit; beyond the budget
+// when the stream holds no delivery (so a budget spent by others, or by the consumers'
+// own reservations, never stalls a stream for good); otherwise it waits until they fit
+// or one of the stream's deliveries is settled (acknowledged, nacked, timed out).
+func (s *subscription) charge(ctx context.Context, size int64) error {
+	return s.owner.budget.AcquireUnless(ctx, size, func() (bool, <-chan struct{}) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.held) == 0, s.settled
+	})
+}
+
+// TryReceive returns a buffered message without waiting, for the budget too: the
+// message was charged while it was queued (within the budget, as the consumer's permits
+// were), and that charge passes to the delivery unchanged.
 func (s *subscription) TryReceive() (*egress.Delivery, bool) {
 	m, ok := s.c.TryReceive()
 	if !ok {
@@ -210,7 +262,7 @@ func (s *subscription) Close() error {
 	for h := range s.held {
 		held += h.size
 	}
-	s.held = nil
+	s.held, s.heldBytes = nil, 0
 	s.mu.Unlock()
 	s.owner.budget.Release(held)
 	cs := s.c.Stats()

@@ -34,16 +34,18 @@ func TestSubscriberDeliversAcksAndKeepsItsCounters(t *testing.T) {
 		}
 		ds = append(ds, d)
 	}
-	if used := bud.Stats().Used; used != 8 {
-		t.Fatalf("budget holds %d bytes for two unacknowledged deliveries of 8", used)
+	// The deliveries hold their 8 bytes; the consumer's queue and its permits in flight
+	// the rest of what the budget counts (nothing counted twice).
+	if q, r, d := s.Memory(); d != 8 || bud.Stats().Used != q+r+d {
+		t.Fatalf("budget holds %d bytes: %d queued, %d reserved, %d delivered; want 8 delivered", bud.Stats().Used, q, r, d)
 	}
 	for _, d := range ds {
 		if err := sub.Ack(d); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if used := bud.Stats().Used; used != 0 {
-		t.Fatalf("budget holds %d bytes after the acks", used)
+	if q, r, d := s.Memory(); d != 0 || bud.Stats().Used != q+r {
+		t.Fatalf("budget holds %d bytes after the acks: %d queued, %d reserved, %d delivered", bud.Stats().Used, q, r, d)
 	}
 	var st telemetry.PulsarStats
 	s.AddStats(&st)
@@ -107,8 +109,8 @@ func TestSubscriberWaitsForTheBudgetAndReturnsItOnClose(t *testing.T) {
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
-	if used := bud.Stats().Used; used != 8 {
-		t.Fatalf("budget holds %d bytes, want the first delivery's 8", used)
+	if q, r, d := s.Memory(); d != 8 || bud.Stats().Used != q+r+d {
+		t.Fatalf("budget holds %d bytes: %d queued, %d reserved, %d delivered; want the first delivery's 8", bud.Stats().Used, q, r, d)
 	}
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
@@ -120,4 +122,135 @@ func TestSubscriberWaitsForTheBudgetAndReturnsItOnClose(t *testing.T) {
 	if used := bud.Stats().Used; used != 0 {
 		t.Fatalf("budget %d after a late nack", used)
 	}
+}
+
+// settledQueue waits until the fake broker used every permit the consumer granted (none
+// is left on the broker's side nor reserved on the consumer's), or the queue holds all
+// n, so the queue and the budget stay put until the next take.
+func settledQueue(t *testing.T, b interface{ Permits(string) (int, int) }, topic string, s *Subscriber, n int) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		_, avail := b.Permits(topic)
+		s.mu.Lock()
+		buffered := 0
+		for sub := range s.open {
+			buffered += sub.c.Buffered()
+		}
+		s.mu.Unlock()
+		_, reserved, _ := s.Memory() // 0: no permit granted and not yet used
+		if buffered > 0 && ((avail == 0 && reserved == 0) || buffered >= n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the consumer's queue never settled (%d queued, %d permits unused)", buffered, avail)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSubscriberQueuesAreInTheBudget: the consumers' queues are charged to the budget
+// (the consumer stops granting permits the budget cannot cover), each stream's queue is
+// bounded by receiverQueueBytes, a delivery takes over its message's charge rather than
+// adding to it, and everything goes back when the subscription closes.
+func TestSubscriberQueuesAreInTheBudget(t *testing.T) {
+	const size = 8 << 10
+	payloads := func(n int) [][]byte {
+		var out [][]byte
+		for i := range n {
+			p := make([]byte, size)
+			p[0] = byte(i)
+			out = append(out, p)
+		}
+		return out
+	}
+	t.Run("budget", func(t *testing.T) {
+		const limit = 64 << 10
+		b := fakeBroker(t)
+		bud := budget.New(limit)
+		s := NewSubscriber(newClient(t, b.URL()), bud)
+		const topic = "persistent://public/default/sub-queue-budget"
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		sub, err := s.Subscribe(ctx, egress.SubscribeOptions{Topics: []string{topic}, Subscription: "s", Type: "exclusive",
+			ReceiverQueue: 1000, ReceiverQueueBytes: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.DeliverPayloads(topic, payloads(40)...)
+		settledQueue(t, b, topic, s, 40)
+		q, r, d := s.Memory()
+		used := bud.Stats().Used
+		if q < limit/2 || used > limit+size || used != q+r+d {
+			t.Fatalf("a stopped stream: budget %d bytes (limit %d): %d queued, %d reserved, %d delivered; want the queue charged, within the limit and one message",
+				used, limit, q, r, d)
+		}
+		// Taken from the queue as egress does while it has messages at hand: the charge
+		// passes from the queue to the delivery.
+		var held []*egress.Delivery
+		for range 3 {
+			dl, ok := sub.TryReceive()
+			if !ok {
+				t.Fatal("nothing at hand in a queue that held messages")
+			}
+			held = append(held, dl)
+		}
+		settledQueue(t, b, topic, s, 37)
+		q, r, d = s.Memory()
+		used = bud.Stats().Used
+		if d != 3*size || used != q+r+d || used > limit+size {
+			t.Fatalf("3 deliveries held: budget %d bytes: %d queued, %d reserved, %d delivered; want %d delivered, nothing counted twice",
+				used, q, r, d, 3*size)
+		}
+		_ = sub.Ack(held[0])
+		if err := sub.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st := bud.Stats(); st.Used != 0 {
+			t.Fatalf("%d bytes still charged after the subscription closed (peak %d)", st.Used, st.Peak)
+		}
+	})
+	t.Run("receiverQueueBytes", func(t *testing.T) {
+		const bound = 32 << 10
+		b := fakeBroker(t)
+		bud := budget.New(1 << 30)
+		s := NewSubscriber(newClient(t, b.URL()), bud)
+		const topic = "persistent://public/default/sub-queue-bytes"
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		sub, err := s.Subscribe(ctx, egress.SubscribeOptions{Topics: []string{topic}, Subscription: "s", Type: "exclusive",
+			ReceiverQueue: 1000, ReceiverQueueBytes: bound})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.DeliverPayloads(topic, payloads(40)...)
+		maxHeld := 0
+		for i := range 40 {
+			settledQueue(t, b, topic, s, 40-i)
+			held := sub.(*subscription).c.Stats().HeldBytes
+			maxHeld = max(maxHeld, held)
+			if held > bound+size {
+				t.Fatalf("before delivery %d the queue holds %d bytes, receiverQueueBytes %d", i, held, bound)
+			}
+			dl, err := sub.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dl.Payload[0] != byte(i) {
+				t.Fatalf("delivery %d out of order (%d)", i, dl.Payload[0])
+			}
+			if err := sub.Ack(dl); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if maxHeld < bound/2 {
+			t.Fatalf("the queue never held more than %d bytes: the bound %d was not exercised", maxHeld, bound)
+		}
+		if err := sub.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st := bud.Stats(); st.Used != 0 {
+			t.Fatalf("%d bytes still charged after the subscription closed", st.Used)
+		}
+	})
 }
