@@ -197,3 +197,54 @@ func TestMemoryLimiterNoLeak(t *testing.T) {
 		t.Fatalf("%d bytes still charged after the consumer closed with a queue (peak %d)", st.Used, st.Peak)
 	}
 }
+
+// TestReceiverQueueBytesWithBatchesNeverStalls: batches larger than the permits left
+// (the broker sends whole entries and counts its permits below zero) do not leave the
+// byte-bounded window waiting for permits the broker will never use: every message of
+// many such batches arrives, with and without a MemoryLimiter, and the window in
+// messages is kept.
+func TestReceiverQueueBytesWithBatchesNeverStalls(t *testing.T) {
+	for _, withLimiter := range []bool{false, true} {
+		t.Run(fmt.Sprintf("limiter=%v", withLimiter), func(t *testing.T) {
+			// Batches of 100 messages (50 KiB) against a bound of 16 KiB: every grant is
+			// smaller than the batch it brings.
+			const (
+				batches = 40
+				per     = 100
+				size    = 512
+				window  = 200
+			)
+			bud := budget.New(1 << 30)
+			opts := pulsar.ConsumerOptions{ReceiverQueueSize: window, ReceiverQueueBytes: 16 << 10}
+			if withLimiter {
+				opts.MemoryLimiter = bud
+			}
+			b := fakeBroker(t)
+			cons := subscribe(t, client(t, b.URL()), opts)
+			var out []pulsartest.Outgoing
+			for i := range batches {
+				var ps []string
+				for j := range per {
+					ps = append(ps, fmt.Sprintf("%03d-%02d", i, j)+strings.Repeat("b", size-6))
+				}
+				out = append(out, batchOf(ps...))
+			}
+			b.Deliver(faultTopic, out...)
+			got := receiveAll(t, cons, batches*per)
+			for i, g := range got {
+				if want := fmt.Sprintf("%03d-%02d", i/per, i%per); !strings.HasPrefix(g, want) {
+					t.Fatalf("message %d is %.6q, want %s", i, g, want)
+				}
+			}
+			// The window in messages: the broker never had more than the window plus one
+			// batch's overshoot granted beyond what was taken.
+			if granted, _ := b.Permits(faultTopic); granted > batches*per+window+per {
+				t.Fatalf("%d permits granted for %d messages (window %d, batches of %d)", granted, batches*per, window, per)
+			}
+			cons.Close()
+			if used := bud.Stats().Used; used != 0 {
+				t.Fatalf("%d bytes still charged after Close", used)
+			}
+		})
+	}
+}

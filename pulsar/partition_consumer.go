@@ -311,23 +311,35 @@ func (p *partitionConsumer) byteMode() bool {
 // queued and nothing in flight one permit always goes (charged to the limiter even
 // beyond its limit), so a message larger than the bound is still delivered and the flow
 // never stalls; until the first arrival tells the size, one permit goes at a time.
+//
+// inFlight is the broker's count of permits: it goes below zero when a batch brought
+// more messages than there were permits left (the broker sends whole entries), and the
+// broker takes that debt out of the next permits, so they are granted on top.
 func (p *partitionConsumer) grantLocked() {
-	if p.permitsTaken == 0 || p.cn == nil {
+	if p.permitsTaken <= 0 || p.cn == nil {
 		return
 	}
 	bound := p.opts.ReceiverQueueBytes
 	if bound <= 0 {
 		bound = math.MaxInt
 	}
+	out, debt := max(p.inFlight, 0), max(-p.inFlight, 0)
 	k := 0
 	per := p.bytesPerPermit
 	if per > 0 {
-		if room := bound - p.heldBytes - p.inFlight*per; room > 0 {
+		if room := bound - p.heldBytes - out*per; room > 0 {
 			k = room / per
 		}
 	}
-	idle := p.heldBytes == 0 && p.inFlight == 0
-	k = min(k, p.permitsTaken)
+	idle := p.heldBytes == 0 && out == 0
+	k = min(k, p.permitsTaken-debt)
+	if !idle && per > 0 {
+		// Not a FLOW per message taken: permits go once half the window (in bytes, or
+		// in messages) is free, as they do without a byte bound.
+		if k < max(1, min(p.opts.ReceiverQueueSize/2, bound/2/per)) {
+			return
+		}
+	}
 	if lim := p.opts.MemoryLimiter; lim != nil && k > 0 {
 		// As many as the shared budget can cover now: halve until they fit, then add
 		// one at a time while they still do.
@@ -350,27 +362,31 @@ func (p *partitionConsumer) grantLocked() {
 	if k < 1 {
 		return // granted again as the application takes messages
 	}
-	p.flowLocked(k)
-	p.permitsTaken -= k
-	p.inFlight += k
+	g := min(k+debt, p.permitsTaken)
+	p.flowLocked(g)
+	p.permitsTaken -= g
+	p.inFlight += g
 }
 
-// landedLocked accounts an entry that used n of the permits in flight: its share of
-// the limiter's reservation is returned (the entry's messages are charged instead).
+// landedLocked accounts an entry that used n permits: its share of the limiter's
+// reservation for the permits in flight is returned (the entry's messages are charged
+// instead); beyond them, the broker's count goes below zero (see grantLocked).
 func (p *partitionConsumer) landedLocked(n int) {
-	if p.inFlight <= 0 {
+	if !p.byteMode() {
 		return
 	}
-	n = min(n, p.inFlight)
-	rel := p.reserved
-	if n < p.inFlight {
-		rel = p.reserved * n / p.inFlight
+	if out := p.inFlight; out > 0 {
+		used := min(n, out)
+		rel := p.reserved
+		if used < out {
+			rel = p.reserved * used / out
+		}
+		p.reserved -= rel
+		if lim := p.opts.MemoryLimiter; lim != nil && rel > 0 {
+			lim.Release(int64(rel))
+		}
 	}
 	p.inFlight -= n
-	p.reserved -= rel
-	if lim := p.opts.MemoryLimiter; lim != nil && rel > 0 {
-		lim.Release(int64(rel))
-	}
 }
 
 // unreserveLocked returns the whole reservation: the permits in flight are void (the
