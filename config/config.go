@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -125,7 +127,7 @@ func Parse(data []byte) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("%w: %v", ErrInvalid, strings.TrimPrefix(err.Error(), "yaml: "))
+		return Config{}, fmt.Errorf("%w: %v", ErrInvalid, nameKeys(strings.TrimPrefix(err.Error(), "yaml: "), data))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -135,6 +137,30 @@ func Parse(data []byte) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+var lineRef = regexp.MustCompile(`line (\d+): `)
+
+// nameKeys adds to each "line N: ..." of a decoding error the key written on that line,
+// when the message does not say it already, so a bad value names its key too.
+func nameKeys(msg string, data []byte) string {
+	src := strings.Split(string(data), "\n")
+	out := strings.Split(msg, "\n")
+	for i, l := range out {
+		m := lineRef.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		n, err := strconv.Atoi(m[1])
+		if err != nil || n < 1 || n > len(src) {
+			continue
+		}
+		key, _, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(src[n-1]), "- "), ":")
+		if key = strings.TrimSpace(key); ok && key != "" && !strings.ContainsAny(key, " \"'{[") && !strings.Contains(l, key) {
+			out[i] = l + " (key " + key + ")"
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // Load reads and parses a configuration file, exactly as start-up does.

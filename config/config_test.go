@@ -313,8 +313,8 @@ func TestReceiverQueueBytes(t *testing.T) {
 		t.Fatalf("receiverQueueBytes %d, want 256KiB", got)
 	}
 	for doc, want := range map[string]string{
-		"receiverQueueBytes: -1MiB": `line 4: "-1MiB" is not a size`,
-		"receiverQueueBytes: lots":  `line 4: "lots" is not a size`,
+		"receiverQueueBytes: -1MiB": `line 4: "-1MiB" is not a size (write it like 4096, 64KiB, 4MiB or 1GiB) (key receiverQueueBytes)`,
+		"receiverQueueBytes: lots":  `line 4: "lots" is not a size (write it like 4096, 64KiB, 4MiB or 1GiB) (key receiverQueueBytes)`,
 	} {
 		_, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    " + doc + "\n"))
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
