@@ -35,10 +35,21 @@ func metricValue(t testing.TB, body, series string) float64 {
 // consumer, not receiverQueue (1 000) messages per partition; the memory budget on
 // /metrics counts those queues, and returns to its baseline once the stream ends.
 func TestEgressSlowClientHoldsOnlyTheReceiverQueueBytes(t *testing.T) {
+	slowClientOfLargeMessages(t, 2, 0)
+}
+
+// TestEgressConsumerQueuesStayInsideTheMemoryBudget: the same slow client with four
+// partitions (4 MiB of receiverQueueBytes) under memory.budget 1MiB: the consumer's
+// queues are charged to the budget and stop at it (plus one message per partition the
+// budget lets an idle partition have), and the messages still flow.
+func TestEgressConsumerQueuesStayInsideTheMemoryBudget(t *testing.T) {
+	slowClientOfLargeMessages(t, 4, 1<<20)
+}
+
+func slowClientOfLargeMessages(t *testing.T, partitions int, budget int) {
 	b := broker.Get(t)
 	topic := b.Topic(t, "big")
 	const (
-		partitions = 2
 		n          = 3000
 		pad        = 200 << 10
 		queueBytes = 1 << 20 // the default streams[].receiverQueueBytes
@@ -46,7 +57,11 @@ func TestEgressSlowClientHoldsOnlyTheReceiverQueueBytes(t *testing.T) {
 	b.CreatePartitionedTopic(t, topic, partitions)
 	payloads := publishOfficial(t, b, topic, n, 8, pad)
 	size := len(payloads[n-1]) // the largest: its seq has the most digits
-	p := startBridge(t, fmt.Sprintf(`
+	memory := ""
+	if budget > 0 {
+		memory = fmt.Sprintf("memory:\n  budget: %d\n", budget)
+	}
+	p := startBridge(t, fmt.Sprintf(`%s
 pulsar:
   url: %s
 egress:
@@ -55,7 +70,7 @@ streams:
   - name: big
     topics: [%s]
     position: earliest
-`, b.URL, topic))
+`, memory, b.URL, topic))
 	const (
 		used     = "bridge_memory_budget_used_bytes"
 		queues   = `bridge_memory_budget_charged_bytes{user="consumer_queues"}`
@@ -85,9 +100,15 @@ streams:
 		}
 		maxBuffered, maxQueues, maxUsed, maxEgress = max(maxBuffered, buf), max(maxQueues, q), max(maxUsed, u), max(maxEgress, e)
 		// The consumer holds at most receiverQueueBytes plus one message per partition.
-		if buf > partitions*(queueBytes/float64(size)+1) || q > partitions*(queueBytes+float64(size)) {
+		if buf > float64(partitions)*(queueBytes/float64(size)+1) || q > float64(partitions)*(queueBytes+float64(size)) {
 			t.Fatalf("after %d reads the consumer holds %.0f messages, %.0f bytes charged; bound %d partitions x (%d bytes + one %d-byte message)",
 				i+1, buf, q, partitions, queueBytes, size)
+		}
+		// Under a smaller budget, the queues stay inside it: the budget plus what the
+		// idle partitions and the stream may take beyond it (a message each).
+		if limit := float64(budget) + float64(partitions+1)*float64(size); budget > 0 && (u > limit || buf*float64(size) > limit) {
+			t.Fatalf("after %d reads under memory.budget %d: %.0f bytes used, %.0f messages queued (%.0f bytes): more than the budget and %d messages",
+				i+1, budget, u, buf, buf*float64(size), partitions+1)
 		}
 		// The budget counts them: the queue's charge is its messages' bytes.
 		if d := q - buf*float64(size); d > float64(size) || d < -float64(buf*float64(size)/100)-float64(size) {
@@ -118,6 +139,6 @@ streams:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("%d messages of %d bytes over %d partitions, slow client (%d reads): consumer held at most %.0f messages / %.0f bytes (bound %d x (%d + %d)); budget used at most %.0f bytes (egress %.0f), back to %.0f (baseline %.0f) after the stream; bridge RSS at most %d MiB",
-		n, size, partitions, reads, maxBuffered, maxQueues, partitions, queueBytes, size, maxUsed, maxEgress, after, baseline, rss>>20)
+	t.Logf("%d messages of %d bytes over %d partitions, memory.budget %d (0: default), slow client (%d reads): consumer held at most %.0f messages / %.0f bytes (bound %d x (%d + %d)); budget used at most %.0f bytes (egress %.0f), back to %.0f (baseline %.0f) after the stream; bridge RSS at most %d MiB",
+		n, size, partitions, budget, reads, maxBuffered, maxQueues, partitions, queueBytes, size, maxUsed, maxEgress, after, baseline, rss>>20)
 }
