@@ -69,3 +69,41 @@ streams:
 		}
 	})
 }
+
+// TestAnyRequestWithABodyThatNeverComesIsAnswered: requests neither ingress nor egress
+// serves (another method: 405) and requests to the operations listener, announcing a body
+// they never send, are answered and their connection closed, instead of being held for
+// as long as the client keeps it open (past every server timeout).
+func TestAnyRequestWithABodyThatNeverComesIsAnswered(t *testing.T) {
+	b := broker.Get(t)
+	p := startBridge(t, fmt.Sprintf("pulsar:\n  url: %s\n", b.URL))
+	for _, tc := range []struct {
+		name, url, req string
+		status         int
+	}{
+		{"PUT on the data listener", p.DataURL, "PUT /v1/publish/r HTTP/1.1\r\nHost: bridge\r\nContent-Length: 10\r\n\r\n", 405},
+		{"chunked DELETE on the data listener", p.DataURL, "DELETE /x HTTP/1.1\r\nHost: bridge\r\nTransfer-Encoding: chunked\r\n\r\n", 405},
+		{"healthz", p.OpsURL, "GET /healthz HTTP/1.1\r\nHost: bridge\r\nContent-Length: 10\r\n\r\n", 200},
+		{"unknown ops path", p.OpsURL, "POST /nope HTTP/1.1\r\nHost: bridge\r\nContent-Length: 10\r\n\r\n", 404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", strings.TrimPrefix(tc.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(15 * time.Second))
+			if _, err := io.WriteString(conn, tc.req); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer while the announced body does not come: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("%d, want %d", resp.StatusCode, tc.status)
+			}
+		})
+	}
+}

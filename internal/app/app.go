@@ -188,6 +188,7 @@ func (a *App) dataServer(cfg config.Config) (*http.Server, error) {
 			status = he.Code
 		}
 		if !c.Response().Committed {
+			closeIfBody(c.Request(), c.Response().Header())
 			_ = c.JSON(status, map[string]any{"status": status, "error": err.Error()})
 		}
 	}
@@ -495,5 +496,19 @@ func (a *App) opsHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", pprofOn(pprof.Profile))
 	mux.HandleFunc("/debug/pprof/symbol", pprofOn(pprof.Symbol))
 	mux.HandleFunc("/debug/pprof/trace", pprofOn(pprof.Trace))
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		closeIfBody(r, w.Header())
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// closeIfBody ends an HTTP/1.x connection after the answer to a request that carries a
+// body nobody reads (every request the operations listener serves, and the data
+// listener's refusals of other methods): net/http would otherwise wait, without a
+// deadline, for that body before answering, so a client announcing one and never
+// sending it would hold the connection past every server timeout.
+func closeIfBody(r *http.Request, h http.Header) {
+	if r.ProtoMajor == 1 && r.ContentLength != 0 {
+		h.Set("Connection", "close")
+	}
 }
