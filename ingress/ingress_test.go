@@ -432,3 +432,33 @@ func TestAnUnservableMessageAcceptIsRefusedBeforePublishing(t *testing.T) {
 		t.Fatalf("published %v", pub.topics)
 	}
 }
+
+// TestARepeatedMediaTypeHeaderIsRefused: Content-Type or Message-Content-Type given twice
+// (with different values) is ambiguous; the request is refused with 400 naming the header
+// before anything is published, instead of the first value silently winning.
+func TestARepeatedMediaTypeHeaderIsRefused(t *testing.T) {
+	pub := newFake()
+	_, url := serve(t, pub, table(t, oneRoute), limits)
+	for _, h := range []http.Header{
+		{"Content-Type": {"application/recordio", "application/json"}, "Message-Content-Type": {"application/json"}},
+		{"Content-Type": {"application/recordio"}, "Message-Content-Type": {"application/json", "application/x-protobuf"}},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/publish/r", strings.NewReader(string(recordio.AppendRecord(nil, []byte(`{"n":1}`)))))
+		req.Header = h
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ans map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&ans)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(fmt.Sprint(ans["error"]), "given 2 times") {
+			t.Errorf("%v: %d %v", h, resp.StatusCode, ans)
+		}
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if len(pub.topics) != 0 {
+		t.Fatalf("published %v", pub.topics)
+	}
+}

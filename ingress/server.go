@@ -204,6 +204,11 @@ func (s *Server) Handle(c echo.Context) error {
 	if err := admission.Authorize(st.table, req.Header, mapping.Write, route.Name()); err != nil {
 		return deny(c, err)
 	}
+	for _, name := range []string{"Content-Type", "Message-Content-Type"} {
+		if n := len(req.Header.Values(name)); n > 1 {
+			return answerError(c, http.StatusBadRequest, fmt.Sprintf("%s given %d times: send it once", name, n), 0)
+		}
+	}
 	format, err := recordio.ParseRequest(req.Header.Get("Content-Type"), req.Header.Get("Message-Content-Type"), route.ContentTypes())
 	if err != nil {
 		status := http.StatusUnsupportedMediaType
