@@ -3,6 +3,8 @@ package budget
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -114,5 +116,49 @@ func TestTryReserveNeverPassesTheLimit(t *testing.T) {
 	lim.Release(5)
 	if st := b.Stats(); st.Used != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestAcquireUnlessIdle: over the limit, AcquireUnless waits while the caller holds
+// something, takes the bytes beyond the limit once it holds nothing (told through its
+// channel), and fails with ErrClosed after Close.
+func TestAcquireUnlessIdle(t *testing.T) {
+	b := New(100)
+	b.Charge(100) // spent by others
+	var mu sync.Mutex
+	holding, changed := true, make(chan struct{})
+	idle := func() (bool, <-chan struct{}) {
+		mu.Lock()
+		defer mu.Unlock()
+		return !holding, changed
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.AcquireUnless(context.Background(), 10, idle) }()
+	for b.Stats().Waits == 0 {
+		select {
+		case err := <-got:
+			t.Fatalf("acquired over the limit while holding (err %v)", err)
+		default:
+			runtime.Gosched()
+		}
+	}
+	mu.Lock()
+	holding = false
+	close(changed)
+	changed = make(chan struct{})
+	mu.Unlock()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.Used != 110 {
+		t.Fatalf("stats %+v: want the idle caller's 10 bytes beyond the limit", st)
+	}
+	b.Release(60)
+	if err := b.AcquireUnless(context.Background(), 40, idle); err != nil || b.Stats().Used != 90 {
+		t.Fatalf("within the limit: %v, %+v", err, b.Stats())
+	}
+	b.Close()
+	if err := b.AcquireUnless(context.Background(), 1, idle); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
 	}
 }
