@@ -264,6 +264,12 @@ func (c *Consumer) TryReceive() (*Message, bool) {
 		c.queue, c.head = c.queue[:0], 0
 	}
 	charged := m.charged
+	if c.opts.KeepMemoryCharge {
+		// The application owns the charge now (Message.MemoryCharge): no window in
+		// which its bytes are counted nowhere.
+		m.handedCharge, m.charged = m.charged, 0
+		charged = 0
+	}
 	m.charged = 0
 	c.mu.Unlock()
 	if charged > 0 {

@@ -80,6 +80,11 @@ type ConsumerOptions struct {
 	// consumer for good. It implies ReceiverQueueBytes' byte accounting; without
 	// ReceiverQueueBytes only the limiter bounds the bytes [nil: none].
 	MemoryLimiter MemoryLimiter
+	// KeepMemoryCharge: a message taken from the queue keeps its MemoryLimiter charge,
+	// which passes to the application (Message.MemoryCharge says how much) to release when
+	// it is done with the message; the permits freed by the take are granted only as far
+	// as the limiter covers them. Without it the consumer releases the charge at the take.
+	KeepMemoryCharge bool
 	// AckGroupTime and AckGroupMax: individual acknowledgements are sent in groups, after
 	// this long or this many [100 ms, 1000]; AckSync sends at once and waits.
 	AckGroupTime time.Duration
@@ -172,7 +177,14 @@ type Message struct {
 	gen     uint64 // its registration's generation (see partitionConsumer.gen)
 	size    int
 	charged int // bytes charged to the MemoryLimiter while it is queued (under the Consumer's mu once queued)
+	// With KeepMemoryCharge: the charge handed to the application with the message.
+	handedCharge int
 }
+
+// MemoryCharge is the bytes of the message still charged to the consumer's
+// MemoryLimiter and now the application's to release (with KeepMemoryCharge; 0
+// otherwise, or when the consumer had closed and returned its queue's charge).
+func (m *Message) MemoryCharge() int64 { return int64(m.handedCharge) }
 
 // Payload returns the message's bytes. For a chunked message it joins the chunks
 // (once); Body reads them without copying.

@@ -248,3 +248,57 @@ func TestReceiverQueueBytesWithBatchesNeverStalls(t *testing.T) {
 		})
 	}
 }
+
+// TestKeepMemoryChargeHandsTheChargeOver: with KeepMemoryCharge a taken message keeps
+// its charge, the application's to release (Message.MemoryCharge); the permits its take
+// frees are granted only as far as the limiter covers them.
+func TestKeepMemoryChargeHandsTheChargeOver(t *testing.T) {
+	const (
+		limit = 32 << 10
+		size  = 8 << 10
+	)
+	bud := budget.New(limit)
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 1000, MemoryLimiter: bud, KeepMemoryCharge: true})
+	var out []pulsartest.Outgoing
+	for i := range 10 {
+		out = append(out, single(fmt.Sprintf("%04d", i)+strings.Repeat("k", size-4)))
+	}
+	b.Deliver(faultTopic, out...)
+	waitFor(t, "the queue to fill", settled(b, cons, 10))
+	before := bud.Stats().Used
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var taken []*pulsar.Message
+	for range 2 {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.MemoryCharge() != int64(size) {
+			t.Fatalf("a taken message hands over %d bytes of charge, want %d", m.MemoryCharge(), size)
+		}
+		taken = append(taken, m)
+	}
+	// Nothing was released by the takes, so nothing more came: the budget still counts
+	// the two taken messages, and no more than the limit and one message in all.
+	if used := bud.Stats().Used; used != before || used > limit+size {
+		t.Fatalf("after two takes the budget counts %d bytes (before %d, limit %d)", used, before, limit)
+	}
+	for _, m := range taken {
+		bud.Release(m.MemoryCharge())
+		_ = cons.Ack(m)
+	}
+	for i := range 8 { // the rest still comes
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("after %d of the other 8: %v", i, err)
+		}
+		bud.Release(m.MemoryCharge())
+		_ = cons.Ack(m)
+	}
+	cons.Close()
+	if used := bud.Stats().Used; used != 0 {
+		t.Fatalf("%d bytes charged after Close (the taken messages' charges were released by the application)", used)
+	}
+}

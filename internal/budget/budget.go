@@ -101,6 +101,17 @@ func (b *Budget) TryReserve(n int64) bool {
 	return true
 }
 
+// Full reports whether the budget is spent (used at or over its limit); false for an
+// unlimited budget.
+func (b *Budget) Full() bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used >= b.limit
+}
+
 // Charge takes n bytes whether they fit or not: for bytes already in hand that cannot be
 // refused (the overshoot is bounded by the caller). Later acquisitions wait until the
 // budget is back under its limit.
@@ -130,12 +141,12 @@ func (b *Budget) Release(n int64) {
 	b.mu.Unlock()
 }
 
-// AcquireUnless takes n bytes, waiting until used + n fits within the limit, unless
-// idle reports that the caller holds nothing of the budget: then they are taken at once
-// even beyond it (so a budget spent by others never stalls that caller for good). idle
-// is asked again whenever its channel closes (or bytes are released).
-func (b *Budget) AcquireUnless(ctx context.Context, n int64, idle func() (bool, <-chan struct{})) error {
-	if b == nil || n <= 0 {
+// WaitUnlessIdle waits while the budget is spent (used at or over its limit), unless
+// idle reports that the caller holds nothing of it (so a budget spent by others never
+// stalls that caller for good). idle is asked again whenever its channel closes or
+// bytes are released.
+func (b *Budget) WaitUnlessIdle(ctx context.Context, idle func() (bool, <-chan struct{})) error {
+	if b == nil {
 		return nil
 	}
 	waited := false
@@ -145,9 +156,7 @@ func (b *Budget) AcquireUnless(ctx context.Context, n int64, idle func() (bool, 
 			b.mu.Unlock()
 			return ErrClosed
 		}
-		if b.used+n <= b.limit {
-			b.used += n
-			b.peak = max(b.peak, b.used)
+		if b.used < b.limit {
 			b.mu.Unlock()
 			return nil
 		}
@@ -155,7 +164,6 @@ func (b *Budget) AcquireUnless(ctx context.Context, n int64, idle func() (bool, 
 		b.mu.Unlock()
 		holdsNothing, changed := idle()
 		if holdsNothing {
-			b.Charge(n)
 			return nil
 		}
 		if !waited {

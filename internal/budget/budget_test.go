@@ -119,10 +119,10 @@ func TestTryReserveNeverPassesTheLimit(t *testing.T) {
 	}
 }
 
-// TestAcquireUnlessIdle: over the limit, AcquireUnless waits while the caller holds
-// something, takes the bytes beyond the limit once it holds nothing (told through its
-// channel), and fails with ErrClosed after Close.
-func TestAcquireUnlessIdle(t *testing.T) {
+// TestWaitUnlessIdle: while the budget is spent WaitUnlessIdle waits as long as its
+// caller holds something, returns once it holds nothing (told through its channel) or
+// bytes are released below the limit, and fails with ErrClosed after Close.
+func TestWaitUnlessIdle(t *testing.T) {
 	b := New(100)
 	b.Charge(100) // spent by others
 	var mu sync.Mutex
@@ -133,11 +133,11 @@ func TestAcquireUnlessIdle(t *testing.T) {
 		return !holding, changed
 	}
 	got := make(chan error, 1)
-	go func() { got <- b.AcquireUnless(context.Background(), 10, idle) }()
+	go func() { got <- b.WaitUnlessIdle(context.Background(), idle) }()
 	for b.Stats().Waits == 0 {
 		select {
 		case err := <-got:
-			t.Fatalf("acquired over the limit while holding (err %v)", err)
+			t.Fatalf("did not wait on a spent budget while holding (err %v)", err)
 		default:
 			runtime.Gosched()
 		}
@@ -150,15 +150,24 @@ func TestAcquireUnlessIdle(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	if st := b.Stats(); st.Used != 110 {
-		t.Fatalf("stats %+v: want the idle caller's 10 bytes beyond the limit", st)
+	mu.Lock()
+	holding = true
+	mu.Unlock()
+	go func() { got <- b.WaitUnlessIdle(context.Background(), idle) }()
+	for b.Stats().Waits == 1 {
+		runtime.Gosched()
 	}
-	b.Release(60)
-	if err := b.AcquireUnless(context.Background(), 40, idle); err != nil || b.Stats().Used != 90 {
-		t.Fatalf("within the limit: %v, %+v", err, b.Stats())
+	b.Release(1) // room again
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 	b.Close()
-	if err := b.AcquireUnless(context.Background(), 1, idle); !errors.Is(err, ErrClosed) {
+	if err := b.WaitUnlessIdle(context.Background(), idle); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := New(1).WaitUnlessIdle(ctx, idle); err != nil {
+		t.Fatalf("a budget with room: %v", err)
 	}
 }

@@ -17,14 +17,14 @@ import (
 // Subscriber is the egress Subscriber: one consumer of the bridge's client per stream
 // (they share the client's broker connections). Every message is charged to the budget
 // (its payload's bytes) from its arrival in the consumer's queue until it is
-// acknowledged, negatively acknowledged or its subscription closes: the consumer charges
-// it while it is queued (the budget is its pulsar.MemoryLimiter, so it withholds flow
-// permits the budget cannot cover), and at hand-off the charge passes to the delivery
-// (released by the consumer, taken again here: transferred, never counted twice).
-// Receive, which waits for an arrival, also waits for room while its stream holds
-// deliveries not yet settled, so a spent budget pauses egress as it pauses ingress reads;
-// a stream holding nothing always gets its message, so a budget spent elsewhere cannot
-// stall it for good.
+// acknowledged, negatively acknowledged or its subscription closes: the budget is the
+// consumer's pulsar.MemoryLimiter, so the consumer charges what it queues and withholds
+// flow permits the budget cannot cover, and with KeepMemoryCharge the charge passes with
+// the message to the delivery (transferred, never counted twice nor dropped for a
+// moment). While the budget is spent, a stream holding unsettled deliveries takes
+// nothing more from its consumer (Receive waits for room or a settlement), so a spent
+// budget pauses egress as it pauses ingress reads; a stream holding none always takes
+// its message, so a budget spent elsewhere cannot stall it for good.
 type Subscriber struct {
 	client *pulsar.Client
 	budget *budget.Budget
@@ -99,7 +99,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		lim = s.budget
 	}
 	c, err := s.client.Subscribe(ctx, pulsar.ConsumerOptions{Topics: o.Topics, Subscription: o.Subscription, Type: subTypes[o.Type],
-		InitialPosition: pos, ReceiverQueueSize: o.ReceiverQueue, ReceiverQueueBytes: int(o.ReceiverQueueBytes), MemoryLimiter: lim,
+		InitialPosition: pos, ReceiverQueueSize: o.ReceiverQueue, ReceiverQueueBytes: int(o.ReceiverQueueBytes),
+		MemoryLimiter: lim, KeepMemoryCharge: lim != nil,
 		// A message nacked after its acknowledgement timeout comes back soon, not in a minute.
 		NackRedeliveryDelay: time.Second,
 		// Acknowledge single messages of a batch (PIP-54), so a redelivered batch brings
@@ -188,6 +189,12 @@ func (s *subscription) settle(d *egress.Delivery) *pulsar.Message {
 }
 
 func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {
+	if err := s.owner.budget.WaitUnlessIdle(ctx, s.idle); err != nil {
+		if errors.Is(err, budget.ErrClosed) {
+			return nil, fmt.Errorf("%w: the bridge is shutting down", egress.ErrUnavailable)
+		}
+		return nil, err
+	}
 	m, err := s.c.Receive(ctx)
 	if err != nil {
 		if errors.Is(err, pulsar.ErrEndOfTopic) {
@@ -195,41 +202,47 @@ func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {
 		}
 		return nil, err
 	}
+	return s.delivery(m, s.transfer(m)), nil
+}
+
+// idle reports whether the stream holds no unsettled delivery, and a channel closed
+// when one is settled.
+func (s *subscription) idle() (bool, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held) == 0, s.settled
+}
+
+// transfer makes m's budget charge the delivery's: the consumer hands over what it
+// charged while m was queued (KeepMemoryCharge), and the rest, if any (a message taken
+// after its consumer closed), is charged here. It returns the delivery's charge.
+func (s *subscription) transfer(m *pulsar.Message) int64 {
 	size := int64(m.Size())
-	if err := s.charge(ctx, size); err != nil {
-		s.c.Nack(m) // not handed over: delivered again later
-		if errors.Is(err, budget.ErrClosed) {
-			return nil, fmt.Errorf("%w: the bridge is shutting down", egress.ErrUnavailable)
-		}
-		return nil, err
+	switch c := m.MemoryCharge(); {
+	case c < size:
+		s.owner.budget.Charge(size - c)
+	case c > size:
+		s.owner.budget.Release(c - size)
 	}
-	return s.delivery(m, size), nil
+	return size
 }
 
-// charge takes the budget's bytes for a message the consumer just released (the
-// transfer from its queue to the delivery): at once when they fit; beyond the budget
-// when the stream holds no delivery (so a budget spent by others, or by the consumers'
-// own reservations, never stalls a stream for good); otherwise it waits until they fit
-// or one of the stream's deliveries is settled (acknowledged, nacked, timed out).
-func (s *subscription) charge(ctx context.Context, size int64) error {
-	return s.owner.budget.AcquireUnless(ctx, size, func() (bool, <-chan struct{}) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.held) == 0, s.settled
-	})
-}
-
-// TryReceive returns a buffered message without waiting, for the budget too: the
-// message was charged while it was queued (within the budget, as the consumer's permits
-// were), and that charge passes to the delivery unchanged.
+// TryReceive returns a buffered message without waiting; its charge passes from the
+// consumer's queue to the delivery. While the budget is spent and the stream holds
+// unsettled deliveries it returns nothing, so the stream goes to Receive and waits
+// there: the stream takes nothing more, its consumer's queue stays full and grants no
+// permits, so nothing piles up beyond the budget.
 func (s *subscription) TryReceive() (*egress.Delivery, bool) {
+	if s.owner.budget.Full() {
+		if idle, _ := s.idle(); !idle {
+			return nil, false
+		}
+	}
 	m, ok := s.c.TryReceive()
 	if !ok {
 		return nil, false
 	}
-	size := int64(m.Size())
-	s.owner.budget.Charge(size)
-	return s.delivery(m, size), true
+	return s.delivery(m, s.transfer(m)), true
 }
 
 func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(s.settle(d)) }

@@ -186,21 +186,22 @@ func TestSubscriberQueuesAreInTheBudget(t *testing.T) {
 				used, limit, q, r, d)
 		}
 		// Taken from the queue as egress does while it has messages at hand: the charge
-		// passes from the queue to the delivery.
-		var held []*egress.Delivery
-		for range 3 {
-			dl, ok := sub.TryReceive()
-			if !ok {
-				t.Fatal("nothing at hand in a queue that held messages")
-			}
-			held = append(held, dl)
+		// passes from the queue to the delivery, the budget's total does not move.
+		dl, ok := sub.TryReceive()
+		if !ok {
+			t.Fatal("nothing at hand in a queue that held messages")
 		}
-		settledQueue(t, b, topic, s, 37)
+		held := []*egress.Delivery{dl}
 		q, r, d = s.Memory()
-		used = bud.Stats().Used
-		if d != 3*size || used != q+r+d || used > limit+size {
-			t.Fatalf("3 deliveries held: budget %d bytes: %d queued, %d reserved, %d delivered; want %d delivered, nothing counted twice",
-				used, q, r, d, 3*size)
+		if after := bud.Stats().Used; d != size || after != q+r+d || after != used {
+			t.Fatalf("a delivery taken: budget %d bytes (before %d): %d queued, %d reserved, %d delivered; want %d delivered, nothing counted twice",
+				after, used, q, r, d, size)
+		}
+		// The budget is spent and the stream holds a delivery: it takes nothing more.
+		if used >= limit {
+			if dl, ok := sub.TryReceive(); ok {
+				t.Fatalf("took %s beyond a spent budget while holding a delivery", dl.ID)
+			}
 		}
 		_ = sub.Ack(held[0])
 		if err := sub.Close(); err != nil {
@@ -253,4 +254,46 @@ func TestSubscriberQueuesAreInTheBudget(t *testing.T) {
 			t.Fatalf("%d bytes still charged after the subscription closed", st.Used)
 		}
 	})
+}
+
+// TestSubscriberTakesNothingMoreWhileTheBudgetIsSpent: with the budget spent by others
+// and a delivery unsettled, TryReceive leaves the queued message where it is (Receive
+// waits for room), so messages an idle partition gets beyond the budget do not pile up
+// in egress; once the delivery is settled the stream takes the next one.
+func TestSubscriberTakesNothingMoreWhileTheBudgetIsSpent(t *testing.T) {
+	b := fakeBroker(t)
+	bud := budget.New(64 << 10)
+	s := NewSubscriber(newClient(t, b.URL()), bud)
+	const topic = "persistent://public/default/sub-spent"
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	sub, err := s.Subscribe(ctx, egress.SubscribeOptions{Topics: []string{topic}, Subscription: "s", Type: "exclusive",
+		ReceiverQueue: 1000, ReceiverQueueBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, 8<<10)
+	b.DeliverPayloads(topic, p, p, p)
+	first, err := sub.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settledQueue(t, b, topic, s, 2)
+	bud.Charge(64 << 10) // ingress spends the rest
+	if d, ok := sub.TryReceive(); ok {
+		t.Fatalf("took %s beyond a spent budget while a delivery is unsettled", d.ID)
+	}
+	if err := sub.Ack(first); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sub.TryReceive(); !ok {
+		t.Fatal("nothing taken once the stream held nothing")
+	}
+	bud.Release(64 << 10)
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if used := bud.Stats().Used; used != 0 {
+		t.Fatalf("%d bytes charged after Close", used)
+	}
 }
