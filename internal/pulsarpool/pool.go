@@ -349,8 +349,25 @@ func (ps *Pool) create(e *producerEntry) {
 
 // PublishAsync implements ingress.Publisher.
 func (ps *Pool) PublishAsync(ctx context.Context, m *ingress.Message, done func(string, error)) {
+	ps.publishAsync(ctx, m, done, false)
+}
+
+// charge takes n bytes of the budget for a message the producer will hold: waiting for
+// room (Acquire), or at once whether they fit or not (over: a dead letter, the copy of
+// a message its subscription holds charged until the acknowledgement that follows the
+// publication, so the overshoot is bounded by the deliveries being dead-lettered, and
+// waiting could wait on a budget only that subscription can free).
+func (ps *Pool) charge(ctx context.Context, n int64, over bool) error {
+	if over {
+		ps.o.Budget.Charge(n)
+		return nil
+	}
+	return ps.o.Budget.Acquire(ctx, n)
+}
+
+func (ps *Pool) publishAsync(ctx context.Context, m *ingress.Message, done func(string, error), over bool) {
 	size := int64(len(m.Payload)) + m.MetadataBytes() // what the producer holds of it until the receipt
-	if err := ps.o.Budget.Acquire(ctx, size); err != nil {
+	if err := ps.charge(ctx, size, over); err != nil {
 		done("", ps.stopNamed(m, budgetErr(err)))
 		return
 	}
@@ -408,12 +425,16 @@ var messagePool = sync.Pool{New: func() any { return new(pulsar.ProducerMessage)
 // PublishStream implements ingress.Publisher. The budget is charged with what the
 // producer may hold of the message at once (its pending bytes), not the whole size.
 func (ps *Pool) PublishStream(ctx context.Context, m *ingress.Message, size int64, r io.Reader) (string, error) {
+	return ps.publishStream(ctx, m, size, r, false)
+}
+
+func (ps *Pool) publishStream(ctx context.Context, m *ingress.Message, size int64, r io.Reader, over bool) (string, error) {
 	charge := size
 	if lim := int64(ps.opts.MaxPendingBytes); lim > 0 {
 		charge = min(charge, lim)
 	}
 	charge += m.MetadataBytes()
-	if err := ps.o.Budget.Acquire(ctx, charge); err != nil {
+	if err := ps.charge(ctx, charge, over); err != nil {
 		return "", budgetErr(err)
 	}
 	defer ps.o.Budget.Release(charge)

@@ -304,7 +304,9 @@ var errNoDeadLetters = errors.New("pulsarpool: no producer pool for dead letters
 
 // DeadLetter implements egress.DeadLetterer: the message (its payload, still held until
 // it is settled, however egress trimmed the Delivery) is published to topic with its key
-// and properties, plus its origin topic and id.
+// and properties, plus its origin topic and id. The copy is charged to the budget without
+// waiting for room: the message is charged already and is settled right after, and the
+// budget may be spent by this subscription's own queue, which only it would free.
 func (s *subscription) DeadLetter(ctx context.Context, d *egress.Delivery, topic string) error {
 	pool := s.owner.dlq
 	if pool == nil {
@@ -319,12 +321,12 @@ func (s *subscription) DeadLetter(ctx context.Context, d *egress.Delivery, topic
 	props[PropertyOriginMessageID] = javaID(m.ID)
 	msg := &ingress.Message{Topic: topic, Key: m.Key, Properties: props}
 	if m.Size() >= streamFrom {
-		_, err := pool.PublishStream(ctx, msg, int64(m.Size()), m.Body())
+		_, err := pool.publishStream(ctx, msg, int64(m.Size()), m.Body(), true)
 		return err
 	}
 	msg.Payload = m.Payload()
 	done := make(chan error, 1)
-	pool.PublishAsync(ctx, msg, func(_ string, err error) { done <- err })
+	pool.publishAsync(ctx, msg, func(_ string, err error) { done <- err }, true)
 	select {
 	case err := <-done:
 		return err

@@ -297,3 +297,56 @@ func TestSubscriberTakesNothingMoreWhileTheBudgetIsSpent(t *testing.T) {
 		t.Fatalf("%d bytes charged after Close", used)
 	}
 }
+
+// TestSubscriberDeadLettersWhileItsQueueSpendsTheBudget: the stream's own consumer queue
+// spends the budget (it is the consumer's MemoryLimiter) and the stream holds the
+// message it dead-letters. The dead letter is a copy of bytes already charged and
+// released at the ack right after it: waiting for room there waited on a budget only
+// this stream could free, so the publication timed out and the message never left.
+func TestSubscriberDeadLettersWhileItsQueueSpendsTheBudget(t *testing.T) {
+	const limit, size = 64 << 10, 8 << 10
+	b := fakeBroker(t)
+	bud := budget.New(limit)
+	c := newClient(t, b.URL())
+	pool, _ := newPool(t, c, Options{Budget: bud})
+	s := NewSubscriber(c, bud)
+	s.DeadLetters(pool)
+	const topic, dlq = "persistent://public/default/sub-dlq-spent", "persistent://public/default/sub-dlq-spent-DLQ"
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	sub, err := s.Subscribe(ctx, egress.SubscribeOptions{Topics: []string{topic}, Subscription: "s", Type: "exclusive",
+		ReceiverQueue: 1000, ReceiverQueueBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps [][]byte
+	for i := range 40 {
+		p := make([]byte, size)
+		p[0] = byte(i)
+		ps = append(ps, p)
+	}
+	b.DeliverPayloads(topic, ps...)
+	d, err := sub.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settledQueue(t, b, topic, s, 39)
+	if used := bud.Stats().Used; limit-used >= size {
+		t.Fatalf("precondition: the queue left %d of %d bytes free, want less than one message (%d)", limit-used, limit, size)
+	}
+	if err := sub.(egress.DeadLetterer).DeadLetter(ctx, d, dlq); err != nil {
+		t.Fatalf("dead-lettering a held message under a budget its own queue spends: %v", err)
+	}
+	if got := len(b.Messages(dlq)); got != 1 {
+		t.Fatalf("%d messages on the dead-letter topic, want 1", got)
+	}
+	if err := sub.Ack(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if used := bud.Stats().Used; used != 0 {
+		t.Fatalf("%d bytes charged after Close", used)
+	}
+}
