@@ -302,3 +302,29 @@ func TestKeepMemoryChargeHandsTheChargeOver(t *testing.T) {
 		t.Fatalf("%d bytes charged after Close (the taken messages' charges were released by the application)", used)
 	}
 }
+
+// TestMemoryLimiterCountsAnArrivalBeforeGrantingOnIt: an arrival's bytes are charged
+// before its reservation goes back and before the permits it makes room for are granted.
+// Granting first reserved from room the arrival itself was about to fill (the queue went
+// past the limit with nothing taken), and in between its bytes were counted nowhere (a
+// reader of the budget could see room that was not there).
+func TestMemoryLimiterCountsAnArrivalBeforeGrantingOnIt(t *testing.T) {
+	const limit, size = 10, 8
+	bud := budget.New(limit)
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 10, MemoryLimiter: bud})
+	b.Deliver(faultTopic, single("eight..."), single("eight..."))
+	// Settled: every permit the broker had is used and none is reserved (so none is on
+	// its way), or both messages came.
+	waitFor(t, "the queue to settle", func() bool {
+		_, avail := b.Permits(faultTopic)
+		return cons.Buffered() >= 2 || (cons.Buffered() > 0 && avail == 0 && cons.Stats().ReservedBytes == 0)
+	})
+	if q, used := cons.Buffered(), bud.Stats().Used; q != 1 || used > limit {
+		t.Fatalf("nothing taken: %d messages queued and %d bytes charged, limit %d: want one message, within the limit", q, used, limit)
+	}
+	cons.Close()
+	if used := bud.Stats().Used; used != 0 {
+		t.Fatalf("%d bytes charged after Close", used)
+	}
+}

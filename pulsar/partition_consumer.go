@@ -368,25 +368,32 @@ func (p *partitionConsumer) grantLocked() {
 	p.inFlight += g
 }
 
-// landedLocked accounts an entry that used n permits: its share of the limiter's
-// reservation for the permits in flight is returned (the entry's messages are charged
-// instead); beyond them, the broker's count goes below zero (see grantLocked).
-func (p *partitionConsumer) landedLocked(n int) {
+// landedLocked accounts an entry that used n permits: beyond them, the broker's count
+// goes below zero (see grantLocked). It returns the entry's share of the limiter's
+// reservation for the permits in flight, which the caller gives back with
+// unreserveShareLocked once the entry's messages are charged (never before: in between
+// their bytes would be counted nowhere, and a grant could take that room).
+func (p *partitionConsumer) landedLocked(n int) (share int) {
 	if !p.byteMode() {
-		return
+		return 0
 	}
 	if out := p.inFlight; out > 0 {
 		used := min(n, out)
-		rel := p.reserved
+		share = p.reserved
 		if used < out {
-			rel = p.reserved * used / out
+			share = p.reserved * used / out
 		}
-		p.reserved -= rel
-		if lim := p.opts.MemoryLimiter; lim != nil && rel > 0 {
-			lim.Release(int64(rel))
-		}
+		p.reserved -= share
 	}
 	p.inFlight -= n
+	return share
+}
+
+// unreserveShareLocked returns to the limiter a landed entry's share of the reservation.
+func (p *partitionConsumer) unreserveShareLocked(share int) {
+	if lim := p.opts.MemoryLimiter; lim != nil && share > 0 {
+		lim.Release(int64(share))
+	}
 }
 
 // unreserveLocked returns the whole reservation: the permits in flight are void (the
@@ -457,8 +464,9 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 	p.progressed = true
 	id := cmd.GetMessageId()
 	e, err := delivery.Parse(f.Metadata, f.Payload, cmd.GetAckSet(), p.limitsLocked())
-	p.landedLocked(max(e.Permits, 1))
+	share := p.landedLocked(max(e.Permits, 1))
 	if frameErr != nil {
+		p.unreserveShareLocked(share)
 		p.checksumFailures++
 		p.log.Warn("discarding a corrupt message", "ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", frameErr)
 		p.discardLocked(cn, id, e.Permits, pb.CommandAck_ChecksumMismatch, true)
@@ -466,6 +474,7 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		return
 	}
 	if de := (*delivery.Error)(nil); errors.As(err, &de) {
+		p.unreserveShareLocked(share)
 		p.malformed++
 		p.log.Warn("discarding a malformed message", "ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", err)
 		p.discardLocked(cn, id, e.Permits, de.Reason, true)
@@ -483,8 +492,11 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		msg := p.chunkLocked(cn, id, mid, &e, base)
 		if msg != nil {
 			msg.gen = p.gen
-			p.arrivedLocked(msg.size, 0)
 			p.chargeLocked(msg)
+		}
+		p.unreserveShareLocked(share)
+		if msg != nil {
+			p.arrivedLocked(msg.size, 0)
 		}
 		p.arrivedLocked(0, len(f.Payload))
 		p.mu.Unlock()
@@ -498,8 +510,9 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		setFromMetadata(&m, md)
 		m.payload, m.size, m.permits = e.Payload, len(e.Payload), 1
 		m.gen = p.gen
-		p.arrivedLocked(m.size, max(m.size, 1))
 		p.chargeLocked(&m)
+		p.unreserveShareLocked(share)
+		p.arrivedLocked(m.size, max(m.size, 1))
 		p.mu.Unlock()
 		p.c.enqueue([]*Message{&m})
 	default:
@@ -509,8 +522,9 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 			m.gen = p.gen
 			held += m.size
 		}
-		p.arrivedLocked(held, max(held/max(e.Permits, 1), 1))
 		p.chargeLocked(msgs...)
+		p.unreserveShareLocked(share)
+		p.arrivedLocked(held, max(held/max(e.Permits, 1), 1))
 		if e.Skipped > 0 {
 			p.discardLocked(nil, id, e.Skipped, 0, false)
 		}
