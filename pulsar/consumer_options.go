@@ -61,24 +61,38 @@ type ConsumerOptions struct {
 	ReceiverQueueSize int
 	// ReceiverQueueBytes, when positive, also bounds each partition's queue in bytes:
 	// permits are withheld while the payload bytes queued and not yet taken, plus the
-	// permits in flight at the bytes an arrival brought per permit (a moving average),
-	// would exceed it, and granted again as the application takes messages. Nothing is
-	// dropped; with nothing queued or in flight one permit always goes, so a message
-	// larger than the bound is still delivered. It is an estimate: an entry much larger
-	// than the ones before can overshoot it by that entry [0: bounded in messages only].
+	// permits in flight at the bytes a permit is assumed to bring, would exceed it, and
+	// granted again as the application takes messages. Nothing is dropped; with nothing
+	// queued or in flight one permit always goes, so a message larger than the bound is
+	// still delivered. A permit is assumed to bring the most bytes an arrival brought per
+	// permit lately (rising at once, decaying by an eighth of the gap per smaller arrival),
+	// and never less than 8 KiB, so at most ReceiverQueueBytes/8KiB permits are in flight
+	// (one at a time below 8 KiB, and until the first arrival).
+	//
+	// It is a bound on what the client asks for, not on what the broker sends: a permit
+	// may bring an entry of any size. The queue can exceed it by the permits in flight ×
+	// (actual − assumed) bytes per permit, plus one batch's messages beyond the permits
+	// left (the broker sends whole batches). In practice: entries of up to 8 KiB (or no
+	// larger than those seen lately) keep it, but for that one batch; a jump to entries
+	// of S > 8 KiB after smaller ones can add up to ReceiverQueueBytes/8KiB × (S − 8 KiB)
+	// (1 MiB and 64 KiB entries: 128 × 56 KiB = 7 MiB) until those permits are used; the
+	// worst case is ReceiverQueueBytes/8KiB × the broker's maxMessageSize (5 MiB by
+	// default) [0: bounded in messages only].
 	ReceiverQueueBytes int
 	// MemoryLimiter, when set, is a byte budget the consumer shares with the rest of the
 	// process (the official Java client's MemoryLimitController does this for its
 	// producers and consumers). Each queued message's payload bytes are charged to it from
 	// arrival until the application takes it (or the queue drops it: a reconnect, a
 	// redelivery of everything, Close), and FLOW permits are granted only as far as it can
-	// cover them: the permits in flight are reserved at the bytes an arrival brings per
-	// permit, and an arrival's reservation becomes the charge of what it brought. When it
+	// cover them: the permits in flight are reserved at the bytes a permit is assumed to
+	// bring (see ReceiverQueueBytes), and an arrival's reservation becomes the charge of
+	// what it brought (all of it, so the limiter can be exceeded by the same excess). When it
 	// cannot cover them, permits are withheld and granted again as the application takes
 	// messages. A partition with nothing queued and nothing in flight still gets one
 	// permit (charged even beyond the limit), so a budget filled by others never stalls a
 	// consumer for good. It implies ReceiverQueueBytes' byte accounting; without
-	// ReceiverQueueBytes only the limiter bounds the bytes [nil: none].
+	// ReceiverQueueBytes only the limiter and ReceiverQueueSize bound the permits in
+	// flight, each of which may bring its excess over the assumed size [nil: none].
 	MemoryLimiter MemoryLimiter
 	// KeepMemoryCharge: a message taken from the queue keeps its MemoryLimiter charge,
 	// which passes to the application (Message.MemoryCharge says how much) to release when

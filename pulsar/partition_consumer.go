@@ -88,8 +88,9 @@ type partitionConsumer struct {
 	permitsTaken   int  // permits the application (or a discard) freed since the last FLOW
 	permitsGranted int
 	// With ReceiverQueueBytes: the bytes of this partition's messages queued and not yet
-	// taken, the permits granted and not yet used by an arrival, and the bytes an
-	// arrival brings per permit (a moving average, 0 until the first one).
+	// taken, the permits granted and not yet used by an arrival, and the most bytes an
+	// arrival brought per permit lately (a decaying maximum, 0 until the first one; see
+	// permitBytesLocked).
 	heldBytes      int
 	inFlight       int
 	bytesPerPermit int
@@ -304,9 +305,26 @@ func (p *partitionConsumer) byteMode() bool {
 	return p.opts.ReceiverQueueBytes > 0 || p.opts.MemoryLimiter != nil
 }
 
+// minPermitBytes is the least a permit is assumed to bring: a permit in flight may bring
+// an entry of any size (the broker sends whatever is next), so however small the entries
+// so far, no more than ReceiverQueueBytes/minPermitBytes permits are out at once, and a
+// backlog that goes from small entries to ones of up to this size cannot multiply the
+// window by the jump.
+const minPermitBytes = 8 << 10
+
+// permitBytesLocked is the bytes a permit in flight is assumed to bring: the largest an
+// arrival brought per permit lately (it rises at once, and falls by an eighth of the gap
+// per smaller arrival), never less than minPermitBytes; 0 until the first arrival.
+func (p *partitionConsumer) permitBytesLocked() int {
+	if p.bytesPerPermit == 0 {
+		return 0
+	}
+	return max(p.bytesPerPermit, minPermitBytes)
+}
+
 // grantLocked sends the broker as many of the withheld permits as the byte bound has
-// room for: the bytes queued, plus the permits in flight at the bytes an arrival brings
-// per permit, stay within ReceiverQueueBytes; with a MemoryLimiter, the permits granted
+// room for: the bytes queued, plus the permits in flight at the bytes an arrival may
+// bring per permit (permitBytesLocked), stay within ReceiverQueueBytes; with a MemoryLimiter, the permits granted
 // are also reserved from it at that estimate (as many as it can cover). With nothing
 // queued and nothing in flight one permit always goes (charged to the limiter even
 // beyond its limit), so a message larger than the bound is still delivered and the flow
@@ -325,9 +343,11 @@ func (p *partitionConsumer) grantLocked() {
 	}
 	out, debt := max(p.inFlight, 0), max(-p.inFlight, 0)
 	k := 0
-	per := p.bytesPerPermit
+	per := p.permitBytesLocked()
 	if per > 0 {
-		if room := bound - p.heldBytes - out*per; room > 0 {
+		// The permits in flight count at the current estimate, or at what was reserved
+		// for them when an earlier (larger) estimate granted them.
+		if room := bound - p.heldBytes - max(out*per, p.reserved); room > 0 {
 			k = room / per
 		}
 	}
@@ -426,10 +446,10 @@ func (p *partitionConsumer) chargeLocked(msgs ...*Message) {
 func (p *partitionConsumer) arrivedLocked(held, sample int) {
 	p.heldBytes += held
 	if sample > 0 {
-		if p.bytesPerPermit == 0 {
+		if sample >= p.bytesPerPermit {
 			p.bytesPerPermit = sample
 		} else {
-			p.bytesPerPermit = (3*p.bytesPerPermit + sample) / 4
+			p.bytesPerPermit -= (p.bytesPerPermit - sample + 7) / 8
 		}
 	}
 	if p.byteMode() {
