@@ -83,10 +83,11 @@ type ConsumerOptions struct {
 	// process (the official Java client's MemoryLimitController does this for its
 	// producers and consumers). Each queued message's payload bytes are charged to it from
 	// arrival until the application takes it (or the queue drops it: a reconnect, a
-	// redelivery of everything, Close), and FLOW permits are granted only as far as it can
-	// cover them: the permits in flight are reserved at the bytes a permit is assumed to
-	// bring (see ReceiverQueueBytes), and an arrival's reservation becomes the charge of
-	// what it brought (all of it, so the limiter can be exceeded by the same excess). When it
+	// redelivery of everything, Close), the chunks of a message being reassembled from
+	// their arrival until it is whole or dropped, and FLOW permits are granted only as far
+	// as it can cover them: the permits in flight are reserved at the bytes a permit is
+	// assumed to bring (see ReceiverQueueBytes), and an arrival's reservation becomes the
+	// charge of what it brought (all of it, so the limiter can be exceeded by the same excess). When it
 	// cannot cover them, permits are withheld and granted again as the application takes
 	// messages. A partition with nothing queued and nothing in flight still gets one
 	// permit (charged even beyond the limit), so a budget filled by others never stalls a

@@ -331,3 +331,77 @@ func TestMemoryLimiterCountsAnArrivalBeforeGrantingOnIt(t *testing.T) {
 		t.Fatalf("%d bytes charged after Close", used)
 	}
 }
+
+// TestMemoryLimiterCountsChunksBeingReassembled: the chunks of a message not yet whole
+// are held by the consumer, so they are charged to the limiter as they arrive (each
+// chunk's permit goes back at once, so without that a message of many chunks filled
+// memory outside the budget up to MaxChunkedMessageSize per partition). The charge
+// becomes the whole message's when it completes (not counted twice), and goes back when
+// an incomplete message is dropped (here: its chunks expire) or the consumer closes.
+func TestMemoryLimiterCountsChunksBeingReassembled(t *testing.T) {
+	const part = 16 << 10
+	data := func(c byte) string { return strings.Repeat(string(c), part) }
+	t.Run("completed", func(t *testing.T) {
+		bud := budget.New(1 << 20)
+		b := fakeBroker(t)
+		cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 10, MemoryLimiter: bud})
+		b.Deliver(faultTopic, chunk("u", 0, 4, data('a'), 4*part), chunk("u", 1, 4, data('b'), 4*part),
+			chunk("u", 2, 4, data('c'), 4*part), single("marker"))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m, err := cons.Receive(ctx) // the chunks before it were handled on the same connection
+		if err != nil || string(m.Payload()) != "marker" {
+			t.Fatalf("got %v, %v; want the marker", m, err)
+		}
+		if used, st := bud.Stats().Used, cons.Stats(); used-int64(st.ReservedBytes+st.ChargedBytes) < 3*part {
+			t.Fatalf("three chunks of %d bytes held for reassembly, the limiter counts %d bytes (%d reserved, %d queued)", part, used, st.ReservedBytes, st.ChargedBytes)
+		}
+		b.Deliver(faultTopic, chunk("u", 3, 4, data('d'), 4*part))
+		if m, err = cons.Receive(ctx); err != nil || m.Size() != 4*part {
+			t.Fatalf("got %v, %v; want the whole chunked message", m, err)
+		}
+		// Taken (the charge goes back at the take): what remains is at most the
+		// reservation of the permits in flight, nothing of the message.
+		if used, reserved := bud.Stats().Used, int64(cons.Stats().ReservedBytes); used != reserved {
+			t.Fatalf("after the chunked message was taken the limiter counts %d bytes, %d of them reserved", used, reserved)
+		}
+		cons.Close()
+		if used := bud.Stats().Used; used != 0 {
+			t.Fatalf("%d bytes charged after Close", used)
+		}
+	})
+	t.Run("expired", func(t *testing.T) {
+		bud := budget.New(1 << 20)
+		b := fakeBroker(t)
+		cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 10, MemoryLimiter: bud,
+			ChunkExpiry: 50 * time.Millisecond, AckGroupTime: 10 * time.Millisecond})
+		b.Deliver(faultTopic, chunk("u", 0, 4, data('a'), 4*part), chunk("u", 1, 4, data('b'), 4*part))
+		// Dropped on expiry: its chunks are acknowledged then, and the charge is back.
+		waitFor(t, "the expired chunks' acknowledgement", func() bool { return len(b.Acks(faultTopic)) > 0 })
+		waitFor(t, "the expired chunks' charge to go back", func() bool {
+			return bud.Stats().Used == int64(cons.Stats().ReservedBytes)
+		})
+		cons.Close()
+		if used := bud.Stats().Used; used != 0 {
+			t.Fatalf("%d bytes charged after Close", used)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		bud := budget.New(1 << 20)
+		b := fakeBroker(t)
+		cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 10, MemoryLimiter: bud})
+		b.Deliver(faultTopic, chunk("u", 0, 4, data('a'), 4*part), single("marker"))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := cons.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if used, st := bud.Stats().Used, cons.Stats(); used-int64(st.ReservedBytes+st.ChargedBytes) < part {
+			t.Fatalf("a chunk of %d bytes held for reassembly, the limiter counts %d bytes (%d reserved, %d queued)", part, used, st.ReservedBytes, st.ChargedBytes)
+		}
+		cons.Close()
+		if used := bud.Stats().Used; used != 0 {
+			t.Fatalf("%d bytes charged after Close with a message half reassembled", used)
+		}
+	})
+}

@@ -98,7 +98,7 @@ type partitionConsumer struct {
 	// With a MemoryLimiter: the bytes reserved from it for the permits in flight.
 	reserved         int
 	chunks           map[string]*chunkCtx
-	chunkBytes       int // payload bytes held by chunks, bounded by MaxChunkedMessageSize
+	chunkBytes       int // payload bytes held by chunks, bounded by MaxChunkedMessageSize (and charged to the MemoryLimiter)
 	chunkOrder       []string
 	trackers         map[entryKey]*batchTracker
 	acks             map[entryKey]*pb.MessageIdData // grouped individual acks
@@ -433,10 +433,14 @@ func (p *partitionConsumer) chargeLocked(msgs ...*Message) {
 		return
 	}
 	for _, m := range msgs {
-		if m.size > 0 {
-			m.charged = m.size
-			lim.Charge(int64(m.size))
+		// A whole chunked message comes with its chunks' charge already.
+		switch d := m.size - m.charged; {
+		case d > 0:
+			lim.Charge(int64(d))
+		case d < 0:
+			lim.Release(int64(-d))
 		}
+		m.charged = m.size
 	}
 }
 
@@ -645,6 +649,11 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 	ctx.ids = append(ctx.ids, mid)
 	ctx.size += len(payload)
 	p.chunkBytes += len(payload)
+	if lim := p.opts.MemoryLimiter; lim != nil {
+		// Held until the message is whole: its permit goes back below, so the budget
+		// is what bounds reassembly across partitions and consumers.
+		lim.Charge(int64(len(payload)))
+	}
 	if chunkID < total-1 {
 		// Its permit goes back now, not when the whole message is taken: a message of
 		// more chunks than the receiver window must still complete. Reassembly is
@@ -652,7 +661,7 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 		p.returnPermitsLocked(1)
 		return nil
 	}
-	p.removeChunkCtxLocked(uuid)
+	p.removeChunkCtxLocked(uuid, false) // the chunks' charge becomes the message's
 	m := base
 	m.ID = mid
 	m.ID.BatchIndex = -1
@@ -666,6 +675,7 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 		}
 		out, err := delivery.Decompress(md, joined, p.limitsLocked())
 		if err != nil {
+			p.releaseLocked(ctx.size)
 			p.log.Warn("discarding a chunked message that does not decompress", "uuid", uuid, "error", err)
 			for i, cid := range ctx.ids {
 				permits := 0
@@ -677,18 +687,25 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 			return nil
 		}
 		m.payload, m.size = out, len(out)
+		m.charged = p.chargedChunks(ctx) // chargeLocked adjusts it to the decompressed size
 		return &m
 	}
 	m.chunks, m.size = ctx.chunks, ctx.size
+	m.charged = p.chargedChunks(ctx)
 	if len(m.chunks) == 1 {
 		m.payload, m.chunks = m.chunks[0], nil
 	}
 	return &m
 }
 
-func (p *partitionConsumer) removeChunkCtxLocked(uuid string) {
+// removeChunkCtxLocked forgets a chunked message being reassembled; release: its
+// chunks' charge goes back to the MemoryLimiter (else the caller takes it over).
+func (p *partitionConsumer) removeChunkCtxLocked(uuid string, release bool) {
 	if ctx := p.chunks[uuid]; ctx != nil {
 		p.chunkBytes -= ctx.size
+		if release {
+			p.releaseLocked(ctx.size)
+		}
 	}
 	delete(p.chunks, uuid)
 	for i, u := range p.chunkOrder {
@@ -704,7 +721,7 @@ func (p *partitionConsumer) dropChunksLocked(uuid, why string) {
 	if ctx == nil {
 		return
 	}
-	p.removeChunkCtxLocked(uuid)
+	p.removeChunkCtxLocked(uuid, true)
 	p.log.Warn("dropping an incomplete chunked message; its chunks are acknowledged", "uuid", uuid, "chunks", len(ctx.ids), "of", ctx.total, "why", why)
 	// Their permits went back on arrival; acknowledging them keeps them from staying in
 	// the backlog for ever (the message is lost to this subscription either way).
@@ -712,6 +729,28 @@ func (p *partitionConsumer) dropChunksLocked(uuid, why string) {
 		p.ackDroppedLocked(id)
 	}
 	p.discarded += len(ctx.ids)
+}
+
+// chargedChunks is what a whole chunked message's chunks were charged to the limiter.
+func (p *partitionConsumer) chargedChunks(ctx *chunkCtx) int {
+	if p.opts.MemoryLimiter == nil {
+		return 0
+	}
+	return ctx.size
+}
+
+// releaseLocked returns n bytes to the MemoryLimiter, if any.
+func (p *partitionConsumer) releaseLocked(n int) {
+	if lim := p.opts.MemoryLimiter; lim != nil && n > 0 {
+		lim.Release(int64(n))
+	}
+}
+
+// dropAllChunksLocked forgets every message being reassembled and returns their
+// charge: they come again on the next subscription, or the consumer is done.
+func (p *partitionConsumer) dropAllChunksLocked() {
+	p.releaseLocked(p.chunkBytes)
+	p.chunks, p.chunkOrder, p.chunkBytes = map[string]*chunkCtx{}, nil, 0
 }
 
 // ackDroppedLocked acknowledges a chunk entry that was dropped (grouped with the others).
@@ -945,7 +984,7 @@ func (p *partitionConsumer) connectionLost(h *consumerHandle, reason error) {
 	}
 	// Whatever was buffered or half reassembled comes again on the next subscription;
 	// the permits in flight went with the connection.
-	p.chunks, p.chunkOrder, p.chunkBytes = map[string]*chunkCtx{}, nil, 0
+	p.dropAllChunksLocked()
 	p.unreserveLocked()
 	// Every unacknowledged entry is delivered again (on a shared subscription perhaps to
 	// another consumer): its batch tracker goes, or it would stay for ever.
@@ -1037,6 +1076,7 @@ func (p *partitionConsumer) fail(err error) {
 		p.detachLocked(p.reg)
 	}
 	p.unreserveLocked()
+	p.dropAllChunksLocked()
 	p.mu.Unlock()
 	p.log.Error("consumer failed", "error", err)
 	p.c.partitionFailed(fmt.Errorf("%w: %s: %w", ErrConsumerFailed, p.topic, err))
@@ -1052,6 +1092,7 @@ func (p *partitionConsumer) close(ctx context.Context) {
 	p.closing = true
 	p.state = stateClosed
 	p.unreserveLocked()
+	p.dropAllChunksLocked()
 	cn := p.cn // set only when ready
 	if p.reg != nil {
 		p.detachLocked(p.reg)
