@@ -168,7 +168,7 @@ func TestMemoryLimiterNoLeak(t *testing.T) {
 	}
 	b.DropConnections()
 	waitFor(t, "the resubscription", func() bool { return cons.Stats().Reconnects >= 1 })
-	waitFor(t, "the queue to refill after the reconnect", settled(b, cons, 1))
+	waitFor(t, "the queue to refill after the reconnect", settled(b, cons, 40))
 	used, held := bud.Stats().Used, int64(cons.Stats().HeldBytes)
 	// What is charged now is what is queued plus at most the reservation for the
 	// permits in flight: the old registration's queue and reservation are gone.
@@ -177,7 +177,7 @@ func TestMemoryLimiterNoLeak(t *testing.T) {
 	}
 	// Everything redelivered: the queue is dropped and its charge goes back.
 	cons.RedeliverUnacknowledged()
-	waitFor(t, "the queue to refill after the redelivery", settled(b, cons, 1))
+	waitFor(t, "the queue to refill after the redelivery", settled(b, cons, 40))
 	used, held = bud.Stats().Used, int64(cons.Stats().HeldBytes)
 	if used > held+(32<<10)+size {
 		t.Fatalf("after the redelivery %d bytes are charged for a queue of %d bytes", used, held)
