@@ -781,3 +781,68 @@ func TestAckBodiesAreBoundedInCount(t *testing.T) {
 		}
 	}
 }
+
+// slowDLQSub dead-letters after a delay (a broker creating the dead-letter topic's
+// producer), failing if the request's context ends first.
+type slowDLQSub struct {
+	*dlqSub
+	delay time.Duration
+}
+
+func (f *slowDLQSub) Subscribe(ctx context.Context, o SubscribeOptions) (Subscription, error) {
+	return f, nil
+}
+
+func (f *slowDLQSub) DeadLetter(ctx context.Context, d *Delivery, topic string) error {
+	t := time.NewTimer(f.delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	return f.dlqSub.DeadLetter(ctx, d, topic)
+}
+
+// TestNackDeadLettersSlowerThanTheBodyGrace: a /nack whose dead-lettering takes longer
+// than the grace given to drop a body's rest (200 ms) still dead-letters. The grace's
+// read deadline stayed on the connection after the body was dropped, so net/http's
+// background read failed at it and cancelled the request's context under the
+// publication: the message was nacked instead, and came back to fail the same way.
+func TestNackDeadLettersSlowerThanTheBodyGrace(t *testing.T) {
+	f := &slowDLQSub{dlqSub: &dlqSub{fakeSub: &fakeSub{feed: make(chan *Delivery, 10)}}, delay: time.Second}
+	cfg, err := config.Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    type: shared\n    ack: client\n    envelope: json\n" +
+		"    retry: {maxDeliveries: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := mapping.Compile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(f, nil, nil, nil)
+	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	e := echo.New()
+	e.GET("/*", s.Handle)
+	e.POST("/*", s.HandleAck)
+	hs := httptest.NewServer(e)
+	t.Cleanup(hs.Close)
+	resp, rd := get(t, hs.URL+"/v1/streams/s")
+	f.feed <- &Delivery{ID: "1:0:1:-1", Topic: "persistent://public/default/t", Payload: []byte(`{}`)}
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/v1/streams/s/nack", strings.NewReader(`["1:0:1:-1"]`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Stream-Id", resp.Header.Get("Stream-Id"))
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	var ans map[string]any
+	_ = json.NewDecoder(r.Body).Decode(&ans)
+	if r.StatusCode != http.StatusOK || ans["deadLettered"] != float64(1) {
+		t.Fatalf("nack answer %d %v: want the message dead-lettered", r.StatusCode, ans)
+	}
+}

@@ -316,9 +316,17 @@ func dropBody(c echo.Context) bool {
 	if req.ContentLength >= maxDiscard {
 		return false
 	}
-	_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(discardGrace))
+	rc := http.NewResponseController(c.Response())
+	_ = rc.SetReadDeadline(time.Now().Add(discardGrace))
 	_, err := io.CopyN(io.Discard, req.Body, maxDiscard)
-	return errors.Is(err, io.EOF) || errors.Is(err, http.ErrBodyReadAfterClose)
+	ended := errors.Is(err, io.EOF) || errors.Is(err, http.ErrBodyReadAfterClose)
+	if ended {
+		// The grace is over: left on the connection, the deadline would fail net/http's
+		// background read and cancel the request's context under the handler (a /nack
+		// dead-lettering for longer than the grace lost its publication).
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	return ended
 }
 
 const (
