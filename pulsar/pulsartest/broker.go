@@ -40,6 +40,10 @@ type Broker struct {
 	ln net.Listener
 	wg sync.WaitGroup
 
+	// dispatchMu makes each dispatch pick and write its messages before the next one
+	// picks any: a subscriber's messages reach it in the order they were queued.
+	dispatchMu sync.Mutex
+
 	mu             sync.Mutex
 	conns          map[*serverConn]struct{}
 	messages       []Message

@@ -146,8 +146,13 @@ func (c *serverConn) closeConsumer(r *pb.CommandCloseConsumer) {
 	c.write(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{RequestId: proto.Uint64(r.GetRequestId())}})
 }
 
-// dispatch sends queued messages to subscribers with permits.
+// dispatch sends queued messages to subscribers with permits. It runs on the caller of
+// Deliver and on each connection's reader (a FLOW): the picking and the writing are one
+// step under dispatchMu, or a FLOW answered between another dispatch's two writes would
+// send a later message before an earlier one (a real broker delivers in order).
 func (b *Broker) dispatch() {
+	b.dispatchMu.Lock()
+	defer b.dispatchMu.Unlock()
 	type send struct {
 		c   *serverConn
 		buf []byte
