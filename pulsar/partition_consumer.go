@@ -131,7 +131,7 @@ func newPartitionConsumer(c *Consumer, topic string, partition int32) *partition
 
 func (p *partitionConsumer) start(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
-		err := p.connect(ctx)
+		err := p.connect(ctx, true)
 		if err == nil {
 			break
 		}
@@ -174,7 +174,7 @@ func (p *partitionConsumer) detachLocked(h *consumerHandle) {
 	h.cn.RemoveConsumer(p.id)
 }
 
-func (p *partitionConsumer) connect(ctx context.Context) error {
+func (p *partitionConsumer) connect(ctx context.Context, first bool) error {
 	ctx, cancel := context.WithTimeout(ctx, p.client.opts.OperationTimeout)
 	defer cancel()
 	bc, err := p.client.lookup(ctx, p.topic)
@@ -243,6 +243,11 @@ func (p *partitionConsumer) connect(ctx context.Context) error {
 	}
 	p.cn = cn
 	p.state = stateReady
+	if !first {
+		// Counted in the step that makes the consumer ready: its messages can reach
+		// the application before reconnect() would take the lock again.
+		p.reconnects++
+	}
 	p.readyAt = time.Now()
 	p.progressed = false
 	p.permitsTaken = 0
@@ -1043,15 +1048,13 @@ func (p *partitionConsumer) reconnect() {
 			}
 		}
 		ctx, cancel := contextUntil(p.done)
-		err := p.connect(ctx)
+		err := p.connect(ctx, false)
 		cancel()
-		p.mu.Lock()
 		if err == nil {
-			p.reconnects++
-			p.mu.Unlock()
 			p.log.Info("consumer resubscribed")
-			return
+			return // counted by connect, when it made the consumer ready
 		}
+		p.mu.Lock()
 		p.attempts++
 		attempts = p.attempts
 		p.mu.Unlock()

@@ -310,6 +310,11 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		}
 	}
 	if !first {
+		// Counted with the resends, in the step that makes the producer ready: the
+		// receipts for what was resent can reach the application before reconnect()
+		// would take the lock again, and Stats must not show the resends without the
+		// reconnect that made them.
+		p.reconnects++
 		p.resent += len(p.pending)
 		p.log.Info("producer reconnected", "broker", bc.logical, "resent", len(p.pending))
 	}
@@ -377,12 +382,10 @@ func (p *partitionProducer) reconnect() {
 		err := p.connect(ctx, false)
 		cancel()
 		p.tick(time.Now())
-		p.mu.Lock()
 		if err == nil {
-			p.reconnects++
-			p.mu.Unlock()
-			return
+			return // counted by connect, when it made the producer ready
 		}
+		p.mu.Lock()
 		p.attempts++
 		attempts = p.attempts
 		p.mu.Unlock()
