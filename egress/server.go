@@ -308,7 +308,22 @@ func answerError(c echo.Context, status int, msg string, retryAfter int) error {
 // answer's first byte: a request announcing a body it never sends would hold the answer
 // (and a GET's subscription) for as long as its connection stays open. When it reports
 // false, the connection must close after the answer.
+//
+// Its outcome is kept on c: a later call (an answer after a body that did not end)
+// returns it at once instead of waiting out a second grace.
 func dropBody(c echo.Context) bool {
+	if v, ok := c.Get(bodyDroppedKey).(bool); ok {
+		return v
+	}
+	ended := dropBodyOnce(c)
+	c.Set(bodyDroppedKey, ended)
+	return ended
+}
+
+// bodyDroppedKey holds dropBody's outcome on an echo.Context.
+const bodyDroppedKey = "bridge.bodyDropped"
+
+func dropBodyOnce(c echo.Context) bool {
 	req := c.Request()
 	if req.ProtoMajor != 1 || req.ContentLength == 0 {
 		return true
