@@ -24,6 +24,7 @@ type Config struct {
 	Egress  Egress  `yaml:"egress"`
 	Memory  Memory  `yaml:"memory"`
 	Auth    Auth    `yaml:"auth"`
+	Tracing Tracing `yaml:"tracing"`
 	Routes  []Route `yaml:"routes"` // none: every POST gets 404
 	// Streams are the egress endpoints; none: every GET gets 404.
 	Streams []Stream `yaml:"streams"`
@@ -74,6 +75,29 @@ type Memory struct {
 	Limit Size `yaml:"limit"` // 0
 }
 
+// Tracing holds the bridge's own tracing settings. Whether tracing is on, the exporter's
+// endpoint and protocol and the sampler stay the standard OTEL_* environment variables
+// (see the README). Every tracing key takes effect at start-up: a reload that changes
+// one logs that it needs a restart (RestartNeeded).
+type Tracing struct {
+	// SegmentRecords ends a stream's segment span after this many records.
+	SegmentRecords int64 `yaml:"segmentRecords"` // 10000
+	// SegmentInterval ends a stream's segment span after this long, records or not.
+	SegmentInterval Duration `yaml:"segmentInterval"` // 1m
+	// PropagateUnsampled puts an unsampled record's context (flag not sampled) in its
+	// message too; by default only sampled records' messages carry one.
+	PropagateUnsampled bool `yaml:"propagateUnsampled"` // false
+}
+
+// RetiredEnv maps each environment variable the bridge no longer reads to the YAML key
+// that replaced it. Validate (so start-up, every reload and `bridge validate`) refuses
+// a configuration while one is set to a value, so nobody loses a setting unawares.
+var RetiredEnv = []struct{ Name, Key string }{
+	{"BRIDGE_TRACE_SEGMENT_RECORDS", "tracing.segmentRecords"},
+	{"BRIDGE_TRACE_SEGMENT_INTERVAL", "tracing.segmentInterval"},
+	{"BRIDGE_TRACE_PROPAGATE_UNSAMPLED", "tracing.propagateUnsampled"},
+}
+
 // TLS configures pulsar+ssl:// connections.
 type TLS struct {
 	CAFile     string `yaml:"caFile"`     // system roots
@@ -107,8 +131,9 @@ func Default() Config {
 			MaxRecordBytes: 4 << 20, BufferRecordBytes: 4 << 20, MaxStreams: 1000, IdleTimeout: Duration(5 * time.Minute), PublishTimeout: Duration(30 * time.Second),
 			PendingRecords: 1000, PendingBytes: 16 << 20, DrainTimeout: Duration(30 * time.Second),
 		},
-		Egress: Egress{MaxStreams: 1000, WriteTimeout: Duration(30 * time.Second)},
-		Memory: Memory{Budget: 128 << 20},
+		Egress:  Egress{MaxStreams: 1000, WriteTimeout: Duration(30 * time.Second)},
+		Memory:  Memory{Budget: 128 << 20},
+		Tracing: Tracing{SegmentRecords: 10000, SegmentInterval: Duration(time.Minute)},
 	}
 }
 
@@ -249,6 +274,15 @@ func (c Config) Validate() error {
 			if _, err := os.Stat(kv[1]); err != nil {
 				add("%s: %v", kv[0], err)
 			}
+		}
+	}
+	positive("tracing.segmentRecords", c.Tracing.SegmentRecords)
+	if c.Tracing.SegmentInterval <= 0 {
+		add("tracing.segmentInterval: %s must be greater than zero", c.Tracing.SegmentInterval.D())
+	}
+	for _, r := range RetiredEnv {
+		if v := os.Getenv(r.Name); v != "" { // empty was never a setting: it was ignored
+			add("environment variable %s=%q is no longer read: write %s in the configuration file instead and unset %s", r.Name, v, r.Key, r.Name)
 		}
 	}
 	p = append(p, validateAuth(c.Auth, c.Routes, c.Streams)...)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -119,6 +120,13 @@ func RestartNeeded(old, cur Config) []string {
 	diff("pulsar.maxProducers", old.Pulsar.MaxProducers, cur.Pulsar.MaxProducers)
 	diff("memory.budget", old.Memory.Budget, cur.Memory.Budget)
 	diff("memory.limit", old.Memory.Limit, cur.Memory.Limit)
+	// Tracing is set up once, at start-up: every key of the section, including keys added
+	// later, needs a restart.
+	ot, ct := reflect.ValueOf(old.Tracing), reflect.ValueOf(cur.Tracing)
+	for i := range ot.NumField() {
+		name, _, _ := strings.Cut(ot.Type().Field(i).Tag.Get("yaml"), ",")
+		diff("tracing."+name, ot.Field(i).Interface(), ct.Field(i).Interface())
+	}
 	return out
 }
 

@@ -401,6 +401,8 @@ pulsar:
   url: %s
 ingress:
   maxRecordBytes: 2KiB
+tracing:
+  segmentRecords: 2000
 routes:
   - name: sampled
     default: {topic: %s}
@@ -412,7 +414,6 @@ streams:
 `, b.URL, topic, topic), []string{
 		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + grpcAddr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_SERVICE_NAME=" + service,
 		"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1", "OTEL_BSP_SCHEDULE_DELAY=100",
-		"BRIDGE_TRACE_SEGMENT_RECORDS=2000",
 	})
 	begin := time.Now()
 
@@ -450,7 +451,7 @@ streams:
 			t.Fatal(err)
 		}
 		// A sampled record's message carries its context; an unsampled one's none
-		// (BRIDGE_TRACE_PROPAGATE_UNSAMPLED is off).
+		// (tracing.propagateUnsampled is off).
 		tp, ok := env.Properties["traceparent"]
 		if !ok {
 			continue

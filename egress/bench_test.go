@@ -89,7 +89,7 @@ func BenchmarkStream(b *testing.B) {
 				b.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1048576") // this loop outruns any exporter: measure, don't drop
 				b.Setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
 				b.Setenv("OTEL_TRACES_SAMPLER_ARG", mode.ratio)
-				if tr, err = telemetry.SetupTracing(context.Background(), "bench"); err != nil {
+				if tr, err = telemetry.SetupTracing(context.Background(), "bench", telemetry.TracingOptions{}); err != nil {
 					b.Fatal(err)
 				}
 				defer tr.Shutdown(context.Background())

@@ -39,7 +39,7 @@ func TestProcessSpansAreSampledPerMessage(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sinkURL)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")
-	tr, err := telemetry.SetupTracing(context.Background(), "test")
+	tr, err := telemetry.SetupTracing(context.Background(), "test", telemetry.TracingOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

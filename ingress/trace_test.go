@@ -46,7 +46,7 @@ func (p *propsPublisher) PublishStream(context.Context, *Message, int64, io.Read
 
 // TestRecordsAreTracedOnTheirOwn, with a sampler that samples no root: an unsampled
 // record's message carries no context (its record's unsampled one with
-// BRIDGE_TRACE_PROPAGATE_UNSAMPLED=true); a failed record is traced all the same, linked
+// tracing.propagateUnsampled on); a failed record is traced all the same, linked
 // to its stream's segment; a record whose route gives it the client's sampled context is
 // that context's child; one given the client's unsampled context carries its own
 // unsampled context, continuing the client's; the record of a single-record request is
@@ -54,9 +54,6 @@ func (p *propsPublisher) PublishStream(context.Context, *Message, int64, io.Read
 func TestRecordsAreTracedOnTheirOwn(t *testing.T) {
 	for _, propagate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("propagate unsampled %v", propagate), func(t *testing.T) {
-			if propagate {
-				t.Setenv("BRIDGE_TRACE_PROPAGATE_UNSAMPLED", "true")
-			}
 			recordsAreTracedOnTheirOwn(t, propagate)
 		})
 	}
@@ -67,7 +64,7 @@ func recordsAreTracedOnTheirOwn(t *testing.T, propagate bool) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
-	tr, err := telemetry.SetupTracing(context.Background(), "test")
+	tr, err := telemetry.SetupTracing(context.Background(), "test", telemetry.TracingOptions{PropagateUnsampled: propagate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +180,7 @@ func TestARecordGivenUpBeforeSendingIsTracedAsFailed(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
-	tr, err := telemetry.SetupTracing(context.Background(), "test")
+	tr, err := telemetry.SetupTracing(context.Background(), "test", telemetry.TracingOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ type RecordSpan struct {
 	process bool
 	record  bool // the sampler said record: EndRecord makes the span
 	// propagate: an unsampled record's context goes into its message too
-	// (BRIDGE_TRACE_PROPAGATE_UNSAMPLED).
+	// (tracing.propagateUnsampled).
 	propagate bool
 }
 
@@ -57,7 +57,7 @@ func (r *RecordSpan) Recording() bool { return r.record }
 // properties (nil for none) are props: a sampled record's always, so its consumers
 // continue the trace. An unsampled record's only when the message already carries a
 // traceparent (the client's context for the record: it is replaced by the record's own,
-// which continues it and carries its decision) or BRIDGE_TRACE_PROPAGATE_UNSAMPLED is
+// which continues it and carries its decision) or tracing.propagateUnsampled is
 // on. Otherwise an unsampled record's message carries no context: no 55-byte property in
 // every message for the broker to store and every consumer to decode, at the price that
 // a consumer cannot tell "not sampled" from "never traced" (README, Operations: traces).
@@ -328,7 +328,7 @@ func isLowerHex(s string) bool {
 
 // Segments cuts one stream's life into segment spans ("segment POST <route>", "segment
 // GET <stream>"), so an endless stream's traces complete while it lives: a segment ends
-// after BRIDGE_TRACE_SEGMENT_RECORDS records or BRIDGE_TRACE_SEGMENT_INTERVAL, whichever
+// after tracing.segmentRecords records or tracing.segmentInterval, whichever
 // comes first (an idle stream's segment ends on time too), carrying the counts of its
 // records and the stream's so far. Each segment is a root span linked to the stream's
 // span; each record's span links to its segment. Segments are always recorded (a few

@@ -264,15 +264,6 @@ func TestSamplerAndSegmentsFromTheEnvironment(t *testing.T) {
 	if _, err := samplerFromEnv(); err == nil {
 		t.Fatal("an unknown sampler was accepted")
 	}
-	t.Setenv("BRIDGE_TRACE_SEGMENT_RECORDS", "500")
-	t.Setenv("BRIDGE_TRACE_SEGMENT_INTERVAL", "30s")
-	if o, err := segmentFromEnv(); err != nil || o.records != 500 || o.interval != 30*time.Second {
-		t.Fatalf("%+v %v", o, err)
-	}
-	t.Setenv("BRIDGE_TRACE_SEGMENT_INTERVAL", "0s")
-	if _, err := segmentFromEnv(); err == nil || !strings.Contains(err.Error(), "BRIDGE_TRACE_SEGMENT_INTERVAL") {
-		t.Fatalf("error %v", err)
-	}
 }
 
 // ParseTraceparent reads a message's context as OpenTelemetry's W3C propagator does.

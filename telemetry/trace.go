@@ -38,7 +38,7 @@ type Tracing struct {
 	sampler sdktrace.Sampler // the configured sampler (inside the provider's), asked first for each record
 	segment segmentOptions
 	// propagateUnsampled puts unsampled records' contexts into their messages too
-	// (BRIDGE_TRACE_PROPAGATE_UNSAMPLED).
+	// (tracing.propagateUnsampled).
 	propagateUnsampled bool
 	provider           *sdktrace.TracerProvider
 	cutNow             context.CancelFunc // ends every export under way or to come
@@ -88,13 +88,12 @@ func Disabled() *Tracing {
 //   - OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on).
 //   - OTEL_BSP_* for the SDK's batch span processor; when unset the queue holds 16 384 spans
 //     and batches are up to 4 096 (the SDK's 2 048 / 512 are small for a span per record).
-//   - BRIDGE_TRACE_SEGMENT_RECORDS and BRIDGE_TRACE_SEGMENT_INTERVAL: a stream's segment
-//     span ends after that many records or that long (default 10 000 records, 1m).
-//   - BRIDGE_TRACE_PROPAGATE_UNSAMPLED=true: an unsampled record's message carries its
-//     context (flag not sampled) too; by default only sampled records' messages do.
 //   - OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the downward-API variables POD_NAME,
 //     POD_NAMESPACE, NODE_NAME and CONTAINER_NAME become k8s.* resource attributes.
-func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
+//
+// The bridge's own settings (segments, propagation of unsampled contexts) come from o,
+// the configuration file's tracing section.
+func SetupTracing(ctx context.Context, version string, o TracingOptions) (*Tracing, error) {
 	if !tracingWanted() {
 		return Disabled(), nil
 	}
@@ -112,15 +111,9 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 	if err != nil {
 		return nil, err
 	}
-	seg, err := segmentFromEnv()
+	seg, err := o.segment()
 	if err != nil {
 		return nil, err
-	}
-	propagate := false
-	if v := os.Getenv("BRIDGE_TRACE_PROPAGATE_UNSAMPLED"); v != "" {
-		if propagate, err = strconv.ParseBool(v); err != nil {
-			return nil, fmt.Errorf("BRIDGE_TRACE_PROPAGATE_UNSAMPLED %q: want true or false", v)
-		}
 	}
 	res, err := Resource(ctx, version)
 	if err != nil {
@@ -138,7 +131,7 @@ func SetupTracing(ctx context.Context, version string) (*Tracing, error) {
 		bsp = append(bsp, sdktrace.WithMaxExportBatchSize(4096))
 	}
 	t := newTracing(version, res, sampler, seg, exp, bsp...)
-	t.propagateUnsampled = propagate
+	t.propagateUnsampled = o.PropagateUnsampled
 	return t, nil
 }
 
@@ -200,23 +193,36 @@ type segmentOptions struct {
 	interval time.Duration
 }
 
-func segmentFromEnv() (segmentOptions, error) {
-	o := segmentOptions{records: 10000, interval: time.Minute}
-	if s := os.Getenv("BRIDGE_TRACE_SEGMENT_RECORDS"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n <= 0 {
-			return o, fmt.Errorf("BRIDGE_TRACE_SEGMENT_RECORDS %q: want a positive integer", s)
-		}
-		o.records = n
+// TracingOptions are the bridge's own tracing settings: the configuration file's tracing
+// section. A zero field takes its default.
+type TracingOptions struct {
+	SegmentRecords     int64         // tracing.segmentRecords: 10 000
+	SegmentInterval    time.Duration // tracing.segmentInterval: 1m
+	PropagateUnsampled bool          // tracing.propagateUnsampled: false
+}
+
+// segment checks the segment settings and fills in the defaults.
+func (o TracingOptions) segment() (segmentOptions, error) {
+	s := segmentOptions{records: 10000, interval: time.Minute}
+	switch {
+	case o.SegmentRecords < 0:
+		return s, fmt.Errorf("tracing.segmentRecords: %d must be greater than zero", o.SegmentRecords)
+	case o.SegmentRecords > 0:
+		s.records = o.SegmentRecords
 	}
-	if s := os.Getenv("BRIDGE_TRACE_SEGMENT_INTERVAL"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return o, fmt.Errorf("BRIDGE_TRACE_SEGMENT_INTERVAL %q: want a positive duration such as 30s or 1m", s)
-		}
-		o.interval = d
+	switch {
+	case o.SegmentInterval < 0:
+		return s, fmt.Errorf("tracing.segmentInterval: %s must be greater than zero", o.SegmentInterval)
+	case o.SegmentInterval > 0:
+		s.interval = o.SegmentInterval
 	}
-	return o, nil
+	return s, nil
+}
+
+// Options are the settings tracing runs with, defaults filled in (the zero value with
+// tracing off).
+func (t *Tracing) Options() TracingOptions {
+	return TracingOptions{SegmentRecords: t.segment.records, SegmentInterval: t.segment.interval, PropagateUnsampled: t.propagateUnsampled}
 }
 
 // SpanCounts counts sampled spans: ended, accepted by the exporter, and lost to failed

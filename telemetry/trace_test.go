@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -34,20 +35,37 @@ func TestTracingIsOnlyOnWhenAsked(t *testing.T) {
 	t.Setenv("OTEL_SDK_DISABLED", "")
 	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")
-	if _, err := SetupTracing(context.Background(), "v"); err == nil {
+	if _, err := SetupTracing(context.Background(), "v", TracingOptions{}); err == nil {
 		t.Fatal("an unknown OTLP protocol was accepted")
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-	t.Setenv("BRIDGE_TRACE_PROPAGATE_UNSAMPLED", "sometimes")
-	if _, err := SetupTracing(context.Background(), "v"); err == nil || !strings.Contains(err.Error(), `BRIDGE_TRACE_PROPAGATE_UNSAMPLED "sometimes"`) {
-		t.Fatalf("BRIDGE_TRACE_PROPAGATE_UNSAMPLED=sometimes: error %v", err)
+	tr, err := SetupTracing(context.Background(), "v", TracingOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Setenv("BRIDGE_TRACE_PROPAGATE_UNSAMPLED", "true")
-	tr, err := SetupTracing(context.Background(), "v")
-	if err != nil || !tr.propagateUnsampled {
-		t.Fatalf("BRIDGE_TRACE_PROPAGATE_UNSAMPLED=true: %+v, %v", tr, err)
+	if got, want := tr.Options(), (TracingOptions{SegmentRecords: 10000, SegmentInterval: time.Minute}); got != want {
+		t.Fatalf("no options: tracing runs with %+v, want the defaults %+v", got, want)
 	}
 	_ = tr.Shutdown(context.Background())
+	want := TracingOptions{SegmentRecords: 500, SegmentInterval: 30 * time.Second, PropagateUnsampled: true}
+	if tr, err = SetupTracing(context.Background(), "v", want); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Options(); got != want {
+		t.Fatalf("tracing runs with %+v, want %+v", got, want)
+	}
+	_ = tr.Shutdown(context.Background())
+	for _, c := range []struct {
+		o    TracingOptions
+		want string
+	}{
+		{TracingOptions{SegmentRecords: -1}, "tracing.segmentRecords: -1"},
+		{TracingOptions{SegmentInterval: -time.Second}, "tracing.segmentInterval: -1s"},
+	} {
+		if _, err := SetupTracing(context.Background(), "v", c.o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one naming %q", c.o, err, c.want)
+		}
+	}
 }
 
 func TestPropertiesCarryTheTraceContextAndLogsItsIDs(t *testing.T) {

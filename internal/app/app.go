@@ -128,12 +128,14 @@ func New(o Options) (a *App, err error) {
 		Logger: log.With("component", "producers"),
 	})
 	undo = append(undo, a.prods.Close)
-	if a.tracing, err = telemetry.SetupTracing(context.Background(), o.Version); err != nil {
+	if a.tracing, err = telemetry.SetupTracing(context.Background(), o.Version, tracingOf(cfg)); err != nil {
 		return nil, err
 	}
 	undo = append(undo, a.shutdownTracing)
 	if a.tracing.Enabled {
-		log.Info("tracing on (OTLP)", "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")+os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+		to := a.tracing.Options()
+		log.Info("tracing on (OTLP)", "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")+os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+			"segmentRecords", to.SegmentRecords, "segmentInterval", to.SegmentInterval.String(), "propagateUnsampled", to.PropagateUnsampled)
 		if err := a.metrics.ObserveSpans(a.tracing.Spans); err != nil {
 			return nil, err
 		}

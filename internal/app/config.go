@@ -10,6 +10,7 @@ import (
 	"github.com/recordio-bridge/bridge/ingress"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/pulsar"
+	"github.com/recordio-bridge/bridge/telemetry"
 )
 
 // snapshot is one loaded configuration: the file's bytes, the parsed values and the
@@ -59,6 +60,13 @@ func limitsOf(c config.Config) ingress.Limits {
 
 func egressLimitsOf(c config.Config) egress.Limits {
 	return egress.Limits{MaxStreams: c.Egress.MaxStreams, WriteTimeout: c.Egress.WriteTimeout.D()}
+}
+
+// tracingOf is the tracing section as telemetry takes it; it is read once, at start-up
+// (a reload that changes it logs that it needs a restart).
+func tracingOf(c config.Config) telemetry.TracingOptions {
+	t := c.Tracing
+	return telemetry.TracingOptions{SegmentRecords: t.SegmentRecords, SegmentInterval: t.SegmentInterval.D(), PropagateUnsampled: t.PropagateUnsampled}
 }
 
 var compressions = map[string]pulsar.Compression{
