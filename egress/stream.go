@@ -360,7 +360,8 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 			}
 			continue
 		}
-		if wait := st.pace.next(time.Now(), d.Len()); wait > 0 {
+		now := time.Now() // the delivery's: its pacing, its process span's start, its entry
+		if wait := st.pace.next(now, d.Len()); wait > 0 {
 			// Over maxRate or maxByteRate: what is written goes out, then the stream waits.
 			// It takes nothing from the consumer meanwhile, so no permits are granted and
 			// the backlog stays on the broker.
@@ -379,11 +380,12 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 			if o, ok := st.srv.obs.(RateObserver); ok {
 				o.RateLimited(st.def.Name, wait)
 			}
+			now = time.Now()
 		}
 		if st.opts.ack == "client" {
 			st.mu.Lock()
 			delete(st.retrying, d.ID)
-			st.putLocked(&unackedEntry{d: d, at: time.Now(), pos: st.next})
+			st.putLocked(&unackedEntry{d: d, at: now, pos: st.next})
 			st.mu.Unlock()
 		} else {
 			flushed = append(flushed, d)
@@ -392,7 +394,7 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		// its own), sampled on its own, linked to the stream's segment.
 		size := d.Len()
 		var span telemetry.RecordSpan
-		st.srv.tr.StartProcess(&span, d.Properties, st.segments.Next(size), d.Topic, st.opts.subscription, size)
+		st.srv.tr.StartProcess(&span, d.Properties, st.segments.Next(size), d.Topic, st.opts.subscription, size, now)
 		buf = st.appendRecord(buf, d)
 		st.next++
 		st.srv.tr.EndRecord(&span, d.ID, nil)

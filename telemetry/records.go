@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -33,7 +34,13 @@ import (
 //
 // The zero RecordSpan (tracing off) is no span.
 type RecordSpan struct {
-	sc      trace.SpanContext // the record's context, sampled or not
+	// The record's context, sampled or not: its ids (zero with tracing off), flags
+	// and tracestate, kept apart (SpanContext makes it) so starting a record writes
+	// no more than it must.
+	tid     trace.TraceID
+	sid     trace.SpanID
+	flags   trace.TraceFlags
+	state   trace.TraceState
 	parent  trace.SpanContext // the context the record continues, if any
 	link    trace.SpanContext // the stream's segment span
 	start   time.Time
@@ -48,7 +55,9 @@ type RecordSpan struct {
 }
 
 // SpanContext is the record's context (invalid with tracing off).
-func (r *RecordSpan) SpanContext() trace.SpanContext { return r.sc }
+func (r *RecordSpan) SpanContext() trace.SpanContext {
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: r.tid, SpanID: r.sid, TraceFlags: r.flags, TraceState: r.state})
+}
 
 // Recording reports whether the record's span was sampled.
 func (r *RecordSpan) Recording() bool { return r.record }
@@ -63,10 +72,10 @@ func (r *RecordSpan) Recording() bool { return r.record }
 // a consumer cannot tell "not sampled" from "never traced" (README, Operations: traces).
 // False with tracing off.
 func (r *RecordSpan) Propagates(props map[string]string) bool {
-	if r.sc.IsSampled() {
+	if r.flags.IsSampled() {
 		return true
 	}
-	if !r.sc.IsValid() {
+	if !r.sid.IsValid() {
 		return false
 	}
 	if r.propagate {
@@ -81,21 +90,21 @@ func (r *RecordSpan) Propagates(props map[string]string) bool {
 // decision when it was not sampled. It does nothing with tracing off. Callers inject
 // only when Propagates says so.
 func (r *RecordSpan) Inject(props map[string]string) {
-	if !r.sc.IsValid() {
+	if !r.sid.IsValid() {
 		return
 	}
 	var b [55]byte
 	b[0], b[1], b[2] = '0', '0', '-'
-	tid, sid := r.sc.TraceID(), r.sc.SpanID()
+	tid, sid := r.tid, r.sid
 	hex.Encode(b[3:35], tid[:])
 	b[35] = '-'
 	hex.Encode(b[36:52], sid[:])
 	b[52], b[53], b[54] = '-', '0', '0'
-	if r.sc.IsSampled() {
+	if r.flags.IsSampled() {
 		b[54] = '1'
 	}
 	props["traceparent"] = string(b[:])
-	if ts := r.sc.TraceState(); ts.Len() > 0 {
+	if ts := r.state; ts.Len() > 0 {
 		props["tracestate"] = ts.String()
 	} else if len(props) > 1 {
 		delete(props, "tracestate") // a reused map may hold an earlier record's
@@ -109,46 +118,68 @@ func (t *Tracing) StartPublish(r *RecordSpan, parent, link trace.SpanContext, to
 	if !t.Enabled {
 		return
 	}
-	*r = RecordSpan{parent: parent, link: link, start: start, size: size, topic: topic}
+	// Field by field: every field is set (a reused RecordSpan keeps nothing), with no
+	// temporary copy of the struct.
+	r.parent, r.link, r.start, r.size, r.topic, r.group, r.process = parent, link, start, size, topic, "", false
 	t.startRecord(r)
 }
 
 // StartProcess begins the process span of a message delivered to an egress client: a
 // child of the context in its properties (a root of its own when it carries none),
-// linked to the stream's segment span: r, starting now.
-func (t *Tracing) StartProcess(r *RecordSpan, props map[string]string, link trace.SpanContext, topic, subscription string, size int64) {
+// linked to the stream's segment span: r, starting at start.
+func (t *Tracing) StartProcess(r *RecordSpan, props map[string]string, link trace.SpanContext, topic, subscription string, size int64,
+	start time.Time) {
 	if !t.Enabled {
 		return
 	}
 	parent, _ := ParseTraceparent(props)
-	*r = RecordSpan{parent: parent, link: link, start: time.Now(), size: size, topic: topic, group: subscription, process: true}
+	r.parent, r.link, r.start, r.size, r.topic, r.group, r.process = parent, link, start, size, topic, subscription, true
 	t.startRecord(r)
 }
 
 func (t *Tracing) startRecord(r *RecordSpan) {
 	r.propagate = t.propagateUnsampled
-	pctx := context.Background()
-	var tid trace.TraceID
-	if r.parent.IsValid() {
-		tid = r.parent.TraceID()
-		pctx = trace.ContextWithSpanContext(pctx, r.parent)
+	hasParent := r.parent.IsValid()
+	if hasParent {
+		r.tid = r.parent.TraceID()
+		v := rand.Uint64()
+		for v == 0 {
+			v = rand.Uint64()
+		}
+		binary.LittleEndian.PutUint64(r.sid[:], v)
 	} else {
-		tid = newTraceID()
+		r.newRootIDs()
 	}
-	sid := newSpanID()
+	r.flags, r.state = 0, trace.TraceState{}
+	if t.fast != nil {
+		// A sampler OTEL_TRACES_SAMPLER names: its decision, computed (sampler.go).
+		var sampled bool
+		if hasParent {
+			sampled, r.state = t.fast.decideChild(r.parent)
+		} else {
+			sampled = t.fast.decideRoot(&r.tid)
+		}
+		if sampled {
+			r.flags = trace.FlagsSampled
+		}
+		r.record = sampled
+		return
+	}
+	// Another sampler (tests): asked once, as the provider would ask it. EndRecord makes
+	// the span it decided on.
+	pctx := context.Background()
+	if hasParent {
+		pctx = trace.ContextWithSpanContext(pctx, r.parent)
+	}
 	kind := trace.SpanKindProducer
 	if r.process {
 		kind = trace.SpanKindConsumer
 	}
-	// The configured sampler (the provider's, without the forcing wrapper), asked once:
-	// EndRecord makes the span it decided on.
-	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: pctx, TraceID: tid, Kind: kind})
-	var flags trace.TraceFlags
+	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: pctx, TraceID: r.tid, Kind: kind})
 	if res.Decision == sdktrace.RecordAndSample {
-		flags = trace.FlagsSampled
+		r.flags = trace.FlagsSampled
 	}
-	r.record = res.Decision != sdktrace.Drop
-	r.sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: flags, TraceState: res.Tracestate})
+	r.record, r.state = res.Decision != sdktrace.Drop, res.Tracestate
 }
 
 // The span kinds, made once.
@@ -162,16 +193,16 @@ var (
 // record's start with its ids and decision (a failed record's always recorded and
 // sampled), given its attributes, its link to the segment and its outcome, and ended.
 func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
-	if !r.record && (err == nil || !t.Enabled || !r.sc.IsValid()) {
+	if !r.record && (err == nil || !t.Enabled || !r.sid.IsValid()) {
 		return
 	}
 	decision := sdktrace.RecordAndSample
-	if r.record && !r.sc.IsSampled() {
+	if r.record && !r.flags.IsSampled() {
 		decision = sdktrace.RecordOnly // a sampler's "record, do not sample"
 	}
 	r.record = false
-	ctx := &presetCtx{Context: context.Background(), p: preset{traceID: r.sc.TraceID(), spanID: r.sc.SpanID(), force: true,
-		decision: decision, state: r.sc.TraceState()}}
+	ctx := &presetCtx{Context: context.Background(), p: preset{traceID: r.tid, spanID: r.sid, force: true,
+		decision: decision, state: r.state}}
 	if r.parent.IsValid() {
 		ctx.Context = trace.ContextWithSpanContext(ctx.Context, r.parent)
 	}
@@ -274,6 +305,28 @@ func newTraceID() (id trace.TraceID) {
 			return id
 		}
 	}
+}
+
+// newRootIDs gives r a new root's ids from two random words: the trace id is both, the
+// span id a mix of both (splitmix64's finaliser, never zero). A span id need only be
+// unique within its trace, and this trace is new. Written in place: no id arrays copied.
+func (r *RecordSpan) newRootIDs() {
+	a, b := rand.Uint64(), rand.Uint64()
+	for a|b == 0 {
+		a, b = rand.Uint64(), rand.Uint64()
+	}
+	binary.LittleEndian.PutUint64(r.tid[:8], a)
+	binary.LittleEndian.PutUint64(r.tid[8:], b)
+	x := a ^ bits.RotateLeft64(b, 31)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	if x == 0 {
+		x = 1
+	}
+	binary.LittleEndian.PutUint64(r.sid[:], x)
 }
 
 func newSpanID() (id trace.SpanID) {

@@ -45,7 +45,13 @@ var bigSegments = segmentOptions{records: 1 << 40, interval: time.Hour}
 // message names.
 func TestRecordsAreSampledOnTheirOwn(t *testing.T) {
 	ratio := sdktrace.TraceIDRatioBased(0.25)
-	tr, exp := testTracing(t, sdktrace.ParentBased(ratio), bigSegments)
+	// The sampler as OTEL_TRACES_SAMPLER=parentbased_traceidratio makes it: its decision
+	// computed (sampler.go), checked here against the SDK's ratio sampler.
+	fast, err := newSampler("parentbased_traceidratio", 0.25)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, exp := testTracing(t, fast, bigSegments)
 	segs := tr.NewSegments("POST r", trace.SpanContext{})
 	const n = 2000
 	sampled := map[trace.SpanID]trace.SpanContext{}
@@ -307,17 +313,23 @@ func BenchmarkRecordSpan(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			tr := newTracing("v", resource.NewSchemaless(), sdktrace.ParentBased(sdktrace.TraceIDRatioBased(c.ratio)), bigSegments,
+			sampler, err := newSampler("parentbased_traceidratio", c.ratio) // as OTEL_TRACES_SAMPLER names it
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr := newTracing("v", resource.NewSchemaless(), sampler, bigSegments,
 				exp, sdktrace.WithMaxQueueSize(16384), sdktrace.WithMaxExportBatchSize(4096))
 			defer tr.Shutdown(context.Background())
 			seg := tr.NewSegments("POST r", trace.SpanContext{})
 			defer seg.Close()
 			props := map[string]string{}
+			// The record's start: ingress takes it for every record, traced or not.
+			start := time.Now()
 			b.ReportAllocs()
 			cpu0 := telemetrytest.ProcessCPU()
 			for i := 0; b.Loop(); i++ {
 				var r RecordSpan
-				tr.StartPublish(&r, trace.SpanContext{}, seg.Next(1024), "persistent://public/default/t", 1024, time.Now())
+				tr.StartPublish(&r, trace.SpanContext{}, seg.Next(1024), "persistent://public/default/t", 1024, start)
 				if r.Propagates(nil) { // as ingress does, for a message without properties
 					r.Inject(props)
 				}

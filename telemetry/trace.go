@@ -36,6 +36,9 @@ type Tracing struct {
 	Spans *SpanCounts
 
 	sampler sdktrace.Sampler // the configured sampler (inside the provider's), asked first for each record
+	// fast is the configured sampler when OTEL_TRACES_SAMPLER named it (nil for another):
+	// its decision for a record is computed without asking it (sampler.go).
+	fast    *fastSampler
 	segment segmentOptions
 	// propagateUnsampled puts unsampled records' contexts into their messages too
 	// (tracing.propagateUnsampled).
@@ -144,8 +147,9 @@ func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler
 	cut, cutNow := context.WithCancel(context.Background())
 	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(s), sdktrace.WithIDGenerator(idGenerator{}),
 		sdktrace.WithSpanProcessor(countEnded{counts}), sdktrace.WithBatcher(countingExporter{exp, counts, cut}, bsp...))
+	fast, _ := sampler.(*fastSampler)
 	return &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
-		Enabled: true, Spans: counts, sampler: sampler, segment: seg, provider: tp, cutNow: cutNow}
+		Enabled: true, Spans: counts, sampler: sampler, fast: fast, segment: seg, provider: tp, cutNow: cutNow}
 }
 
 const instrumentationName = "github.com/recordio-bridge/bridge"
@@ -153,38 +157,27 @@ const instrumentationName = "github.com/recordio-bridge/bridge"
 // samplerFromEnv reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG as the SDK does,
 // but fails on a value it does not know instead of falling back to the default: the
 // bridge asks the same sampler for each record before it starts a span.
-func samplerFromEnv() (sdktrace.Sampler, error) {
+func samplerFromEnv() (*fastSampler, error) {
 	name := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER")))
 	arg := strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER_ARG"))
-	ratio := func() (sdktrace.Sampler, error) {
-		if arg == "" {
-			return sdktrace.TraceIDRatioBased(1), nil
-		}
-		v, err := strconv.ParseFloat(arg, 64)
-		if err != nil || v < 0 || v > 1 {
-			return nil, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG %q: want a ratio from 0 to 1", arg)
-		}
-		return sdktrace.TraceIDRatioBased(v), nil
-	}
+	ratio := 1.0
 	switch name {
-	case "", "parentbased_always_on":
-		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
-	case "always_on":
-		return sdktrace.AlwaysSample(), nil
-	case "always_off":
-		return sdktrace.NeverSample(), nil
-	case "parentbased_always_off":
-		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
-	case "traceidratio":
-		return ratio()
-	case "parentbased_traceidratio":
-		r, err := ratio()
-		if err != nil {
-			return nil, err
+	case "":
+		name = "parentbased_always_on"
+	case "traceidratio", "parentbased_traceidratio":
+		if arg != "" {
+			v, err := strconv.ParseFloat(arg, 64)
+			if err != nil || v < 0 || v > 1 {
+				return nil, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG %q: want a ratio from 0 to 1", arg)
+			}
+			ratio = v
 		}
-		return sdktrace.ParentBased(r), nil
 	}
-	return nil, fmt.Errorf("OTEL_TRACES_SAMPLER %q: want always_on, always_off, traceidratio or parentbased_ one of those", name)
+	s, err := newSampler(name, ratio)
+	if err != nil {
+		return nil, fmt.Errorf("OTEL_TRACES_SAMPLER %q: want always_on, always_off, traceidratio or parentbased_ one of those", name)
+	}
+	return s, nil
 }
 
 // segmentOptions say when a stream's segment span ends.
