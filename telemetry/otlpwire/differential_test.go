@@ -19,8 +19,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
 )
 
 // sdkSpans are spans made by the SDK's own tracer: limits that drop attributes, events
@@ -382,7 +382,7 @@ func randomSpans(r *rand.Rand, n int) []sdktrace.ReadOnlySpan {
 			continue
 		}
 		s := tracetest.SpanStub{Name: str(), SpanContext: sc(), SpanKind: trace.SpanKind(r.IntN(7)), StartTime: tm(), EndTime: tm(),
-			Attributes: attrs(6), DroppedAttributes: r.IntN(3) * r.IntN(1 << 20), DroppedEvents: r.IntN(2), DroppedLinks: r.IntN(2) * 300,
+			Attributes: attrs(6), DroppedAttributes: r.IntN(3) * r.IntN(1<<20), DroppedEvents: r.IntN(2), DroppedLinks: r.IntN(2) * 300,
 			Resource: resources[r.IntN(len(resources))], InstrumentationScope: scopes[r.IntN(len(scopes))]}
 		if r.IntN(2) == 0 {
 			s.Parent = sc()
