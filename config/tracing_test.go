@@ -12,14 +12,14 @@ func TestTracingDefaultsAndValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Tracing{SegmentRecords: 10000, SegmentInterval: Duration(time.Minute)}); cfg.Tracing != want {
+	if want := (Tracing{Exporter: "sdk", SegmentRecords: 10000, SegmentInterval: Duration(time.Minute)}); cfg.Tracing != want {
 		t.Fatalf("tracing defaults %+v, want %+v", cfg.Tracing, want)
 	}
-	cfg, err = Parse([]byte("tracing:\n  segmentRecords: 500\n  segmentInterval: 30s\n  propagateUnsampled: true\n"))
+	cfg, err = Parse([]byte("tracing:\n  exporter: wire\n  segmentRecords: 500\n  segmentInterval: 30s\n  propagateUnsampled: true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Tracing{SegmentRecords: 500, SegmentInterval: Duration(30 * time.Second), PropagateUnsampled: true}); cfg.Tracing != want {
+	if want := (Tracing{Exporter: "wire", SegmentRecords: 500, SegmentInterval: Duration(30 * time.Second), PropagateUnsampled: true}); cfg.Tracing != want {
 		t.Fatalf("tracing %+v, want %+v", cfg.Tracing, want)
 	}
 }
@@ -36,6 +36,8 @@ func TestTracingBadValuesNameKeyAndValue(t *testing.T) {
 		{"interval without unit", "tracing:\n  segmentInterval: 60\n", "segmentInterval", "60"},
 		{"propagate not a bool", "tracing:\n  propagateUnsampled: sometimes\n", "propagateUnsampled", "sometimes"},
 		{"unknown key", "tracing:\n  segmentRecord: 5\n", "segmentRecord", "not found"},
+		{"unknown exporter", "tracing:\n  exporter: fast\n", "tracing.exporter", `"fast"`},
+		{"empty exporter", "tracing:\n  exporter: \"\"\n", "tracing.exporter", `""`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -77,9 +79,10 @@ func TestRetiredTracingVariablesAreRefused(t *testing.T) {
 func TestRestartNeededListsTracingKeys(t *testing.T) {
 	a := Default()
 	b := a
-	b.Tracing = Tracing{SegmentRecords: 5, SegmentInterval: Duration(time.Second), PropagateUnsampled: true}
+	b.Tracing = Tracing{Exporter: "wire", SegmentRecords: 5, SegmentInterval: Duration(time.Second), PropagateUnsampled: true}
 	got := strings.Join(RestartNeeded(a, b), "\n")
 	for _, want := range []string{
+		`tracing.exporter: changed from "sdk" to "wire"; takes effect after a restart`,
 		"tracing.segmentRecords: changed from 10000 to 5; takes effect after a restart",
 		"tracing.segmentInterval: changed from 1m0s to 1s; takes effect after a restart",
 		"tracing.propagateUnsampled: changed from false to true; takes effect after a restart",

@@ -28,9 +28,11 @@ import (
 	"github.com/recordio-bridge/bridge/telemetry/telemetrytest"
 )
 
-// startJaeger runs the Jaeger all-in-one built by e2e/jaeger/jaeger.sh and returns its
-// OTLP gRPC address and query URL.
-func startJaeger(t *testing.T) (otlpGRPC, query string) {
+// jaeger is a running Jaeger all-in-one: its OTLP gRPC and HTTP addresses and its query URL.
+type jaeger struct{ grpc, http, query string }
+
+// startJaeger runs the Jaeger all-in-one built by e2e/jaeger/jaeger.sh.
+func startJaeger(t *testing.T) jaeger {
 	t.Helper()
 	dir := t.TempDir()
 	out, err := exec.Command("jaeger/jaeger.sh", "start", dir).Output()
@@ -39,15 +41,38 @@ func startJaeger(t *testing.T) (otlpGRPC, query string) {
 		t.Fatalf("starting Jaeger: %v\n%s\n%s", err, exitStderr(err), log)
 	}
 	t.Cleanup(func() { _ = exec.Command("jaeger/jaeger.sh", "stop", dir).Run() })
+	var j jaeger
 	for _, l := range strings.Split(string(out), "\n") {
 		if v, ok := strings.CutPrefix(l, "JAEGER_OTLP_GRPC="); ok {
-			otlpGRPC = v
+			j.grpc = v
+		}
+		if v, ok := strings.CutPrefix(l, "JAEGER_OTLP_HTTP="); ok {
+			j.http = v
 		}
 		if v, ok := strings.CutPrefix(l, "JAEGER_QUERY="); ok {
-			query = v
+			j.query = v
 		}
 	}
-	return otlpGRPC, query
+	return j
+}
+
+// tracingVariant is how the bridge of a Jaeger test exports its spans: its
+// tracing.exporter and the OTLP protocol. Each test runs with each.
+type tracingVariant struct{ name, exporter, protocol string }
+
+var tracingVariants = []tracingVariant{
+	{"sdk-grpc", "sdk", "grpc"},
+	{"wire-grpc", "wire", "grpc"},
+	{"wire-http", "wire", "http/protobuf"},
+}
+
+// env points the bridge at j over the variant's protocol.
+func (v tracingVariant) env(j jaeger) []string {
+	addr := j.grpc
+	if v.protocol == "http/protobuf" {
+		addr = j.http
+	}
+	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + addr, "OTEL_EXPORTER_OTLP_PROTOCOL=" + v.protocol}
 }
 
 func exitStderr(err error) string {
@@ -92,12 +117,21 @@ func (s jaegerSpan) tag(k string) any {
 // process spans linked to their streams' segment spans, each a root of its own trace
 // linked to its stream's span.
 func TestOneTraceCoversEveryHop(t *testing.T) {
+	for _, v := range tracingVariants {
+		t.Run(v.name, func(t *testing.T) { oneTraceCoversEveryHop(t, v) })
+	}
+}
+
+func oneTraceCoversEveryHop(t *testing.T, v tracingVariant) {
 	b := broker.Get(t)
-	grpcAddr, query := startJaeger(t)
+	j := startJaeger(t)
+	query := j.query
 	topic := b.Topic(t, "traced")
 	p := startBridgeEnv(t, fmt.Sprintf(`
 pulsar:
   url: %s
+tracing:
+  exporter: %s
 routes:
   - name: traced
     default: {topic: %s, properties: {traceparent: "{json:traceparent}"}}
@@ -107,14 +141,13 @@ streams:
     position: earliest
     ack: client
     envelope: json
-`, b.URL, topic, topic), []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + grpcAddr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+`, b.URL, v.exporter, topic, topic), append(v.env(j),
 		"OTEL_SERVICE_NAME=bridge-e2e", "OTEL_BSP_SCHEDULE_DELAY=100", "POD_NAME=bridge-pod-0", "POD_NAMESPACE=e2e",
-	})
+	))
 
 	// The test's own tracer plays the scheduler: its span is the trace's root.
 	ctx := context.Background()
-	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(grpcAddr), otlptracegrpc.WithInsecure())
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(j.grpc), otlptracegrpc.WithInsecure())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,8 +425,15 @@ streams:
 // process span its child (through the message), each linked to its stream's segment
 // span. Records that fail are traced although the sampler would have dropped most.
 func TestSampledRecordsMakeCompleteTraces(t *testing.T) {
+	for _, v := range tracingVariants {
+		t.Run(v.name, func(t *testing.T) { sampledRecordsMakeCompleteTraces(t, v) })
+	}
+}
+
+func sampledRecordsMakeCompleteTraces(t *testing.T, v tracingVariant) {
 	b := broker.Get(t)
-	grpcAddr, query := startJaeger(t)
+	j := startJaeger(t)
+	query := j.query
 	topic := b.Topic(t, "sampled")
 	const service = "bridge-sampled"
 	p := startBridgeEnv(t, fmt.Sprintf(`
@@ -402,6 +442,7 @@ pulsar:
 ingress:
   maxRecordBytes: 2KiB
 tracing:
+  exporter: %s
   segmentRecords: 2000
 routes:
   - name: sampled
@@ -411,10 +452,9 @@ streams:
     topics: [%s]
     position: earliest
     envelope: json
-`, b.URL, topic, topic), []string{
-		"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + grpcAddr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_SERVICE_NAME=" + service,
+`, b.URL, v.exporter, topic, topic), append(v.env(j), "OTEL_SERVICE_NAME="+service,
 		"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1", "OTEL_BSP_SCHEDULE_DELAY=100",
-	})
+	))
 	begin := time.Now()
 
 	// 10 000 records of 1 KiB in one stream, and 10 too large for ingress.maxRecordBytes.

@@ -19,6 +19,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/recordio-bridge/bridge/telemetry/otlpwire"
 	"github.com/recordio-bridge/bridge/telemetry/telemetrytest"
 )
 
@@ -305,13 +306,19 @@ func TestParseTraceparentAgreesWithThePropagator(t *testing.T) {
 // ids always, the SDK's span (start, end, batch queue, OTLP export) for the sampled ones.
 func BenchmarkRecordSpan(b *testing.B) {
 	for _, c := range []struct {
-		name  string
-		ratio float64
-	}{{"0pct", 0}, {"1pct", 0.01}, {"10pct", 0.1}, {"100pct", 1}} {
+		name     string
+		ratio    float64
+		exporter string
+	}{{"0pct", 0, ExporterSDK}, {"1pct", 0.01, ExporterSDK}, {"10pct", 0.1, ExporterSDK}, {"100pct", 1, ExporterSDK},
+		{"1pct-wire", 0.01, ExporterWire}, {"10pct-wire", 0.1, ExporterWire}, {"100pct-wire", 1, ExporterWire}} {
 		b.Run(c.name, func(b *testing.B) {
-			exp, err := otlptrace.New(context.Background(), discardClient{})
-			if err != nil {
-				b.Fatal(err)
+			// Both exporters encode each batch as they would to send it, and drop it.
+			var exp sdktrace.SpanExporter = &wireDiscard{}
+			if c.exporter == ExporterSDK {
+				var err error
+				if exp, err = otlptrace.New(context.Background(), discardClient{}); err != nil {
+					b.Fatal(err)
+				}
 			}
 			sampler, err := newSampler("parentbased_traceidratio", c.ratio) // as OTEL_TRACES_SAMPLER names it
 			if err != nil {
@@ -344,6 +351,17 @@ func BenchmarkRecordSpan(b *testing.B) {
 		})
 	}
 }
+
+// wireDiscard encodes each batch as the wire exporter (tracing.exporter: wire) does
+// before it sends it, and drops it.
+type wireDiscard struct{ enc otlpwire.Encoder }
+
+func (w *wireDiscard) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySpan) error {
+	_ = w.enc.Encode(spans)
+	return nil
+}
+
+func (*wireDiscard) Shutdown(context.Context) error { return nil }
 
 // discardClient marshals what the OTLP exporter gives it, as a real client would, and
 // drops it.

@@ -20,13 +20,16 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/recordio-bridge/bridge/telemetry/otlpwire"
 )
 
 // Tracing holds the bridge's tracer and the W3C propagator. With tracing off its tracer
 // is a no-op, and the per-record and segment spans (records.go) cost one branch.
 //
 // Every span goes through the OpenTelemetry SDK: its tracer, span limits, the sampler
-// configured by OTEL_TRACES_SAMPLER, the batch span processor and the OTLP exporter.
+// configured by OTEL_TRACES_SAMPLER, the batch span processor and the OTLP exporter (the
+// SDK's, or telemetry/otlpwire's with tracing.exporter: wire).
 type Tracing struct {
 	Tracer     trace.Tracer
 	Propagator propagation.TextMapPropagator
@@ -43,6 +46,7 @@ type Tracing struct {
 	// propagateUnsampled puts unsampled records' contexts into their messages too
 	// (tracing.propagateUnsampled).
 	propagateUnsampled bool
+	exporter           string // tracing.exporter: ExporterSDK or ExporterWire
 	provider           *sdktrace.TracerProvider
 	cutNow             context.CancelFunc // ends every export under way or to come
 }
@@ -87,34 +91,21 @@ func Disabled() *Tracing {
 //     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), off otherwise.
 //   - OTEL_EXPORTER_OTLP_PROTOCOL / OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: grpc (default) or
 //     http/protobuf; endpoints, headers, timeouts and TLS from the OTEL_EXPORTER_OTLP_*
-//     variables, read by the exporters themselves.
+//     variables, read by the exporters themselves (otlpwire refuses, naming it, a variable
+//     or value it cannot use, where the SDK's exporter logs and ignores it).
 //   - OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on).
 //   - OTEL_BSP_* for the SDK's batch span processor; when unset the queue holds 16 384 spans
 //     and batches are up to 4 096 (the SDK's 2 048 / 512 are small for a span per record).
 //   - OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the downward-API variables POD_NAME,
 //     POD_NAMESPACE, NODE_NAME and CONTAINER_NAME become k8s.* resource attributes.
 //
-// The bridge's own settings (segments, propagation of unsampled contexts) come from o,
-// the configuration file's tracing section.
+// The bridge's own settings (the exporter, segments, propagation of unsampled contexts)
+// come from o, the configuration file's tracing section.
 func SetupTracing(ctx context.Context, version string, o TracingOptions) (*Tracing, error) {
 	if !tracingWanted() {
 		return Disabled(), nil
 	}
-	proto := firstEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
-	var client otlptrace.Client
-	switch proto {
-	case "", "grpc":
-		client = otlptracegrpc.NewClient()
-	case "http/protobuf":
-		client = otlptracehttp.NewClient()
-	default:
-		return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: the bridge exports traces over grpc or http/protobuf", proto)
-	}
-	sampler, err := samplerFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	seg, err := o.segment()
+	sampler, seg, err := o.check()
 	if err != nil {
 		return nil, err
 	}
@@ -122,9 +113,19 @@ func SetupTracing(ctx context.Context, version string, o TracingOptions) (*Traci
 	if err != nil {
 		return nil, err
 	}
-	exp, err := otlptrace.New(ctx, client)
-	if err != nil {
-		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	var exp sdktrace.SpanExporter
+	if o.Exporter == ExporterWire {
+		if exp, err = otlpwire.NewFromEnv(); err != nil {
+			return nil, fmt.Errorf("tracing.exporter wire: %w", err)
+		}
+	} else {
+		client := otlptracegrpc.NewClient()
+		if firstEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") == "http/protobuf" {
+			client = otlptracehttp.NewClient()
+		}
+		if exp, err = otlptrace.New(ctx, client); err != nil {
+			return nil, fmt.Errorf("OTLP trace exporter: %w", err)
+		}
 	}
 	var bsp []sdktrace.BatchSpanProcessorOption
 	if os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE") == "" {
@@ -135,7 +136,44 @@ func SetupTracing(ctx context.Context, version string, o TracingOptions) (*Traci
 	}
 	t := newTracing(version, res, sampler, seg, exp, bsp...)
 	t.propagateUnsampled = o.PropagateUnsampled
+	t.exporter = o.exporter()
 	return t, nil
+}
+
+// CheckTracing checks what SetupTracing would check of o and the environment, building
+// nothing: `bridge validate` refuses what start-up would.
+func CheckTracing(o TracingOptions) error {
+	if !tracingWanted() {
+		return nil
+	}
+	_, _, err := o.check()
+	return err
+}
+
+// check reads the sampler and the segment settings, and the exporter's variables.
+func (o TracingOptions) check() (sdktrace.Sampler, segmentOptions, error) {
+	switch o.Exporter {
+	case "", ExporterSDK:
+		proto := firstEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+		if proto != "" && proto != "grpc" && proto != "http/protobuf" {
+			return nil, segmentOptions{}, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: the bridge exports traces over grpc or http/protobuf", proto)
+		}
+	case ExporterWire:
+		if _, err := otlpwire.FromEnv(); err != nil {
+			return nil, segmentOptions{}, fmt.Errorf("tracing.exporter wire: %w", err)
+		}
+	default:
+		return nil, segmentOptions{}, fmt.Errorf("tracing.exporter: %q: want %s or %s", o.Exporter, ExporterSDK, ExporterWire)
+	}
+	sampler, err := samplerFromEnv()
+	if err != nil {
+		return nil, segmentOptions{}, err
+	}
+	seg, err := o.segment()
+	if err != nil {
+		return nil, segmentOptions{}, err
+	}
+	return sampler, seg, nil
 }
 
 // newTracing builds the SDK pipeline around exp: the counting processor, then the batch
@@ -189,9 +227,27 @@ type segmentOptions struct {
 // TracingOptions are the bridge's own tracing settings: the configuration file's tracing
 // section. A zero field takes its default.
 type TracingOptions struct {
+	// Exporter is tracing.exporter: ExporterSDK (the default) or ExporterWire.
+	Exporter           string
 	SegmentRecords     int64         // tracing.segmentRecords: 10 000
 	SegmentInterval    time.Duration // tracing.segmentInterval: 1m
 	PropagateUnsampled bool          // tracing.propagateUnsampled: false
+}
+
+// The exporters tracing.exporter chooses between: the SDK's official OTLP exporter, or
+// telemetry/otlpwire (the same OTLP request, encoded without proto structs). Everything
+// else in the pipeline (sampler, span limits, batch processor, counting) is the SDK's
+// either way.
+const (
+	ExporterSDK  = "sdk"
+	ExporterWire = "wire"
+)
+
+func (o TracingOptions) exporter() string {
+	if o.Exporter == "" {
+		return ExporterSDK
+	}
+	return o.Exporter
 }
 
 // segment checks the segment settings and fills in the defaults.
@@ -215,7 +271,7 @@ func (o TracingOptions) segment() (segmentOptions, error) {
 // Options are the settings tracing runs with, defaults filled in (the zero value with
 // tracing off).
 func (t *Tracing) Options() TracingOptions {
-	return TracingOptions{SegmentRecords: t.segment.records, SegmentInterval: t.segment.interval, PropagateUnsampled: t.propagateUnsampled}
+	return TracingOptions{Exporter: t.exporter, SegmentRecords: t.segment.records, SegmentInterval: t.segment.interval, PropagateUnsampled: t.propagateUnsampled}
 }
 
 // SpanCounts counts sampled spans: ended, accepted by the exporter, and lost to failed

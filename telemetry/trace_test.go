@@ -43,11 +43,11 @@ func TestTracingIsOnlyOnWhenAsked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := tr.Options(), (TracingOptions{SegmentRecords: 10000, SegmentInterval: time.Minute}); got != want {
+	if got, want := tr.Options(), (TracingOptions{Exporter: ExporterSDK, SegmentRecords: 10000, SegmentInterval: time.Minute}); got != want {
 		t.Fatalf("no options: tracing runs with %+v, want the defaults %+v", got, want)
 	}
 	_ = tr.Shutdown(context.Background())
-	want := TracingOptions{SegmentRecords: 500, SegmentInterval: 30 * time.Second, PropagateUnsampled: true}
+	want := TracingOptions{Exporter: ExporterWire, SegmentRecords: 500, SegmentInterval: 30 * time.Second, PropagateUnsampled: true}
 	if tr, err = SetupTracing(context.Background(), "v", want); err != nil {
 		t.Fatal(err)
 	}

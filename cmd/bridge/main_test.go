@@ -92,3 +92,34 @@ func TestValidateChecksTheMemoryKeys(t *testing.T) {
 		}
 	}
 }
+
+// tracing.exporter is checked as start-up checks it: the key's value, and with the wire
+// exporter the OTEL_EXPORTER_OTLP_* variables it would refuse.
+func TestValidateChecksTheTracingExporter(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")
+	var out, errb bytes.Buffer
+	wire := write("wire.yaml", "tracing:\n  exporter: wire\n")
+	if code := run([]string{"validate", "-config", wire}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), `OTEL_EXPORTER_OTLP_TIMEOUT "10s"`) {
+		t.Fatalf("wire with a bad timeout: exit %d, stderr %q", code, errb.String())
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "10000")
+	errb.Reset()
+	if code := run([]string{"validate", "-config", wire}, &out, &errb); code != 0 {
+		t.Fatalf("wire: exit %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := run([]string{"validate", "-config", write("bad.yaml", "tracing:\n  exporter: turbo\n")}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), `tracing.exporter: "turbo"`) {
+		t.Fatalf("unknown exporter: exit %d, stderr %q", code, errb.String())
+	}
+}

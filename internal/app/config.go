@@ -22,10 +22,18 @@ type snapshot struct {
 	loaded time.Time
 }
 
-// Validate checks a configuration file exactly as start-up and every reload do.
+// Validate checks a configuration file exactly as start-up does: as every reload does,
+// and the tracing environment for the configured exporter (read at start-up only).
 func Validate(path string) error {
-	_, err := load(path)
-	return err
+	s, err := load(path)
+	if err != nil {
+		return err
+	}
+	// What start-up checks of the tracing environment for the configured exporter.
+	if err := telemetry.CheckTracing(tracingOf(s.cfg)); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // load reads, parses, validates and compiles a configuration file: the one path shared
@@ -66,7 +74,7 @@ func egressLimitsOf(c config.Config) egress.Limits {
 // (a reload that changes it logs that it needs a restart).
 func tracingOf(c config.Config) telemetry.TracingOptions {
 	t := c.Tracing
-	return telemetry.TracingOptions{SegmentRecords: t.SegmentRecords, SegmentInterval: t.SegmentInterval.D(), PropagateUnsampled: t.PropagateUnsampled}
+	return telemetry.TracingOptions{Exporter: t.Exporter, SegmentRecords: t.SegmentRecords, SegmentInterval: t.SegmentInterval.D(), PropagateUnsampled: t.PropagateUnsampled}
 }
 
 var compressions = map[string]pulsar.Compression{

@@ -1,0 +1,138 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/telemetry/otlpwire"
+)
+
+// collector is an OTLP/HTTP collector keeping the spans it is sent.
+func collector(t *testing.T) (url string, spans func() []*tracepb.Span) {
+	var mu sync.Mutex
+	var got []*tracepb.Span
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		var req coltracepb.ExportTraceServiceRequest
+		if err == nil {
+			err = proto.Unmarshal(b, &req)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				got = append(got, ss.Spans...)
+			}
+		}
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1/traces", func() []*tracepb.Span {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*tracepb.Span(nil), got...)
+	}
+}
+
+// tracing.exporter picks the exporter; either way the record spans the bridge makes reach
+// the collector, with the same name, kind, attributes and link.
+func TestBothExportersSendTheRecordSpans(t *testing.T) {
+	for _, exporter := range []string{ExporterSDK, ExporterWire} {
+		t.Run(exporter, func(t *testing.T) {
+			url, spans := collector(t)
+			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+			t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+			tr, err := SetupTracing(context.Background(), "v", TracingOptions{Exporter: exporter})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tr.Options().Exporter; got != exporter {
+				t.Fatalf("runs with exporter %q, want %q", got, exporter)
+			}
+			segs := tr.NewSegments("POST r", trace.SpanContext{})
+			var r RecordSpan
+			tr.StartPublish(&r, trace.SpanContext{}, segs.Next(7), "persistent://public/default/t", 7, time.Now())
+			tr.EndRecord(&r, "1:2:-1:0", nil)
+			segs.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := tr.ForceFlush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var publish *tracepb.Span
+			for _, s := range spans() {
+				if s.Name == "publish persistent://public/default/t" {
+					publish = s
+				}
+			}
+			if publish == nil {
+				t.Fatalf("no publish span among %d exported", len(spans()))
+			}
+			attrs := map[string]string{}
+			for _, kv := range publish.Attributes {
+				attrs[kv.Key] = kv.Value.String()
+			}
+			sid := r.SpanContext().SpanID()
+			if publish.Kind != tracepb.Span_SPAN_KIND_PRODUCER || len(publish.Links) != 1 || string(publish.SpanId) != string(sid[:]) ||
+				!strings.Contains(attrs["messaging.message.id"], "1:2:-1:0") || !strings.Contains(attrs["messaging.system"], "pulsar") {
+				t.Fatalf("publish span %v", publish)
+			}
+			if tr.Spans.Exported() < 2 || tr.Spans.Failed() != 0 {
+				t.Fatalf("exported %d, failed %d", tr.Spans.Exported(), tr.Spans.Failed())
+			}
+		})
+	}
+}
+
+// With tracing.exporter wire, a variable or value the wire exporter cannot use stops
+// start-up and CheckTracing (so `bridge validate`), naming it; the SDK's exporter keeps
+// ignoring it as it always has. An exporter that is neither is refused.
+func TestCheckTracingRefusesWhatStartUpRefuses(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "zstd")
+	for _, err := range []error{CheckTracing(TracingOptions{Exporter: ExporterWire}), setupErr(TracingOptions{Exporter: ExporterWire})} {
+		if !errors.Is(err, otlpwire.ErrConfig) || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION") ||
+			!strings.Contains(err.Error(), "tracing.exporter wire") {
+			t.Fatalf("error %v, want the variable named", err)
+		}
+	}
+	if err := CheckTracing(TracingOptions{Exporter: ExporterSDK}); err != nil {
+		t.Fatalf("the SDK exporter: %v", err)
+	}
+	for _, err := range []error{CheckTracing(TracingOptions{Exporter: "fast"}), setupErr(TracingOptions{Exporter: "fast"})} {
+		if err == nil || !strings.Contains(err.Error(), `tracing.exporter: "fast"`) {
+			t.Fatalf("error %v", err)
+		}
+	}
+	t.Setenv("OTEL_TRACES_EXPORTER", "none") // tracing off: nothing to check
+	if err := CheckTracing(TracingOptions{Exporter: ExporterWire}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func setupErr(o TracingOptions) error {
+	tr, err := SetupTracing(context.Background(), "v", o)
+	if err == nil {
+		_ = tr.Shutdown(context.Background())
+	}
+	return err
+}
