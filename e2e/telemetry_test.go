@@ -66,6 +66,14 @@ var tracingVariants = []tracingVariant{
 	{"wire-http", "wire", "http/protobuf"},
 }
 
+// check fails t unless bridge p runs with the variant's exporter (its start-up log says).
+func (v tracingVariant) check(t *testing.T, p *bridgeProc) {
+	t.Helper()
+	if logs := p.logs.String(); !strings.Contains(logs, `"exporter":"`+v.exporter+`"`) {
+		t.Fatalf("the bridge does not say it runs with tracing.exporter %s:\n%s", v.exporter, logs)
+	}
+}
+
 // env points the bridge at j over the variant's protocol.
 func (v tracingVariant) env(j jaeger) []string {
 	addr := j.grpc
@@ -144,6 +152,7 @@ streams:
 `, b.URL, v.exporter, topic, topic), append(v.env(j),
 		"OTEL_SERVICE_NAME=bridge-e2e", "OTEL_BSP_SCHEDULE_DELAY=100", "POD_NAME=bridge-pod-0", "POD_NAMESPACE=e2e",
 	))
+	v.check(t, p)
 
 	// The test's own tracer plays the scheduler: its span is the trace's root.
 	ctx := context.Background()
@@ -455,6 +464,7 @@ streams:
 `, b.URL, v.exporter, topic, topic), append(v.env(j), "OTEL_SERVICE_NAME="+service,
 		"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1", "OTEL_BSP_SCHEDULE_DELAY=100",
 	))
+	v.check(t, p)
 	begin := time.Now()
 
 	// 10 000 records of 1 KiB in one stream, and 10 too large for ingress.maxRecordBytes.
