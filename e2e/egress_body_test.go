@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -66,6 +67,33 @@ streams:
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		if resp.StatusCode != 404 || !strings.Contains(string(body), "no open stream") {
 			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	})
+	// An /ack to an open stream whose body stops after its first bytes is answered 408
+	// once the body's 30 s are up, its connection closed; before, readIDs waited for the
+	// rest with no deadline, holding the handler and the connection for good.
+	t.Run("ack of an open stream", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		get := egressGet(t, ctx, p.DataURL+"/v1/streams/out", nil)
+		defer get.Body.Close()
+		if get.StatusCode != 200 {
+			t.Fatalf("GET: %d", get.StatusCode)
+		}
+		conn, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(90 * time.Second)) // generous: a missing answer fails
+		fmt.Fprintf(conn, "POST /v1/streams/out/ack HTTP/1.1\r\nHost: bridge\r\nStream-Id: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[\"1:2", get.Header.Get("Stream-Id"))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no answer while the rest of the /ack body does not come: %v", err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode != http.StatusRequestTimeout || !resp.Close {
+			t.Fatalf("%d (close %v) %s; want 408 and the connection closed", resp.StatusCode, resp.Close, body)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -722,7 +723,17 @@ func (s *Server) HandleAck(c echo.Context) error {
 	if sm.opts.ack != "client" {
 		return answerError(c, http.StatusConflict, fmt.Sprintf("stream %s acknowledges by itself (ack=auto)", def.Name), 0)
 	}
+	// The body is read within ackBodyTimeout; the deadline is lifted right after, or it
+	// would cut net/http's background read under a long dead-lettering (see dropBody).
+	rc := http.NewResponseController(c.Response())
+	_ = rc.SetReadDeadline(time.Now().Add(ackBodyTimeout))
 	refs, err := readIDs(req)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.Response().Header().Set("Connection", "close")
+		return c.JSON(http.StatusRequestTimeout, map[string]any{"status": http.StatusRequestTimeout,
+			"error": fmt.Sprintf("the body did not arrive within %s; nothing was acknowledged", ackBodyTimeout)})
+	}
+	_ = rc.SetReadDeadline(time.Time{})
 	if errors.Is(err, errTooManyIDs) {
 		return answerError(c, http.StatusRequestEntityTooLarge, err.Error(), 0)
 	}
@@ -957,6 +968,10 @@ const maxAckIDs = 10000
 // cannot make the decoder hold megabytes.
 const maxAckBody = 1 << 20
 
+// ackBodyTimeout bounds the read of an /ack or /nack body (at most maxAckBody): a client
+// that stops sending it is answered 408 and its connection closed.
+var ackBodyTimeout = 30 * time.Second
+
 // errTooManyIDs: a request named more than maxAckIDs ids, or its body is over maxAckBody (413).
 var errTooManyIDs = fmt.Errorf("more than %d ids or positions, or more than %d bytes, in one request: post them in several", maxAckIDs, maxAckBody)
 
@@ -1018,7 +1033,7 @@ func readIDs(req *http.Request) ([]string, error) {
 		if tok, err := dec.Token(); errors.Is(err, errTooManyIDs) {
 			return nil, errTooManyIDs
 		} else if err != nil || tok != json.Delim('[') {
-			return nil, fmt.Errorf("%s: %v", notArray, errOrToken(err, tok))
+			return nil, notArrayErr(notArray, err, tok)
 		}
 		var ids []string
 		for i := 0; dec.More(); i++ {
@@ -1029,7 +1044,7 @@ func readIDs(req *http.Request) ([]string, error) {
 			if err := dec.Decode(&r); errors.Is(err, errTooManyIDs) {
 				return nil, errTooManyIDs
 			} else if err != nil {
-				return nil, fmt.Errorf("%s: %v", notArray, err)
+				return nil, notArrayErr(notArray, err, nil)
 			}
 			var id string
 			var pos uint64
@@ -1044,17 +1059,18 @@ func readIDs(req *http.Request) ([]string, error) {
 		if tok, err := dec.Token(); errors.Is(err, errTooManyIDs) {
 			return nil, errTooManyIDs
 		} else if err != nil || tok != json.Delim(']') {
-			return nil, fmt.Errorf("%s: %v", notArray, errOrToken(err, tok))
+			return nil, notArrayErr(notArray, err, tok)
 		}
 		return ids, nil
 	}
 	return nil, fmt.Errorf("Content-Type %q: send application/recordio (one id per record) or application/json (an array)", req.Header.Get("Content-Type"))
 }
 
-// errOrToken describes what stood where a JSON array's bracket should have.
-func errOrToken(err error, tok json.Token) any {
+// notArrayErr says why the body is not a JSON array of ids: the decoder's error
+// (wrapped, so a read deadline shows through) or what stood where a bracket should have.
+func notArrayErr(msg string, err error, tok json.Token) error {
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", msg, err)
 	}
-	return fmt.Sprintf("found %v", tok)
+	return fmt.Errorf("%s: found %v", msg, tok)
 }

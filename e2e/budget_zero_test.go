@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/recordio"
+)
+
+// TestMemoryBudgetReturnsToZero: on the real broker, under memory.budget 1MiB, streams
+// of every kind run and end — ingress records receipted and one whose client goes away
+// mid-record; an ack=client stream whose messages are acknowledged, nacked, left to
+// their ack timeout, dead-lettered, and whose topic is unloaded while its consumer's
+// queue is charged; an ack=auto stream whose client disconnects mid-flow — and once
+// they have all ended bridge_memory_budget_used_bytes on /metrics is 0 again, as is
+// every user's share. A charge never released (or released twice: the bridge panics)
+// shows here.
+func TestMemoryBudgetReturnsToZero(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "budgetzero")
+	b.CreatePartitionedTopic(t, topic, 2)
+	const (
+		n   = 400
+		pad = 8 << 10
+	)
+	payloads := publishOfficial(t, b, topic, n, 4, pad)
+	size := len(payloads[n-1])
+	p := startBridge(t, fmt.Sprintf(`
+memory:
+  budget: 1MiB
+pulsar:
+  url: %s
+egress:
+  writeTimeout: 5m
+routes:
+  - name: in
+    default: {topic: %s}
+streams:
+  - name: client
+    topics: [%s]
+    position: earliest
+    type: shared
+    ack: client
+    ackTimeout: 2s
+    retry: {initial: 100ms, multiplier: 1.5, jitter: 0.1, max: 500ms, maxDeliveries: 3}
+  - name: auto
+    topics: [%s]
+    subscription: budget-auto
+    position: earliest
+`, b.URL, topic, topic, topic))
+	const used = "bridge_memory_budget_used_bytes"
+	if u := metricValue(t, scrape(t, p.OpsURL), used); u != 0 {
+		t.Fatalf("before any stream the budget counts %.0f bytes", u)
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan string, 16)
+	// Ingress: records receipted, then a client that goes away in the middle of one.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		st := openStream(t, h1Client, p.DataURL+"/v1/publish/in", nil)
+		for i := range 50 {
+			if err := st.send([]byte(fmt.Sprintf(`{"in":%d,"pad":%q}`, i, strings.Repeat("i", 4<<10)))); err != nil {
+				errs <- "ingress send: " + err.Error()
+				return
+			}
+		}
+		if _, sum, err := st.finish(2 * time.Minute); err != nil || sum.Published != 50 {
+			errs <- fmt.Sprintf("ingress: summary %+v, %v", sum, err)
+		}
+		host := strings.TrimPrefix(p.DataURL, "http://")
+		cn, err := net.Dial("tcp", host)
+		if err != nil {
+			errs <- err.Error()
+			return
+		}
+		body := recordio.AppendRecord(nil, []byte(`{"whole":1}`))
+		fmt.Fprintf(cn, "POST /v1/publish/in HTTP/1.1\r\nHost: b\r\nContent-Type: application/recordio\r\nMessage-Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(body)+20, append(body, "100000\n{\"half\":"...))
+		time.Sleep(500 * time.Millisecond)
+		cn.Close() // gone mid-record
+	}()
+
+	// ack=auto: the client reads some and disconnects while the queue is full.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		resp := egressGet(t, ctx, p.DataURL+"/v1/streams/auto", nil)
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			errs <- fmt.Sprintf("GET auto: %d", resp.StatusCode)
+			return
+		}
+		rd := recordio.NewReader(resp.Body, recordio.BufferSize(size+100))
+		for i := range 60 {
+			if _, err := rd.Next(); err != nil {
+				errs <- fmt.Sprintf("auto read %d: %v", i, err)
+				return
+			}
+			if i%10 == 0 {
+				time.Sleep(100 * time.Millisecond) // slow: the queue fills
+			}
+		}
+	}()
+
+	// ack=client: ack, nack, time out, dead-letter, and an unload under a charged queue.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/client", nil)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET client: %d", resp.StatusCode)
+	}
+	sid := resp.Header.Get("Stream-Id")
+	rd := recordio.NewReader(resp.Body, recordio.BufferSize(size+100))
+	pos := 0
+	read := func(k int) []int {
+		var got []int
+		for range k {
+			if _, err := rd.Next(); err != nil {
+				t.Fatalf("client read at %d: %v", pos, err)
+			}
+			got = append(got, pos)
+			pos++
+		}
+		return got
+	}
+	post := func(what string, ps []int) map[string]any {
+		body, _ := json.Marshal(ps)
+		st, m := postAck(t, p.DataURL+"/v1/streams/client/"+what, sid, "application/json", body)
+		// 400 names ids that timed out meanwhile (the client read them late): the
+		// others are still acknowledged or nacked.
+		if st != 200 && (st != 400 || m["unknown"] == nil) {
+			t.Fatalf("POST %s %v: %d %v", what, ps, st, m)
+		}
+		return m
+	}
+	post("ack", read(20))
+	post("nack", read(20))
+	read(20) // left to their ack timeout
+	time.Sleep(3 * time.Second)
+	// The topic is unloaded while the consumer's queue holds charged messages.
+	b.MustAdmin(t, http.MethodPut, "/admin/v2/"+strings.Replace(topic, "://", "/", 1)+"/unload", nil)
+	post("ack", read(20))
+	// Nack what comes until a nack dead-letters (maxDeliveries 3).
+	dead := false
+	for range 200 {
+		m := post("nack", read(10))
+		if d, _ := m["deadLettered"].(float64); d > 0 {
+			dead = true
+			break
+		}
+	}
+	t.Logf("a nack dead-lettered after %d records read", pos)
+	if !dead {
+		t.Fatal("no nack dead-lettered a message in 2 000 deliveries")
+	}
+	read(10) // held, unacknowledged, when the client goes
+	cancel()
+	resp.Body.Close()
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+
+	t.Logf("every stream ended")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		m := scrape(t, p.OpsURL)
+		u := metricValue(t, m, used)
+		if u < 0 {
+			t.Fatalf("/metrics lacks %s", used)
+		}
+		if u == 0 {
+			for _, user := range []string{"ingress", "consumer_queues", "consumer_reserved", "egress"} {
+				if v := metricValue(t, m, `bridge_memory_budget_charged_bytes{user="`+user+`"}`); v != 0 {
+					t.Errorf("user %s holds %.0f bytes with nothing used", user, v)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("60 s after every stream ended the budget counts %.0f bytes: %s", u, grepLines(m, "bridge_memory_budget"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
