@@ -36,6 +36,9 @@ type Config struct {
 	Timeout     time.Duration // of each export, retries included (default 10s)
 	Compression string        // "gzip" or "" (none)
 	Retry       Retry
+	// MaxRequestBytes refuses a larger encoded request, as the official exporters do
+	// (0: their 64 MiB).
+	MaxRequestBytes int
 }
 
 // Retry is the backoff of temporary failures, as the official exporters do it.
@@ -52,13 +55,17 @@ type Retry struct {
 var DefaultRetry = Retry{Enabled: true, InitialInterval: 5 * time.Second, MaxInterval: 30 * time.Second, MaxElapsedTime: time.Minute}
 
 const (
-	defaultTimeout     = 10 * time.Second
-	defaultHTTPHost    = "localhost:4318"
-	defaultGRPCTarget  = "localhost:4317"
-	defaultTracesPath  = "/v1/traces"
-	envPrefix          = "OTEL_EXPORTER_OTLP_"
-	tracesEnvPrefix    = envPrefix + "TRACES_"
-	maxResponseBytes   = 4 << 20
+	defaultTimeout    = 10 * time.Second
+	defaultHTTPHost   = "localhost:4318"
+	defaultGRPCTarget = "localhost:4317"
+	defaultTracesPath = "/v1/traces"
+	envPrefix         = "OTEL_EXPORTER_OTLP_"
+	tracesEnvPrefix   = envPrefix + "TRACES_"
+	maxResponseBytes  = 4 << 20
+	defaultMaxRequest = 64 << 20
+	// keptBufferBytes is the most a request buffer keeps between exports unless the
+	// last request needed a quarter of it.
+	keptBufferBytes    = 4 << 20
 	maxErrorBodyInText = 1 << 10
 )
 

@@ -450,12 +450,19 @@ func (e *Encoder) group(spans []sdktrace.ReadOnlySpan) {
 	e.resources = e.resources[:0]
 	clear(e.byKey)
 	last := -1
+	var lastRes *resource.Resource
 	for i, s := range spans {
 		if s == nil {
 			continue
 		}
-		res := s.Resource()
-		k := groupKey{res: res.Equivalent(), scope: s.InstrumentationScope()}
+		res, scope := s.Resource(), s.InstrumentationScope()
+		// The common case: the same resource (pointer: the same attribute set) and scope as
+		// the span before, told without comparing the resource's attributes.
+		if last >= 0 && res == lastRes && scope == e.scopes[last].key.scope {
+			e.scopes[last].spans = append(e.scopes[last].spans, i)
+			continue
+		}
+		k := groupKey{res: res.Equivalent(), scope: scope}
 		gi := -1
 		switch {
 		case last >= 0 && e.scopes[last].key == k:
@@ -476,7 +483,7 @@ func (e *Encoder) group(spans []sdktrace.ReadOnlySpan) {
 			gi = e.newScopeGroup(k, res)
 		}
 		e.scopes[gi].spans = append(e.scopes[gi].spans, i)
-		last = gi
+		last, lastRes = gi, res
 	}
 }
 

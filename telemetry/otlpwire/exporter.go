@@ -17,6 +17,10 @@ import (
 // ErrShutdown is ExportSpans' error after Shutdown.
 var ErrShutdown = errors.New("otlpwire: exporter shut down")
 
+// ErrRequestTooLarge is ExportSpans' error for a batch whose request would pass
+// Config.MaxRequestBytes: it is not sent.
+var ErrRequestTooLarge = errors.New("otlpwire: request too large")
+
 // PartialSuccess is the collector's answer that it accepted the request but rejected
 // some of its spans. It is reported to otel.Handle, not returned by ExportSpans.
 type PartialSuccess struct {
@@ -73,6 +77,9 @@ func New(cfg Config) (*Exporter, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = defaultTimeout
 	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = defaultMaxRequest
+	}
 	var tr transport
 	var err error
 	switch cfg.Protocol {
@@ -126,8 +133,14 @@ func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 	defer unhook()
 
 	body := e.enc.Encode(spans)
+	if c := cap(e.enc.buf); c > keptBufferBytes && len(body) < c/4 {
+		defer func() { e.enc.buf = nil }() // one large batch does not keep its buffer for good
+	}
 	if len(body) == 0 { // only nil spans
 		return nil
+	}
+	if len(body) > e.cfg.MaxRequestBytes {
+		return fmt.Errorf("%w: %d spans encode to %d bytes, more than %d", ErrRequestTooLarge, len(spans), len(body), e.cfg.MaxRequestBytes)
 	}
 	resp, err := e.sendWithRetry(ctx, body)
 	if e.tr.bufferKept() {

@@ -436,3 +436,20 @@ func TestFromEnvRefusesWhatItCannotUse(t *testing.T) {
 		})
 	}
 }
+
+// A batch whose request passes MaxRequestBytes is refused, not sent (the official
+// exporters' limit); a smaller one goes on being sent.
+func TestRequestTooLargeIsNotSent(t *testing.T) {
+	c := newCapture(t)
+	e := newWire(t, Config{Protocol: ProtocolHTTP, Endpoint: c.url(), Retry: fastRetry, MaxRequestBytes: 1000})
+	big := []sdktrace.ReadOnlySpan{tracetest.SpanStub{Name: strings.Repeat("x", 2000), Resource: resB}.Snapshot()}
+	if err := e.ExportSpans(exportCtx(t), big); !errors.Is(err, ErrRequestTooLarge) {
+		t.Fatalf("export of a 2 KB request with a 1000-byte limit: %v", err)
+	}
+	if err := e.ExportSpans(exportCtx(t), oneSpan()); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.requests(); len(got) != 1 || decode(t, got[0].body).ResourceSpans[0].ScopeSpans[0].Spans[0].Name != "s" {
+		t.Fatalf("%d requests sent; want the small batch's only", len(got))
+	}
+}
