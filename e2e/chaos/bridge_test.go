@@ -68,33 +68,43 @@ func (l *lockedBuffer) String() string {
 // bridge is the bridge binary run on fixed ports, so it can be killed and started again
 // where its clients expect it.
 type bridge struct {
-	t       testing.TB
-	config  string
-	DataURL string
-	OpsURL  string
-	logs    *lockedBuffer
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	t           testing.TB
+	readyWithin time.Duration
+	config      string
+	DataURL     string
+	OpsURL      string
+	logs        *lockedBuffer
+	mu          sync.Mutex
+	cmd         *exec.Cmd
+	exited      chan struct{}
 }
 
 // startBridge writes cfg (without the listen section) and runs the binary until /readyz is 200.
 func startBridge(t testing.TB, cfg string) *bridge {
 	t.Helper()
+	return startBridgeReady(t, cfg, 90*time.Second)
+}
+
+// startBridgeReady is startBridge with the time the bridge has to become ready (also after
+// each restart).
+func startBridgeReady(t testing.TB, cfg string, readyWithin time.Duration) *bridge {
+	t.Helper()
 	data, ops := freePort(t), freePort(t)
-	b := &bridge{t: t, config: filepath.Join(t.TempDir(), "config.yaml"), logs: &lockedBuffer{},
+	b := &bridge{t: t, readyWithin: readyWithin, config: filepath.Join(t.TempDir(), "config.yaml"), logs: &lockedBuffer{},
 		DataURL: fmt.Sprintf("http://127.0.0.1:%d", data), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", ops)}
 	full := fmt.Sprintf("listen:\n  data: 127.0.0.1:%d\n  ops: 127.0.0.1:%d\n  pprof: true\nmemory:\n  limit: %s\n%s", data, ops, memoryLimitYAML, cfg)
 	if err := os.WriteFile(b.config, []byte(full), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b.start()
+	// Registered before the start: a start that fails (not ready in time) must not leave
+	// the process behind either.
 	t.Cleanup(func() {
 		b.stop()
 		if t.Failed() {
 			t.Logf("bridge logs (tail):\n%s", tail(b.logs.String(), 80))
 		}
 	})
+	b.start()
 	return b
 }
 
@@ -102,6 +112,8 @@ func (b *bridge) start() {
 	b.t.Helper()
 	cmd := exec.Command(bridgeBin(b.t), "run", "-config", b.config, "-log-level", "info")
 	cmd.Stdout, cmd.Stderr = b.logs, b.logs
+	// Should the test binary itself die (its -timeout, a crash), the bridge dies with it.
+	cmd.SysProcAttr = diesWithParent()
 	if err := cmd.Start(); err != nil {
 		b.t.Fatal(err)
 	}
@@ -110,7 +122,7 @@ func (b *bridge) start() {
 	b.mu.Lock()
 	b.cmd, b.exited = cmd, exited
 	b.mu.Unlock()
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(b.readyWithin)
 	for {
 		resp, err := http.Get(b.OpsURL + "/readyz")
 		if err == nil {
@@ -125,7 +137,8 @@ func (b *bridge) start() {
 		default:
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("bridge not ready after 90s:\n%s", tail(b.logs.String(), 40))
+			b.kill9()
+			b.t.Fatalf("bridge not ready after %s (killed it):\n%s", b.readyWithin, tail(b.logs.String(), 40))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
