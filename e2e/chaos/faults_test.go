@@ -2,10 +2,18 @@ package chaos
 
 import (
 	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	official "github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/recordio-bridge/bridge/e2e/faultproxy"
 )
@@ -187,4 +195,97 @@ func TestManyStreams(t *testing.T) {
 		}
 		return time.Now()
 	})
+}
+
+// TestProxyRestartWithPortTaken: the Pulsar proxy binds its binary port first, then its web
+// port, and exits when the web port is taken. A port of the cluster can be taken by any
+// client connection: the cluster's ports lie in the kernel's ephemeral range, and connect()
+// favours even ports such as the proxy's. cluster.sh start1 proxy used to report the proxy up
+// as soon as its binary port accepted a TCP connection, so the proxy died right after and
+// stayed dead for every later test. start1 must return only once a lookup through the proxy
+// works, starting it again once the port is free.
+func TestProxyRestartWithPortTaken(t *testing.T) {
+	c := theCluster
+	web, err := strconv.Atoi(c.ProxyWebURL[strings.LastIndexByte(c.ProxyWebURL, ':')+1:])
+	if err != nil {
+		t.Fatalf("proxy web URL %q: %v", c.ProxyWebURL, err)
+	}
+	c.script(t, "kill", "proxy")
+	// Take the web port as connect() does: a client socket on it (no SO_REUSEADDR), here
+	// connected to broker 1's admin port. The killed proxy's sockets may hold it for a while.
+	var hold *net.TCPConn
+	if !waitFor(t.Context(), 90*time.Second, func() bool {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: web}}
+		conn, err := d.Dial("tcp", hostPort(c.Broker1Admin))
+		if err != nil {
+			return false
+		}
+		hold = conn.(*net.TCPConn)
+		return true
+	}) {
+		t.Fatalf("could not take port %d within 90 s", web)
+	}
+	done := make(chan struct{})
+	var watch sync.WaitGroup
+	release := sync.OnceFunc(func() {
+		_ = hold.SetLinger(0) // closed with a reset: no TIME-WAIT left on the port
+		hold.Close()
+	})
+	defer func() { close(done); watch.Wait(); release() }()
+	// Free the port once a proxy started on it has died (or after three minutes).
+	pidFile := filepath.Join(c.StateDir, "proxy", "pid")
+	watch.Add(1)
+	go func() {
+		defer watch.Done()
+		defer release()
+		deadline := time.After(3 * time.Minute)
+		for {
+			if b, err := os.ReadFile(pidFile); err == nil {
+				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 && syscall.Kill(pid, 0) == syscall.ESRCH {
+					t.Logf("the proxy (pid %d) died with port %d taken; freeing the port", pid, web)
+					return
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-deadline:
+				t.Logf("no proxy died within 3 minutes with port %d taken; freeing the port", web)
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	if out, err := run(c.env, c.Script, "start1", "proxy"); err != nil {
+		t.Fatalf("cluster.sh start1 proxy: %v\n%s", err, out)
+	} else {
+		t.Logf("cluster.sh start1 proxy:\n%s", out)
+	}
+	// start1 said the proxy is up: a client must get through it now. A generous deadline
+	// (a minute) so that only a proxy that is not there fails.
+	var last error
+	if !waitFor(t.Context(), time.Minute, func() bool { last = proxyServes(c, 20*time.Second); return last == nil }) {
+		t.Fatalf("cluster.sh start1 proxy returned, yet no lookup works through the proxy for a minute: %v", last)
+	}
+}
+
+// proxyServes looks a topic up through the Pulsar proxy with the official client and
+// attaches a reader on the broker that owns it.
+func proxyServes(c *cluster, timeout time.Duration) error {
+	cl, err := official.NewClient(official.ClientOptions{URL: c.ProxyURL, ConnectionTimeout: timeout, OperationTimeout: timeout,
+		Authentication: official.NewAuthenticationToken(c.SuperuserToken), Logger: quietLogger()})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	topic := "persistent://chaos/allowed/" + randName("proxy-ready")
+	if _, err := cl.TopicPartitions(topic); err != nil {
+		return fmt.Errorf("partitioned metadata of %s: %w", topic, err)
+	}
+	rd, err := cl.CreateReader(official.ReaderOptions{Topic: topic, StartMessageID: official.LatestMessageID()})
+	if err != nil {
+		return fmt.Errorf("reader on %s: %w", topic, err)
+	}
+	rd.Close()
+	return nil
 }

@@ -31,7 +31,7 @@ type cluster struct {
 	Broker1Admin                   string
 	Broker2URL, Broker2TLS         string
 	Broker2Admin                   string
-	ProxyURL                       string
+	ProxyURL, ProxyWebURL          string
 	CAFile                         string
 	SuperuserToken, BridgeToken    string // the tokens themselves
 	SuperuserFile, BridgeTokenFile string
@@ -178,7 +178,7 @@ func startCluster() (*cluster, func(), error) {
 	c := &cluster{Script: scriptPath(), StateDir: vars["CHAOS_STATE_DIR"],
 		Broker1URL: vars["CHAOS_BROKER1_URL"], Broker1TLS: vars["CHAOS_BROKER1_TLS_URL"], Broker1Admin: vars["CHAOS_BROKER1_ADMIN_URL"],
 		Broker2URL: vars["CHAOS_BROKER2_URL"], Broker2TLS: vars["CHAOS_BROKER2_TLS_URL"], Broker2Admin: vars["CHAOS_BROKER2_ADMIN_URL"],
-		ProxyURL: vars["CHAOS_PROXY_URL"], CAFile: vars["CHAOS_TLS_CA_FILE"],
+		ProxyURL: vars["CHAOS_PROXY_URL"], ProxyWebURL: vars["CHAOS_PROXY_WEB_URL"], CAFile: vars["CHAOS_TLS_CA_FILE"],
 		SuperuserFile: vars["CHAOS_SUPERUSER_TOKEN_FILE"], BridgeTokenFile: vars["CHAOS_BRIDGE_TOKEN_FILE"], env: env}
 	for _, f := range []struct {
 		dst  *string

@@ -22,6 +22,8 @@
 # CLUSTER_PORT_BASE (default 47600): broker 1 uses BASE+0 (pulsar), +1 (TLS), +2 (web),
 # +3 (bookie), +4 (ZooKeeper); broker 2 +10 (pulsar), +11 (TLS), +12 (web); the proxy +20
 # (pulsar), +22 (web). CLUSTER_HEAP (default 384m) is each JVM's heap and direct memory.
+# A (re)started proxy counts as up once a lookup through it works: CLUSTER_PROXY_TIMEOUT
+# (default 120 s) per start, CLUSTER_PROXY_ATTEMPTS (default 4) starts.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -176,20 +178,77 @@ CONF
   say "broker 2 up (pid $(cat "$d/pid"))"
 }
 
-# port_settled PORT: nothing listens on it and no connection of a killed process lingers in
-# TIME-WAIT on it (the proxy does not bind with SO_REUSEADDR, so it would fail to start).
-port_settled() {
-  ! ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .
+# listening PORT: a socket listens on PORT.
+listening() { ss -Htln "( sport = :$1 )" 2>/dev/null | grep -q .; }
+
+# port_free PORT: no socket at all has PORT as its local port (no listener, no connection, no TIME-WAIT).
+port_free() { ! ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .; }
+
+# lookup_tool: e2e/cmd/pulsarlookup, built once into the state directory (rebuilt when its source is newer).
+lookup_tool() {
+  local bin=$state/bin/pulsarlookup src=$here/../cmd/pulsarlookup/main.go
+  if [ ! -x "$bin" ] || [ "$src" -nt "$bin" ]; then
+    command -v go >/dev/null || die "go is needed to build e2e/cmd/pulsarlookup, the proxy's readiness check"
+    mkdir -p "$state/bin"
+    (cd "$here/.." && CGO_ENABLED=0 go build -o "$bin" ./cmd/pulsarlookup) >&2 || die "could not build e2e/cmd/pulsarlookup"
+  fi
+  echo "$bin"
 }
 
-start_proxy() {
-  alive proxy && return 0
-  local d=$state/proxy home t0
+# proxy_serves: a real lookup through the proxy's binary port with the superuser's token (a
+# topic's partitions, its lookup, a reader attached on its owner broker), within 20 s. It
+# prints the reason when it fails.
+proxy_serves() {
+  "$(lookup_tool)" -url "pulsar://127.0.0.1:$px_port" -token-file "$auth_dir/superuser.token" \
+    -topic persistent://public/default/cluster-proxy-ready -timeout 20s 2>&1 >/dev/null | tail -n 1
+  return "${PIPESTATUS[0]}"
+}
+
+# proxy_log_tail: what the proxy logged since its last launch: the errors and their causes
+# first, then the last lines.
+proxy_log_tail() {
+  local d=$state/proxy/logs since
+  since=$(cat "$d/.offset" 2>/dev/null || echo 0)
+  say "the proxy's log since its start (errors, then the tail):"
+  {
+    tail -c +$((since + 1)) "$d/pulsar-proxy.log" | grep -E ' ERROR |^Caused by' | tail -n 8
+    echo ...
+    tail -c +$((since + 1)) "$d/pulsar-proxy.log" | grep -v 'requestBufferSize is invalidated' | tail -n 12
+  } >&2 2>/dev/null || true
+}
+
+# proxy_up ATTEMPT: after a launch, wait until the proxy serves: its process lives, both its
+# ports listen and a lookup through it works. An open TCP port is not enough: the proxy binds
+# its binary port first, then the web port, and exits when that fails (seen when a client
+# connection had taken the web port as its ephemeral port), and it answers lookups only once
+# it reaches the metadata store and a broker. Returns 1 (with the reason and the log's tail)
+# when the process died or did not serve within CLUSTER_PROXY_TIMEOUT (120 s).
+proxy_up() {
+  local t0 why=""
   t0=$(date +%s)
-  until port_settled "$px_port"; do
-    [ $(($(date +%s) - t0)) -lt 120 ] || die "port $px_port still in use after 120 s"
+  while :; do
+    if ! alive proxy; then
+      say "proxy exited during start-up (attempt $1)"
+      proxy_log_tail
+      return 1
+    fi
+    if ! listening "$px_port" || ! listening "$px_web"; then
+      why="ports $px_port and $px_web not both listening"
+    elif why=$(proxy_serves); then
+      alive proxy && return 0
+      continue # died right after the lookup: reported above on the next round
+    fi
+    if [ $(($(date +%s) - t0)) -ge "${CLUSTER_PROXY_TIMEOUT:-120}" ]; then
+      say "proxy (pid $(cat "$(pidfile proxy)")) not serving after ${CLUSTER_PROXY_TIMEOUT:-120} s (attempt $1): ${why:-no reason given}"
+      proxy_log_tail
+      return 1
+    fi
     sleep 1
   done
+}
+
+write_proxy_conf() {
+  local d=$state/proxy home
   home=$(dist)
   mkdir -p "$d/logs"
   {
@@ -218,16 +277,67 @@ brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.Authenticati
 brokerClientAuthenticationParameters=file://$auth_dir/proxy.token
 CONF
   } >"$d/proxy.conf"
-  say "starting the proxy at pulsar://127.0.0.1:$px_port"
+}
+
+launch_proxy() {
+  local d=$state/proxy home
+  home=$(dist)
+  printf '\n--- cluster.sh: start %s\n' "$(date -u +%FT%TZ)" >>"$d/logs/stdout.log"
+  stat -c %s "$d/logs/pulsar-proxy.log" >"$d/logs/.offset" 2>/dev/null || echo 0 >"$d/logs/.offset"
   (
     cd "$d"
     JAVA_HOME=$(java_home) PULSAR_PROXY_CONF="$d/proxy.conf" PULSAR_LOG_DIR="$d/logs" PULSAR_LOG_CONF="$here/log4j2.yaml" \
       PULSAR_MEM="-Xms128m -Xmx256m -XX:MaxDirectMemorySize=256m" PULSAR_GC="-XX:+UseG1GC" PULSAR_GC_LOG=" " \
-      exec nohup "$home/bin/pulsar" proxy >"$d/logs/stdout.log" 2>&1 </dev/null
+      exec nohup "$home/bin/pulsar" proxy >>"$d/logs/stdout.log" 2>&1 </dev/null
   ) &
   echo $! >"$d/pid"
-  wait_for proxy bash -c "exec 3<>/dev/tcp/127.0.0.1/$px_port"
-  say "proxy up (pid $(cat "$d/pid"))"
+}
+
+# start_proxy: start the proxy unless it is already serving, and return once a lookup through
+# it works. A proxy that lives but does not serve within the deadline is killed and started
+# again; a start that dies (a port taken, see proxy_up) is tried again, up to
+# CLUSTER_PROXY_ATTEMPTS (4) times; then it fails, saying why.
+#
+# It does not wait for TIME-WAIT to end: the proxy binds with SO_REUSEADDR (checked: it
+# listens again at once beside the TIME-WAIT connections a kill -9 leaves on its port). It
+# waits only for its ports to have no listener (a previous proxy still going away).
+start_proxy() {
+  local attempt attempts=${CLUSTER_PROXY_ATTEMPTS:-4} why t0 p
+  lookup_tool >/dev/null
+  if alive proxy; then
+    if why=$(proxy_serves); then return 0; fi
+    say "proxy (pid $(cat "$(pidfile proxy)")) runs but does not serve ($why); waiting for it"
+    proxy_up 0 && { say "proxy serving (pid $(cat "$(pidfile proxy)"))"; return 0; }
+    say "killing the proxy that does not serve, to start it again"
+    kill1 proxy
+  fi
+  write_proxy_conf
+  for attempt in $(seq 1 "$attempts"); do
+    t0=$(date +%s)
+    for p in "$px_port" "$px_web"; do
+      while listening "$p"; do
+        [ $(($(date +%s) - t0)) -lt 60 ] || die "port $p still has a listener 60 s after the proxy ended: $(ss -Htlnp "( sport = :$p )" 2>/dev/null)"
+        sleep 0.5
+      done
+    done
+    say "starting the proxy at pulsar://127.0.0.1:$px_port (attempt $attempt of $attempts)"
+    launch_proxy
+    if proxy_up "$attempt"; then
+      say "proxy up and serving lookups (pid $(cat "$(pidfile proxy)"), attempt $attempt)"
+      return 0
+    fi
+    alive proxy && kill1 proxy
+    [ "$attempt" -lt "$attempts" ] || break
+    # A port taken by another socket (an outgoing connection's ephemeral port, its TIME-WAIT)
+    # is freed within a minute: wait for both ports to be free, at most 70 s.
+    t0=$(date +%s)
+    until port_free "$px_port" && port_free "$px_web"; do
+      [ $(($(date +%s) - t0)) -lt 70 ] || break
+      sleep 1
+    done
+    say "ports $px_port and $px_web: $(ss -Htan "( sport = :$px_port or sport = :$px_web )" 2>/dev/null | awk '{print $1" "$4"<->"$5}' | tr '\n' ';')"
+  done
+  die "the proxy did not come up serving lookups after $attempts attempts (see the log above)"
 }
 
 setup_namespaces() {
@@ -315,11 +425,12 @@ export CHAOS_BROKER2_URL=pulsar://$b2_host:$b2_port
 export CHAOS_BROKER2_TLS_URL=pulsar+ssl://$b2_host:$b2_tls
 export CHAOS_BROKER2_ADMIN_URL=http://$b2_host:$b2_web
 export CHAOS_PROXY_URL=pulsar://127.0.0.1:$px_port
+export CHAOS_PROXY_WEB_URL=http://127.0.0.1:$px_web
 export CHAOS_TLS_CA_FILE=$tls_dir/ca.crt
 export CHAOS_SUPERUSER_TOKEN_FILE=$auth_dir/superuser.token
 export CHAOS_BRIDGE_TOKEN_FILE=$auth_dir/bridge.token
 ENV
     ;;
   wipe) stop1 proxy; stop1 broker2; stop1 broker1; rm -rf "$state"; say "wiped $state" ;;
-  *) sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
