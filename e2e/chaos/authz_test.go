@@ -18,7 +18,7 @@ import (
 // no 503 to retry) while a stream to an allowed topic goes on; an egress stream on a
 // forbidden topic ends with a clear error.
 func TestAuthorization(t *testing.T) {
-	c := theCluster
+	c := useCluster(t)
 	run := randName("authz")
 	allowed := "persistent://chaos/allowed/" + run
 	forbidden := "persistent://chaos/forbidden/" + run

@@ -205,7 +205,7 @@ func TestManyStreams(t *testing.T) {
 // stayed dead for every later test. start1 must return only once a lookup through the proxy
 // works, starting it again once the port is free.
 func TestProxyRestartWithPortTaken(t *testing.T) {
-	c := theCluster
+	c := useCluster(t)
 	web, err := strconv.Atoi(c.ProxyWebURL[strings.LastIndexByte(c.ProxyWebURL, ':')+1:])
 	if err != nil {
 		t.Fatalf("proxy web URL %q: %v", c.ProxyWebURL, err)

@@ -208,6 +208,49 @@ func (c *cluster) script(t testing.TB, args ...string) {
 	}
 }
 
+// heal runs cluster.sh heal: every member back to serving (a stopped broker continued, a
+// dead member started, a proxy that does not serve lookups restarted). It returns what it
+// repaired, one line each, and an error when it could not.
+func (c *cluster) heal() ([]string, error) {
+	out, err := run(c.env, c.Script, "heal")
+	var repaired []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "repaired: ") {
+			repaired = append(repaired, strings.TrimPrefix(l, "repaired: "))
+		}
+	}
+	if err != nil {
+		return repaired, fmt.Errorf("cluster.sh heal: %v\n%s", err, out)
+	}
+	return repaired, nil
+}
+
+// useCluster starts a test on the cluster: it must serve now (a test before that broke it
+// and could not repair it fails this one at once, saying so, instead of through a dead
+// proxy minutes later), and once the test is over (after its own cleanups) it must still
+// serve: what the test left broken is repaired and the test fails, naming it.
+func useCluster(t testing.TB) *cluster {
+	t.Helper()
+	c := theCluster
+	repaired, err := c.heal()
+	if err != nil {
+		t.Fatalf("the cluster is broken before this test and could not be repaired: %v", err)
+	}
+	if len(repaired) > 0 {
+		t.Logf("the cluster was broken before this test; repaired: %s", strings.Join(repaired, "; "))
+	}
+	t.Cleanup(func() {
+		repaired, err := c.heal()
+		switch {
+		case err != nil:
+			t.Errorf("this test left the cluster broken and it could not be repaired (the next tests will fail on it): %v", err)
+		case len(repaired) > 0:
+			t.Errorf("this test left the cluster broken; repaired: %s", strings.Join(repaired, "; "))
+		}
+	})
+	return c
+}
+
 // pid is the process id of broker1, broker2 or proxy.
 func (c *cluster) pid(t testing.TB, name string) int {
 	t.Helper()

@@ -14,7 +14,7 @@ import (
 // official clients look for new partitions every minute, and so does the bridge's client)
 // and lose nothing. It runs in the short form too.
 func TestPartitionsAdded(t *testing.T) {
-	c := theCluster
+	c := useCluster(t)
 	run := randName("parts")
 	topic := "persistent://chaos/allowed/" + run
 	rest := c.Broker1Admin + "/admin/v2/persistent/chaos/allowed/" + run + "/partitions"

@@ -106,7 +106,7 @@ streams:
 // over, with the moment it healed), then checks with the official client that every
 // receipted record is in its topic and that the egress streams delivered everything.
 func scenario(t *testing.T, fault string, p path, ld load, inject func(t *testing.T, e *env) time.Time) {
-	c := theCluster
+	c := useCluster(t)
 	if ld.egress > 0 && ld.egress < ld.topics {
 		t.Fatalf("load %v: every topic needs an egress stream", ld)
 	}

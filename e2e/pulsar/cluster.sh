@@ -12,6 +12,7 @@
 #   cluster.sh kill NAME      kill -9 one of broker1, broker2, proxy
 #   cluster.sh start1 NAME    start one of broker1, broker2, proxy again (after kill)
 #   cluster.sh pid NAME       print the process id of broker1, broker2 or proxy
+#   cluster.sh heal           bring every member back to serving; prints "repaired: ..." per repair
 #   cluster.sh wipe           stop and delete the state directory
 #
 # Tokens (HS256 with one secret key, made with openssl): superuser (admin calls), proxy (the
@@ -407,6 +408,55 @@ start1() {
   esac
 }
 
+# heal: bring every member back to serving after a fault test, printing one "repaired: ..."
+# line on stdout per repair (nothing when all was well): a stopped (SIGSTOP) process is
+# continued, a dead one started, a broker that stays unhealthy or a proxy that does not serve
+# lookups is killed and started again. Fails, saying why, when it cannot.
+heal() {
+  local m pid
+  for m in broker1 broker2 proxy; do
+    alive "$m" || continue
+    pid=$(cat "$(pidfile "$m")")
+    if [ "$(ps -o state= -p "$pid" 2>/dev/null | tr -d ' ')" = T ]; then
+      kill -CONT "$pid" 2>/dev/null || true
+      echo "repaired: $m (pid $pid) was stopped (SIGSTOP); continued it"
+    fi
+  done
+  if ! alive broker1; then
+    echo "repaired: broker1 was not running; started it"
+    b1env "$here/pulsar.sh" start
+  fi
+  heal_broker broker2 "http://$b2_host:$b2_web"
+  if ! alive proxy; then
+    echo "repaired: the proxy was not running; started it"
+    start_proxy
+  elif ! proxy_serves >/dev/null && ! proxy_up heal; then # proxy_up: a while to come back on its own
+    echo "repaired: the proxy did not serve lookups for ${CLUSTER_PROXY_TIMEOUT:-120} s; started it again"
+    alive proxy && kill1 proxy
+    start_proxy
+  fi
+}
+
+# heal_broker broker2 URL: broker 2 running and healthy within 120 s, else started again.
+heal_broker() {
+  local t0
+  if ! alive "$1"; then
+    echo "repaired: $1 was not running; started it"
+    start_b2
+    return
+  fi
+  t0=$(date +%s)
+  until admin GET "$2/admin/v2/brokers/health" >/dev/null 2>&1; do
+    if [ $(($(date +%s) - t0)) -ge 120 ]; then
+      echo "repaired: $1 (pid $(cat "$(pidfile "$1")")) not healthy for 120 s; killed and started it again"
+      kill1 "$1"
+      start_b2
+      return
+    fi
+    sleep 1
+  done
+}
+
 cmd=${1:-}
 case "$cmd" in
   start) start ;;
@@ -414,6 +464,7 @@ case "$cmd" in
   kill) kill1 "${2:?kill NAME}" ;;
   start1) start1 "${2:?start1 NAME}" ;;
   pid) cat "$(pidfile "${2:?pid NAME}")" ;;
+  heal) heal ;;
   env)
     cat <<ENV
 export CHAOS_STATE_DIR=$state
@@ -432,5 +483,5 @@ export CHAOS_BRIDGE_TOKEN_FILE=$auth_dir/bridge.token
 ENV
     ;;
   wipe) stop1 proxy; stop1 broker2; stop1 broker1; rm -rf "$state"; say "wiped $state" ;;
-  *) sed -n '2,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
