@@ -125,6 +125,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseMessageID -fuzztime $(FUZZTIME) ./pulsar/
 	$(GO) test -run '^$$' -fuzz FuzzTemplate -fuzztime $(FUZZTIME) ./mapping/
 	$(GO) test -run '^$$' -fuzz FuzzReadIDs -fuzztime $(FUZZTIME) ./egress/
+	$(GO) test -run '^$$' -fuzz FuzzDifferential -fuzztime $(FUZZTIME) ./telemetry/otlpwire/
 
 broker-start:
 	$(PULSAR) start
