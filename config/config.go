@@ -92,6 +92,9 @@ type Tracing struct {
 	// PropagateUnsampled puts an unsampled record's context (flag not sampled) in its
 	// message too; by default only sampled records' messages carry one.
 	PropagateUnsampled bool `yaml:"propagateUnsampled"` // false
+	// RecordSpans says how a sampled or failed record's span is made: "sdk" through the
+	// SDK's tracer, "direct" by telemetry/directspan, handed to the same processors.
+	RecordSpans string `yaml:"recordSpans"` // sdk
 }
 
 // RetiredEnv maps each environment variable the bridge no longer reads to the YAML key
@@ -138,7 +141,7 @@ func Default() Config {
 		},
 		Egress:  Egress{MaxStreams: 1000, WriteTimeout: Duration(30 * time.Second)},
 		Memory:  Memory{Budget: 128 << 20},
-		Tracing: Tracing{Exporter: "sdk", SegmentRecords: 10000, SegmentInterval: Duration(time.Minute)},
+		Tracing: Tracing{Exporter: "sdk", SegmentRecords: 10000, SegmentInterval: Duration(time.Minute), RecordSpans: "sdk"},
 	}
 }
 
@@ -287,6 +290,9 @@ func (c Config) Validate() error {
 	positive("tracing.segmentRecords", c.Tracing.SegmentRecords)
 	if c.Tracing.SegmentInterval <= 0 {
 		add("tracing.segmentInterval: %s must be greater than zero", c.Tracing.SegmentInterval.D())
+	}
+	if r := c.Tracing.RecordSpans; r != "sdk" && r != "direct" {
+		add("tracing.recordSpans: %q: want sdk or direct", r)
 	}
 	for _, r := range RetiredEnv {
 		if v := os.Getenv(r.Name); v != "" { // empty was never a setting: it was ignored

@@ -12,14 +12,14 @@ func TestTracingDefaultsAndValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Tracing{Exporter: "sdk", SegmentRecords: 10000, SegmentInterval: Duration(time.Minute)}); cfg.Tracing != want {
+	if want := (Tracing{Exporter: "sdk", SegmentRecords: 10000, SegmentInterval: Duration(time.Minute), RecordSpans: "sdk"}); cfg.Tracing != want {
 		t.Fatalf("tracing defaults %+v, want %+v", cfg.Tracing, want)
 	}
-	cfg, err = Parse([]byte("tracing:\n  exporter: wire\n  segmentRecords: 500\n  segmentInterval: 30s\n  propagateUnsampled: true\n"))
+	cfg, err = Parse([]byte("tracing:\n  exporter: wire\n  segmentRecords: 500\n  segmentInterval: 30s\n  propagateUnsampled: true\n  recordSpans: direct\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Tracing{Exporter: "wire", SegmentRecords: 500, SegmentInterval: Duration(30 * time.Second), PropagateUnsampled: true}); cfg.Tracing != want {
+	if want := (Tracing{Exporter: "wire", SegmentRecords: 500, SegmentInterval: Duration(30 * time.Second), PropagateUnsampled: true, RecordSpans: "direct"}); cfg.Tracing != want {
 		t.Fatalf("tracing %+v, want %+v", cfg.Tracing, want)
 	}
 }
@@ -38,6 +38,8 @@ func TestTracingBadValuesNameKeyAndValue(t *testing.T) {
 		{"unknown key", "tracing:\n  segmentRecord: 5\n", "segmentRecord", "not found"},
 		{"unknown exporter", "tracing:\n  exporter: fast\n", "tracing.exporter", `"fast"`},
 		{"empty exporter", "tracing:\n  exporter: \"\"\n", "tracing.exporter", `""`},
+		{"unknown recordSpans", "tracing:\n  recordSpans: fast\n", "tracing.recordSpans", `"fast"`},
+		{"empty recordSpans", "tracing:\n  recordSpans: \"\"\n", "tracing.recordSpans", `""`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -56,21 +56,29 @@ func startJaeger(t *testing.T) jaeger {
 	return j
 }
 
-// tracingVariant is how the bridge of a Jaeger test exports its spans: its
-// tracing.exporter and the OTLP protocol. Each test runs with each.
-type tracingVariant struct{ name, exporter, protocol string }
+// tracingVariant is how the bridge of a Jaeger test makes and exports its spans: its
+// tracing.exporter, the OTLP protocol and its tracing.recordSpans. Each test runs with
+// each.
+type tracingVariant struct{ name, exporter, protocol, recordSpans string }
 
 var tracingVariants = []tracingVariant{
-	{"sdk-grpc", "sdk", "grpc"},
-	{"wire-grpc", "wire", "grpc"},
-	{"wire-http", "wire", "http/protobuf"},
+	{"sdk-grpc", "sdk", "grpc", "sdk"},
+	{"wire-grpc", "wire", "grpc", "sdk"},
+	{"wire-http", "wire", "http/protobuf", "sdk"},
+	{"direct-sdk-grpc", "sdk", "grpc", "direct"},
+	{"direct-wire-grpc", "wire", "grpc", "direct"},
 }
 
-// check fails t unless bridge p runs with the variant's exporter (its start-up log says).
+// check fails t unless bridge p runs with the variant's exporter and record spans (its
+// start-up log says).
 func (v tracingVariant) check(t *testing.T, p *bridgeProc) {
 	t.Helper()
-	if logs := p.logs.String(); !strings.Contains(logs, `"exporter":"`+v.exporter+`"`) {
+	logs := p.logs.String()
+	if !strings.Contains(logs, `"exporter":"`+v.exporter+`"`) {
 		t.Fatalf("the bridge does not say it runs with tracing.exporter %s:\n%s", v.exporter, logs)
+	}
+	if !strings.Contains(logs, `"recordSpans":"`+v.recordSpans+`"`) {
+		t.Fatalf("the bridge does not say it runs with tracing.recordSpans %s:\n%s", v.recordSpans, logs)
 	}
 }
 
@@ -124,6 +132,9 @@ func (s jaegerSpan) tag(k string) any {
 // process span and the egress response span, parented as they should be; the publish and
 // process spans linked to their streams' segment spans, each a root of its own trace
 // linked to its stream's span.
+//
+// Every tracingVariant (exporters, protocols, tracing.recordSpans sdk and direct) must
+// give the same traces.
 func TestOneTraceCoversEveryHop(t *testing.T) {
 	for _, v := range tracingVariants {
 		t.Run(v.name, func(t *testing.T) { oneTraceCoversEveryHop(t, v) })
@@ -140,6 +151,7 @@ pulsar:
   url: %s
 tracing:
   exporter: %s
+  recordSpans: %s
 routes:
   - name: traced
     default: {topic: %s, properties: {traceparent: "{json:traceparent}"}}
@@ -149,7 +161,7 @@ streams:
     position: earliest
     ack: client
     envelope: json
-`, b.URL, v.exporter, topic, topic), append(v.env(j),
+`, b.URL, v.exporter, v.recordSpans, topic, topic), append(v.env(j),
 		"OTEL_SERVICE_NAME=bridge-e2e", "OTEL_BSP_SCHEDULE_DELAY=100", "POD_NAME=bridge-pod-0", "POD_NAMESPACE=e2e",
 	))
 	v.check(t, p)
@@ -433,6 +445,9 @@ streams:
 // carry a (sampled) context, each complete across ingress, Pulsar and egress: the publish span, the
 // process span its child (through the message), each linked to its stream's segment
 // span. Records that fail are traced although the sampler would have dropped most.
+//
+// Every tracingVariant (exporters, protocols, tracing.recordSpans sdk and direct) must
+// give the same traces.
 func TestSampledRecordsMakeCompleteTraces(t *testing.T) {
 	for _, v := range tracingVariants {
 		t.Run(v.name, func(t *testing.T) { sampledRecordsMakeCompleteTraces(t, v) })
@@ -452,6 +467,7 @@ ingress:
   maxRecordBytes: 2KiB
 tracing:
   exporter: %s
+  recordSpans: %s
   segmentRecords: 2000
 routes:
   - name: sampled
@@ -461,7 +477,7 @@ streams:
     topics: [%s]
     position: earliest
     envelope: json
-`, b.URL, v.exporter, topic, topic), append(v.env(j), "OTEL_SERVICE_NAME="+service,
+`, b.URL, v.exporter, v.recordSpans, topic, topic), append(v.env(j), "OTEL_SERVICE_NAME="+service,
 		"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=0.1", "OTEL_BSP_SCHEDULE_DELAY=100",
 	))
 	v.check(t, p)

@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/recordio-bridge/bridge/telemetry/directspan"
 )
 
 // RecordSpan is one record's span: "publish <topic>" on ingress, "process <topic>" on
@@ -201,40 +203,82 @@ func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
 		decision = sdktrace.RecordOnly // a sampler's "record, do not sample"
 	}
 	r.record = false
-	ctx := &presetCtx{Context: context.Background(), p: preset{traceID: r.tid, spanID: r.sid, force: true,
-		decision: decision, state: r.state}}
-	if r.parent.IsValid() {
-		ctx.Context = trace.ContextWithSpanContext(ctx.Context, r.parent)
+	var end time.Time
+	if t.endTime != nil {
+		end = t.endTime(r.start)
+	} else {
+		end = r.start.Add(time.Since(r.start)) // as the SDK's End: monotonic from the start
 	}
-	name, kind := "publish", kindProducer
+	name, kind := "publish", trace.SpanKindProducer
 	if r.process {
-		name, kind = "process", kindConsumer
+		name, kind = "process", trace.SpanKindConsumer
 	}
 	if r.topic != "" {
 		name += " " + r.topic
 	}
-	_, span := t.Tracer.Start(ctx, name, kind, trace.WithTimestamp(r.start))
-	var attrs []attribute.KeyValue
+	var parent trace.SpanContext
+	if r.parent.IsValid() {
+		parent = r.parent
+	}
+	if t.direct != nil {
+		t.endDirect(r, name, kind, parent, decision, end, messageID, err)
+		return
+	}
+	attrs := r.attributes(make([]attribute.KeyValue, 0, 7), messageID, err)
+	ctx := &presetCtx{Context: context.Background(), p: preset{traceID: r.tid, spanID: r.sid, force: true,
+		decision: decision, state: r.state}}
+	if parent.IsValid() {
+		ctx.Context = trace.ContextWithSpanContext(ctx.Context, parent)
+	}
+	k := kindProducer
 	if r.process {
-		attrs = []attribute.KeyValue{AttrSystemPulsar, AttrOpProcess, AttrOperationName("process"), AttrDestination(r.topic),
-			AttrBodySize(int(r.size)), AttrConsumerGroup(r.group), {}}
-	} else {
-		attrs = []attribute.KeyValue{AttrSystemPulsar, AttrOpPublish, AttrDestination(r.topic), AttrBodySize(int(r.size)), {}}
+		k = kindConsumer
 	}
-	if err == nil && messageID != "" {
-		attrs[len(attrs)-1] = AttrMessageID(messageID)
-	} else {
-		attrs = attrs[:len(attrs)-1]
-	}
+	_, span := t.Tracer.Start(ctx, name, k, trace.WithTimestamp(r.start))
 	span.SetAttributes(attrs...)
 	if r.link.IsValid() {
 		span.AddLink(trace.Link{SpanContext: r.link})
 	}
 	if err != nil {
-		span.RecordError(err)
+		span.RecordError(err, trace.WithTimestamp(end))
 		span.SetStatus(codes.Error, err.Error())
 	}
-	span.End()
+	span.End(trace.WithTimestamp(end))
+}
+
+// attributes appends the record span's attributes to attrs.
+func (r *RecordSpan) attributes(attrs []attribute.KeyValue, messageID string, err error) []attribute.KeyValue {
+	if r.process {
+		attrs = append(attrs, AttrSystemPulsar, AttrOpProcess, AttrOperationName("process"), AttrDestination(r.topic),
+			AttrBodySize(int(r.size)), AttrConsumerGroup(r.group))
+	} else {
+		attrs = append(attrs, AttrSystemPulsar, AttrOpPublish, AttrDestination(r.topic), AttrBodySize(int(r.size)))
+	}
+	if err == nil && messageID != "" {
+		attrs = append(attrs, AttrMessageID(messageID))
+	}
+	return attrs
+}
+
+// endDirect is EndRecord with tracing.recordSpans: direct: the span the SDK would make
+// (TestDirectSpansEqualSDKSpans), made by directspan. Its flags are the parent's with
+// the decision's sampled bit, as the SDK sets them; its tracestate the decision's.
+func (t *Tracing) endDirect(r *RecordSpan, name string, kind trace.SpanKind, parent trace.SpanContext, decision sdktrace.SamplingDecision,
+	end time.Time, messageID string, err error) {
+	flags := parent.TraceFlags() &^ trace.FlagsSampled
+	if decision == sdktrace.RecordAndSample {
+		flags |= trace.FlagsSampled
+	}
+	var buf [7]attribute.KeyValue // directspan copies them: no allocation here
+	var links [1]trace.Link
+	ds := directspan.Span{Name: name, Parent: parent, Kind: kind, Start: r.start, End: end, Err: err,
+		SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: r.tid, SpanID: r.sid, TraceFlags: flags, TraceState: r.state})}
+	var ls []trace.Link
+	if r.link.IsValid() {
+		links[0].SpanContext = r.link
+		ls = links[:]
+	}
+	t.direct.End(&ds, r.attributes(buf[:0], messageID, err), ls)
 }
 
 // presetKey marks a context whose span must get these ids (and, with force, be

@@ -25,8 +25,16 @@ import (
 
 // testTracing is the bridge's SDK pipeline around an in-memory exporter.
 func testTracing(t testing.TB, sampler sdktrace.Sampler, seg segmentOptions) (*Tracing, *tracetest.InMemoryExporter) {
+	return testTracingMode(t, sampler, seg, false)
+}
+
+// testTracingMode is testTracing with record spans made by directspan when direct.
+func testTracingMode(t testing.TB, sampler sdktrace.Sampler, seg segmentOptions, direct bool) (*Tracing, *tracetest.InMemoryExporter) {
 	exp := tracetest.NewInMemoryExporter()
-	tr := newTracing("v1", resource.NewSchemaless(), sampler, seg, exp)
+	tr, err := newTracing("v1", resource.NewSchemaless(), sampler, seg, recordSpans{direct: direct}, exp)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
 	return tr, exp
 }
@@ -309,8 +317,12 @@ func BenchmarkRecordSpan(b *testing.B) {
 		name     string
 		ratio    float64
 		exporter string
-	}{{"0pct", 0, ExporterSDK}, {"1pct", 0.01, ExporterSDK}, {"10pct", 0.1, ExporterSDK}, {"100pct", 1, ExporterSDK},
-		{"1pct-wire", 0.01, ExporterWire}, {"10pct-wire", 0.1, ExporterWire}, {"100pct-wire", 1, ExporterWire}} {
+		direct   bool // tracing.recordSpans: direct
+	}{{"0pct", 0, ExporterSDK, false}, {"1pct", 0.01, ExporterSDK, false}, {"10pct", 0.1, ExporterSDK, false}, {"100pct", 1, ExporterSDK, false},
+		{"1pct-wire", 0.01, ExporterWire, false}, {"10pct-wire", 0.1, ExporterWire, false}, {"100pct-wire", 1, ExporterWire, false},
+		{"direct/1pct", 0.01, ExporterSDK, true}, {"direct/10pct", 0.1, ExporterSDK, true}, {"direct/100pct", 1, ExporterSDK, true},
+		// The fast path: both.
+		{"direct/1pct-wire", 0.01, ExporterWire, true}, {"direct/10pct-wire", 0.1, ExporterWire, true}, {"direct/100pct-wire", 1, ExporterWire, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			// Both exporters encode each batch as they would to send it, and drop it.
 			var exp sdktrace.SpanExporter = &wireDiscard{}
@@ -324,8 +336,11 @@ func BenchmarkRecordSpan(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			tr := newTracing("v", resource.NewSchemaless(), sampler, bigSegments,
+			tr, err := newTracing("v", resource.NewSchemaless(), sampler, bigSegments, recordSpans{direct: c.direct},
 				exp, sdktrace.WithMaxQueueSize(16384), sdktrace.WithMaxExportBatchSize(4096))
+			if err != nil {
+				b.Fatal(err)
+			}
 			defer tr.Shutdown(context.Background())
 			seg := tr.NewSegments("POST r", trace.SpanContext{})
 			defer seg.Close()

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/recordio-bridge/bridge/telemetry/directspan"
 	"github.com/recordio-bridge/bridge/telemetry/otlpwire"
 )
 
@@ -47,8 +48,17 @@ type Tracing struct {
 	// (tracing.propagateUnsampled).
 	propagateUnsampled bool
 	exporter           string // tracing.exporter: ExporterSDK or ExporterWire
-	provider           *sdktrace.TracerProvider
-	cutNow             context.CancelFunc // ends every export under way or to come
+	// processors are the span processors registered on provider, in its order: the
+	// counting processor and the batch processor around the exporter.
+	processors []sdktrace.SpanProcessor
+	// direct, with tracing.recordSpans: direct, makes record spans without the SDK's
+	// tracer and hands them to processors (telemetry/directspan); nil with sdk.
+	direct *directspan.Maker
+	// endTime is a record span's end: the SDK's own (start plus the monotonic time
+	// since). Tests set another, to make the same span both ways.
+	endTime  func(start time.Time) time.Time
+	provider *sdktrace.TracerProvider
+	cutNow   context.CancelFunc // ends every export under way or to come
 }
 
 // Shutdown flushes and stops the exporter, by ctx's end. The SDK's batch processor
@@ -134,7 +144,11 @@ func SetupTracing(ctx context.Context, version string, o TracingOptions) (*Traci
 	if os.Getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") == "" {
 		bsp = append(bsp, sdktrace.WithMaxExportBatchSize(4096))
 	}
-	t := newTracing(version, res, sampler, seg, exp, bsp...)
+	direct, _ := o.direct() // checked
+	t, err := newTracing(version, res, sampler, seg, recordSpans{direct: direct}, exp, bsp...)
+	if err != nil {
+		return nil, err
+	}
 	t.propagateUnsampled = o.PropagateUnsampled
 	t.exporter = o.exporter()
 	return t, nil
@@ -150,7 +164,8 @@ func CheckTracing(o TracingOptions) error {
 	return err
 }
 
-// check reads the sampler and the segment settings, and the exporter's variables.
+// check reads the sampler and the segment settings, the exporter's variables and how
+// record spans are made.
 func (o TracingOptions) check() (sdktrace.Sampler, segmentOptions, error) {
 	switch o.Exporter {
 	case "", ExporterSDK:
@@ -165,6 +180,9 @@ func (o TracingOptions) check() (sdktrace.Sampler, segmentOptions, error) {
 	default:
 		return nil, segmentOptions{}, fmt.Errorf("tracing.exporter: %q: want %s or %s", o.Exporter, ExporterSDK, ExporterWire)
 	}
+	if _, err := o.direct(); err != nil {
+		return nil, segmentOptions{}, err
+	}
 	sampler, err := samplerFromEnv()
 	if err != nil {
 		return nil, segmentOptions{}, err
@@ -177,17 +195,37 @@ func (o TracingOptions) check() (sdktrace.Sampler, segmentOptions, error) {
 }
 
 // newTracing builds the SDK pipeline around exp: the counting processor, then the batch
-// span processor.
-func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler, seg segmentOptions, exp sdktrace.SpanExporter,
-	bsp ...sdktrace.BatchSpanProcessorOption) *Tracing {
+// span processor, with the span limits the OTEL_SPAN_* variables set; with direct, record
+// spans are made by telemetry/directspan and handed to the same processors, with the
+// same limits.
+func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler, seg segmentOptions, rs recordSpans, exp sdktrace.SpanExporter,
+	bsp ...sdktrace.BatchSpanProcessorOption) (*Tracing, error) {
 	counts := &SpanCounts{}
 	s := bridgeSampler{sampler}
 	cut, cutNow := context.WithCancel(context.Background())
-	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithSampler(s), sdktrace.WithIDGenerator(idGenerator{}),
-		sdktrace.WithSpanProcessor(countEnded{counts}), sdktrace.WithBatcher(countingExporter{exp, counts, cut}, bsp...))
+	limits := sdktrace.NewSpanLimits() // OTEL_SPAN_*: one value for the provider and directspan
+	procs := []sdktrace.SpanProcessor{countEnded{counts}, sdktrace.NewBatchSpanProcessor(countingExporter{exp, counts, cut}, bsp...)}
+	if rs.observe != nil {
+		procs = append(procs, rs.observe)
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(s), sdktrace.WithIDGenerator(idGenerator{}),
+		sdktrace.WithRawSpanLimits(limits)}
+	for _, p := range procs {
+		opts = append(opts, sdktrace.WithSpanProcessor(p))
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
 	fast, _ := sampler.(*fastSampler)
-	return &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
-		Enabled: true, Spans: counts, sampler: sampler, fast: fast, segment: seg, provider: tp, cutNow: cutNow}
+	t := &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
+		Enabled: true, Spans: counts, sampler: sampler, fast: fast, segment: seg, processors: procs, provider: tp, cutNow: cutNow}
+	if rs.direct {
+		m, err := directspan.New(procs, limits, res, instrumentationName, version)
+		if err != nil {
+			_ = t.Shutdown(context.Background())
+			return nil, err
+		}
+		t.direct = m
+	}
+	return t, nil
 }
 
 const instrumentationName = "github.com/recordio-bridge/bridge"
@@ -224,6 +262,14 @@ type segmentOptions struct {
 	interval time.Duration
 }
 
+// recordSpans says how newTracing's record spans are made.
+type recordSpans struct {
+	direct bool // by telemetry/directspan (tracing.recordSpans: direct)
+	// observe, for tests, is one more processor after the others: it sees every span
+	// ended, sampled or record-only.
+	observe sdktrace.SpanProcessor
+}
+
 // TracingOptions are the bridge's own tracing settings: the configuration file's tracing
 // section. A zero field takes its default.
 type TracingOptions struct {
@@ -232,6 +278,21 @@ type TracingOptions struct {
 	SegmentRecords     int64         // tracing.segmentRecords: 10 000
 	SegmentInterval    time.Duration // tracing.segmentInterval: 1m
 	PropagateUnsampled bool          // tracing.propagateUnsampled: false
+	// RecordSpans is tracing.recordSpans: "sdk" (the default, also "") makes each
+	// sampled or failed record's span through the SDK's tracer; "direct" makes it with
+	// telemetry/directspan and hands it to the same processors.
+	RecordSpans string
+}
+
+// direct reads RecordSpans.
+func (o TracingOptions) direct() (bool, error) {
+	switch o.RecordSpans {
+	case "", "sdk":
+		return false, nil
+	case "direct":
+		return true, nil
+	}
+	return false, fmt.Errorf("tracing.recordSpans: %q: want sdk or direct", o.RecordSpans)
 }
 
 // The exporters tracing.exporter chooses between: the SDK's official OTLP exporter, or
@@ -271,7 +332,15 @@ func (o TracingOptions) segment() (segmentOptions, error) {
 // Options are the settings tracing runs with, defaults filled in (the zero value with
 // tracing off).
 func (t *Tracing) Options() TracingOptions {
-	return TracingOptions{Exporter: t.exporter, SegmentRecords: t.segment.records, SegmentInterval: t.segment.interval, PropagateUnsampled: t.propagateUnsampled}
+	o := TracingOptions{Exporter: t.exporter, SegmentRecords: t.segment.records, SegmentInterval: t.segment.interval,
+		PropagateUnsampled: t.propagateUnsampled}
+	if t.Enabled {
+		o.RecordSpans = "sdk"
+		if t.direct != nil {
+			o.RecordSpans = "direct"
+		}
+	}
+	return o
 }
 
 // SpanCounts counts sampled spans: ended, accepted by the exporter, and lost to failed

@@ -6,7 +6,11 @@
 // median of the rounds for each mode, with the range. Two shapes: one stream at a time
 // (a scheduler's sidecar) and eight at once (the machine saturated).
 //
-//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 5 -streams 100 -parallel 1,8
+// With -fast, each sampling rate also runs with the fast path's tracing keys (-fast-keys,
+// default tracing.recordSpans: direct and tracing.exporter: wire) in the same paired
+// rounds, so one run compares off, the SDK's path and the fast one at 1, 10 and 100 %.
+//
+//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 5 -streams 100 -parallel 1,8 -fast
 package main
 
 import (
@@ -46,7 +50,17 @@ func main() {
 	rate := flag.Int("rate", 0, "offered records per second per run (0: as fast as the bridge takes them)")
 	profile := flag.String("profile", "", "a directory: in the last round, write the bridge's CPU profile and allocations (pprof) of each mode for -profile-seconds from the start of the timed run (make the runs last longer than that)")
 	profileSeconds := flag.Int("profile-seconds", 5, "how long the -profile profiles last")
+	fast := flag.Bool("fast", false, "also run each sampling rate with the -fast-keys tracing keys (modes \"fast 1 %\"...), in the same rounds")
+	fastKeys := flag.String("fast-keys", "recordSpans=direct,exporter=wire", "the tracing section's keys of the -fast modes, key=value,... (for example recordSpans=direct alone)")
 	flag.Parse()
+	var fastYAML string
+	for _, kv := range strings.Split(*fastKeys, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			log.Fatalf("-fast-keys %q: want key=value,...", *fastKeys)
+		}
+		fastYAML += fmt.Sprintf("  %s: %s\n", k, v)
+	}
 	harness.Pprof = *profile != ""
 	if *url == "" {
 		log.Fatal("no broker: set -url or PULSAR_URL (make bench-tracing starts one)")
@@ -86,21 +100,22 @@ func main() {
 	} else if *protocol != "http/protobuf" {
 		log.Fatalf("-protocol %q: grpc or http/protobuf", *protocol)
 	}
-	modes := []struct {
-		name string
-		env  []string
-	}{
-		{"off", nil},
+	type mode struct {
+		name    string
+		env     []string
+		tracing string // the configuration file's tracing section's keys
 	}
+	modes := []mode{{name: "off"}}
 	for _, ratio := range []string{"0.01", "0.1", "1"} {
 		pct, _ := strconv.ParseFloat(ratio, 64)
-		modes = append(modes, struct {
-			name string
-			env  []string
-		}{fmt.Sprintf("%g %%", pct*100), []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=" + *protocol,
-			"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=" + ratio}})
+		env := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=" + *protocol,
+			"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=" + ratio}
+		modes = append(modes, mode{name: fmt.Sprintf("%g %%", pct*100), env: env})
+		if *fast {
+			modes = append(modes, mode{name: fmt.Sprintf("fast %g %%", pct*100), env: env, tracing: fastYAML})
+		}
 	}
-	cfg := fmt.Sprintf("pulsar:\n  url: %s\nroutes:\n  - name: bench\n    namespaces: [public/default]\n    default: {topic: \"{header:X-Topic}\"}\n", *url)
+	base := fmt.Sprintf("pulsar:\n  url: %s\nroutes:\n  - name: bench\n    namespaces: [public/default]\n    default: {topic: \"{header:X-Topic}\"}\n", *url)
 	// The broker's process, when with-broker.sh started it, so that the CPU of every
 	// process doing the work is counted (the bridge, the broker, this load generator and
 	// its OTLP sink): on a saturated machine throughput is the cores divided by that.
@@ -142,6 +157,10 @@ func main() {
 		for r := -1; r < *rounds; r++ {
 			for i := range modes {
 				m := modes[(i+max(r, 0))%len(modes)] // no mode always runs first
+				cfg := base
+				if m.tracing != "" {
+					cfg += "tracing:\n" + m.tracing
+				}
 				br, err := harness.StartBridge(*bin, cfg, m.env...)
 				if err != nil {
 					log.Fatal(err)

@@ -74,7 +74,8 @@ func egressLimitsOf(c config.Config) egress.Limits {
 // (a reload that changes it logs that it needs a restart).
 func tracingOf(c config.Config) telemetry.TracingOptions {
 	t := c.Tracing
-	return telemetry.TracingOptions{Exporter: t.Exporter, SegmentRecords: t.SegmentRecords, SegmentInterval: t.SegmentInterval.D(), PropagateUnsampled: t.PropagateUnsampled}
+	return telemetry.TracingOptions{Exporter: t.Exporter, SegmentRecords: t.SegmentRecords, SegmentInterval: t.SegmentInterval.D(), PropagateUnsampled: t.PropagateUnsampled,
+		RecordSpans: t.RecordSpans}
 }
 
 var compressions = map[string]pulsar.Compression{

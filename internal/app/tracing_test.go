@@ -53,7 +53,7 @@ func TestTracingKeysApplyAtStartAndNeedARestart(t *testing.T) {
 	}
 	t.Cleanup(b.Close)
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
-	writeConfig(t, path, b.URL(), "tracing:\n  exporter: wire\n  segmentRecords: 500\n  propagateUnsampled: true")
+	writeConfig(t, path, b.URL(), "tracing:\n  exporter: wire\n  segmentRecords: 500\n  propagateUnsampled: true\n  recordSpans: direct")
 	var logs syncBuffer
 	a, err := New(Options{ConfigPath: path, Version: "test", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -64,12 +64,13 @@ func TestTracingKeysApplyAtStartAndNeedARestart(t *testing.T) {
 		defer cancel()
 		_ = a.Shutdown(ctx)
 	})
-	want := telemetry.TracingOptions{Exporter: telemetry.ExporterWire, SegmentRecords: 500, SegmentInterval: time.Minute, PropagateUnsampled: true}
+	want := telemetry.TracingOptions{Exporter: telemetry.ExporterWire, SegmentRecords: 500, SegmentInterval: time.Minute, PropagateUnsampled: true,
+		RecordSpans: "direct"}
 	if !a.tracing.Enabled || a.tracing.Options() != want {
 		t.Fatalf("tracing on %v with %+v, want %+v from the file", a.tracing.Enabled, a.tracing.Options(), want)
 	}
 
-	writeConfig(t, path, b.URL(), "  pprof: true\ntracing:\n  exporter: wire\n  segmentRecords: 7\n  propagateUnsampled: true")
+	writeConfig(t, path, b.URL(), "  pprof: true\ntracing:\n  exporter: wire\n  segmentRecords: 7\n  propagateUnsampled: true\n  recordSpans: direct")
 	if err := a.Reload("test"); err != nil {
 		t.Fatal(err)
 	}
