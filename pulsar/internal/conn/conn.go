@@ -202,12 +202,12 @@ func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 		defer c.nc.SetDeadline(time.Time{})
 	}
 	if _, err := c.nc.Write(buf); err != nil {
-		return fmt.Errorf("%w: sending CONNECT to %s: %v", ErrHandshake, c.opts.Addr, err)
+		return handshakeErr("sending CONNECT to", c.opts.Addr, err)
 	}
 	for {
 		var f frame.Frame
 		if err := readFrame(br, &f, frame.DefaultMaxMessageSize+frame.Padding); err != nil {
-			return fmt.Errorf("%w: waiting for CONNECTED from %s: %v", ErrHandshake, c.opts.Addr, err)
+			return handshakeErr("waiting for CONNECTED from", c.opts.Addr, err)
 		}
 		switch f.Cmd.GetType() {
 		case pb.BaseCommand_CONNECTED:
@@ -227,7 +227,7 @@ func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 				return fmt.Errorf("%w: %v", ErrHandshake, err)
 			}
 			if _, err := c.nc.Write(resp); err != nil {
-				return fmt.Errorf("%w: answering AUTH_CHALLENGE: %v", ErrHandshake, err)
+				return handshakeErr("answering AUTH_CHALLENGE of", c.opts.Addr, err)
 			}
 		default:
 			return fmt.Errorf("%w: %s answered CONNECT with %s", ErrHandshake, c.opts.Addr, f.Cmd.GetType())
@@ -251,6 +251,18 @@ func (c *Conn) authResponse() ([]byte, error) {
 			Response:        &pb.AuthData{AuthMethodName: proto.String(c.opts.Auth.Method()), AuthData: data},
 		},
 	})
+}
+
+// handshakeErr is the error of a handshake whose read or write failed. What the peer
+// sent that is not a Pulsar frame (a web or TLS port, garbage) is ErrHandshake, as is a
+// refusal: it will not change by itself. A transport failure — the broker closed or
+// reset the connection, or sent nothing before the deadline (frozen, restarting, a
+// proxy cutting in) — is the connection's loss (ErrClosed), temporary like any other.
+func handshakeErr(what, addr string, err error) error {
+	if errors.Is(err, frame.ErrCorrupt) || errors.Is(err, frame.ErrTooLarge) {
+		return fmt.Errorf("%w: %s %s: %v", ErrHandshake, what, addr, err)
+	}
+	return fmt.Errorf("%w: %s %s during the handshake: %w", ErrClosed, what, addr, err)
 }
 
 func readFrame(br *bufio.Reader, f *frame.Frame, maxFrame int) error {

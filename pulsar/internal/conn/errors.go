@@ -15,7 +15,8 @@ var (
 	// ErrWriteTimeout: a write to the broker did not complete within the write timeout
 	// (the broker stopped reading); the connection is closed.
 	ErrWriteTimeout = errors.New("pulsar: broker stopped reading (write timeout)")
-	// ErrHandshake: CONNECT was refused or answered with something other than CONNECTED.
+	// ErrHandshake: CONNECT was refused or answered with something other than CONNECTED
+	// (a connection lost during the handshake is ErrClosed: temporary).
 	ErrHandshake = errors.New("pulsar: handshake failed")
 )
 

@@ -1,0 +1,90 @@
+package pulsarpool
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/recordio-bridge/bridge/egress"
+	"github.com/recordio-bridge/bridge/ingress"
+)
+
+// stalledBroker accepts connections and never completes a handshake on them: it reads
+// what comes and answers nothing (frozen), or closes each connection at once (a broker
+// restarting, a proxy resetting).
+func stalledBroker(t *testing.T, closeAtOnce bool) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if closeAtOnce {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return "pulsar://" + ln.Addr().String()
+}
+
+// TestABrokerThatDoesNotFinishTheHandshakeIsUnavailable: a broker that accepts the
+// connection but never answers CONNECT (frozen), or closes it before answering, is
+// unavailable for now: a record gets ingress.ErrUnavailable (503, resend it) and a
+// stream egress.ErrUnavailable (503, Retry-After). Every handshake failure was taken
+// for the broker's refusal (ErrHandshake): the record was refused for good (502, which
+// a client skips and never resends) and the GET answered 502.
+func TestABrokerThatDoesNotFinishTheHandshakeIsUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		closeAtOnce bool
+	}{{"frozen", false}, {"closing", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := stalledBroker(t, tc.closeAtOnce)
+			c := newClient(t, url)
+			p, _ := newPool(t, c, Options{})
+			if _, err := publish(t, p, "persistent://public/default/t", "r"); !errors.Is(err, ingress.ErrUnavailable) || errors.Is(err, ingress.ErrRefused) {
+				t.Errorf("publish: %v; want ingress.ErrUnavailable", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			s := NewSubscriber(c, nil)
+			if sub, err := s.Subscribe(ctx, egress.SubscribeOptions{Topics: []string{"persistent://public/default/t"}, Subscription: "s", Type: "exclusive", ReceiverQueue: 10}); !errors.Is(err, egress.ErrUnavailable) {
+				if sub != nil {
+					sub.Close()
+				}
+				t.Errorf("subscribe: %v; want egress.ErrUnavailable", err)
+			}
+		})
+	}
+}
