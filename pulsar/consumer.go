@@ -398,6 +398,9 @@ type ConsumerStats struct {
 	// With a MemoryLimiter: the bytes charged to it for queued messages, and reserved
 	// from it for the permits in flight.
 	ChargedBytes, ReservedBytes int
+	// ReassemblyBytes: payload bytes of the chunks of messages being reassembled (with a
+	// MemoryLimiter, charged to it as they arrive).
+	ReassemblyBytes int
 }
 
 // Stats returns the consumer's counters.
@@ -413,6 +416,7 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.BatchTrackers += len(pc.trackers)
 		s.HeldBytes += pc.heldBytes
 		s.ReservedBytes += pc.reserved
+		s.ReassemblyBytes += pc.chunkBytes
 		pc.mu.Unlock()
 	}
 	c.mu.Lock()

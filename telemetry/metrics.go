@@ -241,7 +241,8 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 // its users hold of it.
 type MemoryStats struct {
 	Limit, Used, Peak int64
-	// ConsumerQueues: messages in egress consumers' queues; ConsumerReserved: reserved
+	// ConsumerQueues: messages in egress consumers' queues and the chunks of those they
+	// are reassembling; ConsumerReserved: reserved
 	// for their flow permits in flight; Egress: handed to egress streams and not yet
 	// settled; Ingress: the rest (records awaiting their broker receipt).
 	ConsumerQueues, ConsumerReserved, Egress, Ingress int64
@@ -255,7 +256,7 @@ func (m *Metrics) ObserveMemory(stats func() MemoryStats) error {
 	limit, err1 := mt.Int64ObservableGauge("bridge.memory.budget.limit.bytes", metric.WithUnit("By"), metric.WithDescription("The process-wide memory budget (memory.budget)."))
 	used, err2 := mt.Int64ObservableGauge("bridge.memory.budget.used.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes charged to the memory budget now."))
 	peak, err3 := mt.Int64ObservableGauge("bridge.memory.budget.peak.bytes", metric.WithUnit("By"), metric.WithDescription("The most bytes ever charged to the memory budget at once."))
-	charged, err4 := mt.Int64ObservableGauge("bridge.memory.budget.charged.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes charged to the memory budget by user: ingress (records awaiting receipts), consumer_queues (messages in egress consumers' queues), consumer_reserved (reserved for their permits in flight), egress (handed to streams, not yet acknowledged)."))
+	charged, err4 := mt.Int64ObservableGauge("bridge.memory.budget.charged.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes charged to the memory budget by user: ingress (records awaiting receipts), consumer_queues (messages in egress consumers' queues, and chunks of messages being reassembled), consumer_reserved (reserved for their permits in flight), egress (handed to streams, not yet acknowledged)."))
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return err
 	}

@@ -42,8 +42,9 @@ func NewSubscriber(c *pulsar.Client, b *budget.Budget) *Subscriber {
 }
 
 // Memory returns what egress holds of the budget: the bytes charged for messages in the
-// consumers' queues, reserved for their permits in flight, and charged for deliveries
-// handed to streams and not yet settled.
+// consumers' queues and for the chunks of messages they are reassembling, reserved for
+// their permits in flight, and charged for deliveries handed to streams and not yet
+// settled.
 func (s *Subscriber) Memory() (queues, reserved, delivered int64) {
 	s.mu.Lock()
 	subs := make([]*subscription, 0, len(s.open))
@@ -53,7 +54,7 @@ func (s *Subscriber) Memory() (queues, reserved, delivered int64) {
 	s.mu.Unlock()
 	for _, sub := range subs {
 		cs := sub.c.Stats()
-		queues += int64(cs.ChargedBytes)
+		queues += int64(cs.ChargedBytes + cs.ReassemblyBytes)
 		reserved += int64(cs.ReservedBytes)
 		sub.mu.Lock()
 		delivered += sub.heldBytes
