@@ -179,7 +179,9 @@ func (e *Exporter) sendWithRetry(ctx context.Context, body []byte) ([]byte, erro
 		delay := time.Duration(float64(interval) * (0.5 + rand.Float64())) // #nosec G404 -- jitter
 		interval = min(time.Duration(float64(interval)*1.5), r.MaxInterval)
 		elapsed := time.Since(started)
-		if r.MaxElapsedTime > 0 && elapsed+re.throttle > r.MaxElapsedTime {
+		// Compared without adding: a throttle near the largest Duration (a huge
+		// Retry-After or RetryInfo) would overflow elapsed+throttle into a negative.
+		if r.MaxElapsedTime > 0 && re.throttle > r.MaxElapsedTime-elapsed {
 			return nil, fmt.Errorf("otlpwire: retries would pass %v: %w", r.MaxElapsedTime, err)
 		}
 		delay = max(delay, re.throttle)
