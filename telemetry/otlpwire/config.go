@@ -63,8 +63,7 @@ const (
 	tracesEnvPrefix   = envPrefix + "TRACES_"
 	maxResponseBytes  = 4 << 20
 	defaultMaxRequest = 64 << 20
-	// keptBufferBytes is the most a request buffer keeps between exports unless the
-	// last request needed a quarter of it.
+	// keptBufferBytes is the largest request buffer kept between exports.
 	keptBufferBytes    = 4 << 20
 	maxErrorBodyInText = 1 << 10
 )

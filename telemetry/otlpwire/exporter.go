@@ -133,8 +133,10 @@ func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 	defer unhook()
 
 	body := e.enc.Encode(spans)
-	if c := cap(e.enc.buf); c > keptBufferBytes && len(body) < c/4 {
-		defer func() { e.enc.buf = nil }() // one large batch does not keep its buffer for good
+	if cap(e.enc.buf) > keptBufferBytes {
+		// A large request's memory is held for its export only: a huge batch, or one
+		// refused as too large, does not leave its buffer with an idle exporter.
+		defer func() { e.enc.buf = nil }()
 	}
 	if len(body) == 0 { // only nil spans
 		return nil

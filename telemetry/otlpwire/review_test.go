@@ -2,12 +2,16 @@ package otlpwire
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -15,7 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// retriesWouldPass tells the retry budget's refusal from the export timeout's.
+// errRetriesWouldPass tells the retry budget's refusal from the export timeout's.
 const retriesWouldPass = "retries would pass"
 
 // A throttle the collector asks for that passes the retry budget fails the export at
@@ -60,5 +64,47 @@ func TestGRPCHugeRetryInfoFailsAtOnce(t *testing.T) {
 	err := e.ExportSpans(ctx, oneSpan())
 	if err == nil || !strings.Contains(err.Error(), retriesWouldPass) || ctx.Err() != nil {
 		t.Fatalf("export answered ResourceExhausted with a huge RetryInfo: %v; want the retry budget's refusal at once", err)
+	}
+}
+
+// bigBatch encodes to about n MiB.
+func bigBatch(n int) []sdktrace.ReadOnlySpan {
+	v := strings.Repeat("v", 64<<10)
+	spans := make([]sdktrace.ReadOnlySpan, 0, n*16)
+	for range n * 16 {
+		spans = append(spans, tracetest.SpanStub{Name: "big", Attributes: []attribute.KeyValue{attribute.String("v", v)}, Resource: resB}.Snapshot())
+	}
+	return spans
+}
+
+// A batch refused as too large, or one huge batch sent, does not leave its buffer with
+// the exporter: the memory a request needs is held for that export only, past
+// keptBufferBytes.
+func TestHugeBatchBufferIsNotKept(t *testing.T) {
+	c := newCapture(t)
+	e := newWire(t, Config{Protocol: ProtocolHTTP, Endpoint: c.url(), Retry: fastRetry, MaxRequestBytes: 8 << 20})
+	if err := e.ExportSpans(exportCtx(t), oneSpan()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ExportSpans(exportCtx(t), bigBatch(12)); !errors.Is(err, ErrRequestTooLarge) {
+		t.Fatalf("a 12 MiB request with an 8 MiB limit: %v", err)
+	}
+	if c := cap(e.enc.buf); c > keptBufferBytes {
+		t.Fatalf("after a refused 12 MiB request the exporter keeps a %d-byte buffer; want at most %d", c, keptBufferBytes)
+	}
+	if err := e.ExportSpans(exportCtx(t), bigBatch(6)); err != nil {
+		t.Fatal(err)
+	}
+	if c := cap(e.enc.buf); c > keptBufferBytes {
+		t.Fatalf("after a 6 MiB request the exporter keeps a %d-byte buffer; want at most %d", c, keptBufferBytes)
+	}
+	// And the buffer it keeps still encodes right.
+	if err := e.ExportSpans(exportCtx(t), oneSpan()); err != nil {
+		t.Fatal(err)
+	}
+	got := c.requests()
+	if len(got) != 3 || len(decode(t, got[1].body).ResourceSpans[0].ScopeSpans[0].Spans) != 96 ||
+		decode(t, got[2].body).ResourceSpans[0].ScopeSpans[0].Spans[0].Name != "s" {
+		t.Fatalf("%d requests; want the three sent batches, intact", len(got))
 	}
 }
