@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -123,5 +124,24 @@ func TestRootIDsAreValidAndDistinct(t *testing.T) {
 			t.Fatalf("record %d: ids %v %v (valid, unseen before)", i, r.tid, r.sid)
 		}
 		seenT[r.tid], seenS[r.sid] = true, true
+	}
+}
+
+// OTEL_TRACES_SAMPLER_ARG is a ratio from 0 to 1: NaN (which strconv reads, and no
+// comparison refuses) is refused naming it, not turned into a platform's conversion of
+// NaN to a bound (all or nothing sampled); -0 is 0.
+func TestSamplerArgNaNIsRefused(t *testing.T) {
+	for _, name := range []string{"traceidratio", "parentbased_traceidratio"} {
+		t.Setenv("OTEL_TRACES_SAMPLER", name)
+		for _, arg := range []string{"NaN", "nan", "+NaN", "-nan", "Inf", "-inf", "1.0000001", "-0.1"} {
+			t.Setenv("OTEL_TRACES_SAMPLER_ARG", arg)
+			if s, err := samplerFromEnv(); err == nil || !strings.Contains(err.Error(), `"`+arg+`"`) {
+				t.Errorf("%s %q: sampler %v, error %v; want an error naming the value", name, arg, s, err)
+			}
+		}
+		t.Setenv("OTEL_TRACES_SAMPLER_ARG", "-0")
+		if s, err := samplerFromEnv(); err != nil || s.bound != 0 {
+			t.Errorf("%s -0: %v %v", name, s, err)
+		}
 	}
 }

@@ -243,7 +243,7 @@ func samplerFromEnv() (*fastSampler, error) {
 	case "traceidratio", "parentbased_traceidratio":
 		if arg != "" {
 			v, err := strconv.ParseFloat(arg, 64)
-			if err != nil || v < 0 || v > 1 {
+			if err != nil || !(v >= 0 && v <= 1) { // NaN too: no comparison refuses it
 				return nil, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG %q: want a ratio from 0 to 1", arg)
 			}
 			ratio = v
