@@ -241,9 +241,20 @@ func (st *stream) run() int64 {
 		return 0
 	}
 	if st.opts.ack == "client" {
+		// The ack timeouts' goroutine is the stream's: it ends (its dead-lettering cut
+		// by cancel) before the stream closes the subscription it nacks on.
 		done := make(chan struct{})
-		defer close(done)
-		go st.expireAcks(done)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st.expireAcks(ctx, done)
+		}()
+		defer func() {
+			close(done)
+			cancel()
+			wg.Wait()
+		}()
 	}
 	written, end := st.loop(ctx)
 	st.srv.log.DebugContext(st.ctx, "egress stream ended", "stream", st.def.Name, "streamId", st.id, "records", written, "reason", end)
@@ -456,7 +467,7 @@ func (st *stream) waitForAckRoom(ctx context.Context) error {
 }
 
 // expireAcks redelivers what an ack=client stream has not acknowledged in time.
-func (st *stream) expireAcks(done <-chan struct{}) {
+func (st *stream) expireAcks(ctx context.Context, done <-chan struct{}) {
 	every := min(max(st.def.AckTimeout/4, 10*time.Millisecond), time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -477,7 +488,7 @@ func (st *stream) expireAcks(done <-chan struct{}) {
 			st.mu.Unlock()
 			for _, d := range expired {
 				// A timeout is a failed attempt: the message waits its backoff.
-				st.retry(st.ctx, d, "ackTimeout")
+				st.retry(ctx, d, "ackTimeout")
 			}
 			if len(expired) > 0 {
 				st.srv.log.Info("acknowledgement timeout: messages redelivered", "stream", st.def.Name, "streamId", st.id, "messages", len(expired))
