@@ -304,3 +304,40 @@ func mustSampler(t *testing.T, name string) sdktrace.Sampler {
 	}
 	return s
 }
+
+// A record that ends after Shutdown (a stream still settling its last records) is
+// handed to no processor, as the SDK's tracer hands it to none once its provider is shut
+// down: with recordSpans direct too, nothing is counted ended or seen by a processor.
+func TestDirectSpansAfterShutdownReachNoProcessor(t *testing.T) {
+	p := newPair(t, mustSampler(t, "always_on"), resource.NewSchemaless())
+	start := time.Date(2026, 12, 1, 2, 0, 0, 0, time.UTC)
+	var started [4]RecordSpan
+	for i := range started {
+		p.sdk.StartPublish(&started[i], trace.SpanContext{}, trace.SpanContext{}, "t", 10, start)
+	}
+	p.make(record{topic: "t", size: 10, messageID: "1:1:-1:0"}, start) // one before, both ways
+	if n := p.check(t, "before Shutdown"); n != 2 {
+		t.Fatalf("%d spans before Shutdown; want 1 seen and 1 exported", n)
+	}
+	for _, tr := range []*Tracing{p.sdk, p.direct} {
+		if err := tr.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range started {
+		a := started[i]
+		b := a
+		err := error(nil)
+		if i%2 == 1 {
+			err = errors.New("failed after shutdown")
+		}
+		p.sdk.EndRecord(&a, "1:2:-1:0", err)
+		p.direct.EndRecord(&b, "1:2:-1:0", err)
+	}
+	if a, b := len(p.sdkRec.take()), len(p.directRec.take()); a != 0 || b != 0 {
+		t.Fatalf("after Shutdown a processor saw %d spans through the SDK, %d direct; want none", a, b)
+	}
+	if a, b := p.sdk.Spans.Ended(), p.direct.Spans.Ended(); a != b {
+		t.Fatalf("after Shutdown: %d spans counted ended through the SDK, %d direct", a, b)
+	}
+}

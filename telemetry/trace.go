@@ -74,6 +74,9 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, t.cutNow)
 	defer stop()
 	err := t.provider.Shutdown(context.WithoutCancel(ctx))
+	if t.direct != nil {
+		t.direct.Stop() // as the provider's tracer: no processor gets a span ended from now on
+	}
 	t.cutNow()
 	if cerr := ctx.Err(); err == nil && cerr != nil {
 		err = cerr

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -39,7 +40,13 @@ type Maker struct {
 	limits sdktrace.SpanLimits
 	scope  instrumentation.Scope
 	res    *resource.Resource
+	// stopped: the provider is shut down, its processors are no longer handed spans.
+	stopped atomic.Bool
 }
+
+// Stop makes End hand spans to no processor from now on, as the SDK's tracer hands
+// them to none once its provider's Shutdown has returned. Call it then.
+func (m *Maker) Stop() { m.stopped.Store(true) }
 
 // New makes a Maker for the tracer named scopeName (version scopeVersion) of a provider
 // built with resource res (sdktrace.WithResource), span limits limits
@@ -83,9 +90,13 @@ type Span struct {
 }
 
 // End makes s's span, as if given one SetAttributes(attrs...) and AddLink for each of
-// links after its start, and hands it to each processor's OnEnd, in order. Nothing of s,
-// attrs and links is kept but their strings and values: End copies what it needs.
+// links after its start, and hands it to each processor's OnEnd, in order (to none after
+// Stop). Nothing of s, attrs and links is kept but their strings and values: End copies
+// what it needs.
 func (m *Maker) End(s *Span, attrs []attribute.KeyValue, links []trace.Link) {
+	if m.stopped.Load() {
+		return
+	}
 	sp := &span{m: m, name: s.Name, sc: s.SpanContext, kind: s.Kind, start: s.Start, end: s.End}
 	if s.Parent.IsValid() {
 		sp.parent = s.Parent
