@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	official "github.com/apache/pulsar-client-go/pulsar"
+
 	"github.com/recordio-bridge/bridge/e2e/broker"
 	"github.com/recordio-bridge/bridge/recordio"
 )
@@ -192,6 +194,93 @@ streams:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("60 s after every stream ended the budget counts %.0f bytes: %s", u, grepLines(m, "bridge_memory_budget"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestMemoryBudgetReturnsToZeroAfterChunkedMessages: the same on the real broker with
+// chunked messages (600 KiB in 64 KiB chunks, under memory.budget 1MiB): an ack=client
+// stream on an exclusive subscription reads some, nacks one (the whole queue is
+// redelivered), has its topic unloaded while chunks are being reassembled, acknowledges
+// some and goes; then nothing is left charged.
+func TestMemoryBudgetReturnsToZeroAfterChunkedMessages(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "budgetchunks")
+	prod, err := newOfficialClient(t, b).CreateProducer(official.ProducerOptions{Topic: topic, EnableChunking: true, DisableBatching: true, ChunkMaxMessageSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 12, 600 << 10
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for i := range n {
+		payload := []byte(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat("c", size)))
+		if _, err := prod.Send(ctx, &official.ProducerMessage{Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prod.Close()
+	p := startBridge(t, fmt.Sprintf(`
+memory:
+  budget: 1MiB
+pulsar:
+  url: %s
+egress:
+  writeTimeout: 5m
+streams:
+  - name: out
+    topics: [%s]
+    position: earliest
+    ack: client
+    ackTimeout: 3s
+`, b.URL, topic))
+	const used = "bridge_memory_budget_used_bytes"
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	resp := egressGet(t, sctx, p.DataURL+"/v1/streams/out", nil)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	sid := resp.Header.Get("Stream-Id")
+	rd := recordio.NewReader(resp.Body, recordio.MaxRecordSize(4<<20))
+	pos := 0
+	next := func() int {
+		if _, err := rd.Next(); err != nil {
+			t.Fatalf("read at %d: %v", pos, err)
+		}
+		pos++
+		return pos - 1
+	}
+	post := func(what string, ps ...int) {
+		body, _ := json.Marshal(ps)
+		if st, m := postAck(t, p.DataURL+"/v1/streams/out/"+what, sid, "application/json", body); st != 200 && (st != 400 || m["unknown"] == nil) {
+			t.Fatalf("POST %s %v: %d %v", what, ps, st, m)
+		}
+	}
+	post("ack", next())
+	post("nack", next()) // exclusive: the queue is dropped and redelivered
+	next()
+	b.MustAdmin(t, http.MethodPut, "/admin/v2/"+strings.Replace(topic, "://", "/", 1)+"/unload", nil)
+	for range 3 {
+		post("ack", next())
+	}
+	next() // held when the client goes
+	stop()
+	resp.Body.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		m := scrape(t, p.OpsURL)
+		u := metricValue(t, m, used)
+		if u == 0 {
+			return
+		}
+		if u < 0 {
+			t.Fatalf("/metrics lacks %s", used)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("60 s after the stream ended the budget counts %.0f bytes: %s", u, grepLines(m, "bridge_memory_budget"))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
