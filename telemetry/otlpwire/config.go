@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path"
@@ -192,8 +193,8 @@ func fromEnv(getenv func(string) string, environ []string, readFile func(string)
 	}
 	if n, v, ok := get("TIMEOUT"); ok {
 		ms, err := strconv.Atoi(v)
-		if err != nil || ms <= 0 {
-			return Config{}, configErr(n, v, "want a positive number of milliseconds")
+		if err != nil || ms <= 0 || int64(ms) > int64(math.MaxInt64/time.Millisecond) {
+			return Config{}, configErr(n, v, "want a positive number of milliseconds, at most 9223372036854")
 		}
 		cfg.Timeout = time.Duration(ms) * time.Millisecond
 	}

@@ -108,3 +108,22 @@ func TestHugeBatchBufferIsNotKept(t *testing.T) {
 		t.Fatalf("%d requests; want the three sent batches, intact", len(got))
 	}
 }
+
+// A timeout in milliseconds too large for a Duration is refused naming the variable, not
+// wrapped into a negative that New silently replaced by the 10 s default (or into some
+// other positive value).
+func TestFromEnvRefusesATimeoutPastDuration(t *testing.T) {
+	for _, v := range []string{"10000000000000", "9223372036854775807", "9223372036855"} {
+		clearOTLPEnv(t)
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", v)
+		cfg, err := FromEnv()
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT") {
+			t.Errorf("TIMEOUT=%s: timeout %v, error %v; want an ErrConfig naming the variable", v, cfg.Timeout, err)
+		}
+	}
+	clearOTLPEnv(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "9223372036854") // the largest whole milliseconds a Duration holds
+	if cfg, err := FromEnv(); err != nil || cfg.Timeout != 9223372036854*time.Millisecond {
+		t.Fatalf("TIMEOUT=9223372036854: %v %v", cfg.Timeout, err)
+	}
+}
