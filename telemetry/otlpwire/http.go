@@ -103,6 +103,11 @@ func (t *httpTransport) send(ctx context.Context, body []byte) ([]byte, error) {
 			return nil, err
 		}
 		body = t.gzBuf.Bytes()
+		if t.gzBuf.Cap() > keptBufferBytes {
+			// As the encoder's buffer: a huge request's compressed copy is not kept.
+			// Deferred before the fence, so it runs after it: no read uses it then.
+			defer func() { t.gzBuf = bytes.Buffer{} }()
+		}
 	}
 	fb := &fencedBody{buf: body}
 	defer fb.fence()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
@@ -125,5 +126,41 @@ func TestFromEnvRefusesATimeoutPastDuration(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "9223372036854") // the largest whole milliseconds a Duration holds
 	if cfg, err := FromEnv(); err != nil || cfg.Timeout != 9223372036854*time.Millisecond {
 		t.Fatalf("TIMEOUT=9223372036854: %v %v", cfg.Timeout, err)
+	}
+}
+
+// randomBatch encodes to about n MiB that gzip cannot shrink.
+func randomBatch(n int) []sdktrace.ReadOnlySpan {
+	r := rand.New(rand.NewPCG(uint64(n), 7))
+	spans := make([]sdktrace.ReadOnlySpan, 0, n*16)
+	for range n * 16 {
+		b := make([]byte, 64<<10)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		spans = append(spans, tracetest.SpanStub{Name: "random", Attributes: []attribute.KeyValue{attribute.ByteSlice("v", b)},
+			Resource: resB}.Snapshot())
+	}
+	return spans
+}
+
+// With gzip, the compressed copy of a huge request is not kept either: the HTTP
+// transport's compression buffer keeps at most keptBufferBytes between exports.
+func TestHugeGzipBufferIsNotKept(t *testing.T) {
+	c := newCapture(t)
+	e := newWire(t, Config{Protocol: ProtocolHTTP, Endpoint: c.url(), Retry: fastRetry, Compression: "gzip"})
+	if err := e.ExportSpans(exportCtx(t), randomBatch(12)); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.tr.(*httpTransport).gzBuf.Cap(); c > keptBufferBytes {
+		t.Fatalf("after a 12 MiB gzip request the transport keeps a %d-byte buffer; want at most %d", c, keptBufferBytes)
+	}
+	if err := e.ExportSpans(exportCtx(t), oneSpan()); err != nil {
+		t.Fatal(err)
+	}
+	got := c.requests()
+	if len(got) != 2 || len(decode(t, got[0].body).ResourceSpans[0].ScopeSpans[0].Spans) != 192 ||
+		decode(t, got[1].body).ResourceSpans[0].ScopeSpans[0].Spans[0].Name != "s" {
+		t.Fatalf("%d requests; want the two sent batches, intact", len(got))
 	}
 }
