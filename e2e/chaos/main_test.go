@@ -142,7 +142,7 @@ func startCluster() (*cluster, func(), error) {
 		}
 		base := os.Getenv("CLUSTER_PORT_BASE")
 		if base == "" {
-			b, err := freeRange(47600, 23)
+			b, err := freeRange(17600, 23)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -20,7 +20,7 @@
 # chaos/allowed only; chaos/forbidden exists but grants it nothing).
 #
 # Environment (all optional): CLUSTER_STATE_DIR (default /tmp/recordio-bridge-cluster),
-# CLUSTER_PORT_BASE (default 47600): broker 1 uses BASE+0 (pulsar), +1 (TLS), +2 (web),
+# CLUSTER_PORT_BASE (default 17600: below the kernel's ephemeral range, so no client socket can hold a port a restart needs): broker 1 uses BASE+0 (pulsar), +1 (TLS), +2 (web),
 # +3 (bookie), +4 (ZooKeeper); broker 2 +10 (pulsar), +11 (TLS), +12 (web); the proxy +20
 # (pulsar), +22 (web). CLUSTER_HEAP (default 384m) is each JVM's heap and direct memory.
 # A (re)started proxy counts as up once a lookup through it works: CLUSTER_PROXY_TIMEOUT
@@ -29,7 +29,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 state=${CLUSTER_STATE_DIR:-${TMPDIR:-/tmp}/recordio-bridge-cluster}
-base=${CLUSTER_PORT_BASE:-47600}
+base=${CLUSTER_PORT_BASE:-17600}
 heap=${CLUSTER_HEAP:-384m}
 b1_port=$base b1_tls=$((base + 1)) b1_web=$((base + 2)) bookie=$((base + 3)) zk=$((base + 4))
 b2_port=$((base + 10)) b2_tls=$((base + 11)) b2_web=$((base + 12))
