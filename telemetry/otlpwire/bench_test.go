@@ -73,7 +73,7 @@ func BenchmarkExport(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		wire := &Exporter{cfg: Config{Timeout: time.Minute}, tr: discardTransport{}, sem: make(chan struct{}, 1)}
+		wire := &Exporter{cfg: Config{Timeout: time.Minute, MaxRequestBytes: defaultMaxRequest}, tr: discardTransport{}, sem: make(chan struct{}, 1)}
 		wire.stop, wire.stopNow = context.WithCancel(context.Background())
 		for _, c := range []struct {
 			name string
