@@ -434,6 +434,15 @@ func (e *Encoder) Encode(spans []sdktrace.ReadOnlySpan) []byte {
 		b = closeLen(b, rs, outerLengthReserve)
 	}
 	e.buf = b
+	// Nothing of the caller's batch is kept past the call: the groups' keys hold its
+	// resources' and scopes' attribute sets.
+	for i := range e.scopes {
+		e.scopes[i].key = groupKey{}
+	}
+	for i := range e.resources {
+		e.resources[i].key, e.resources[i].res = attribute.Distinct{}, nil
+	}
+	clear(e.byKey)
 	return b
 }
 

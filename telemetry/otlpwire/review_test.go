@@ -3,6 +3,7 @@ package otlpwire
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
+	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -162,5 +165,37 @@ func TestHugeGzipBufferIsNotKept(t *testing.T) {
 	if len(got) != 2 || len(decode(t, got[0].body).ResourceSpans[0].ScopeSpans[0].Spans) != 192 ||
 		decode(t, got[1].body).ResourceSpans[0].ScopeSpans[0].Spans[0].Name != "s" {
 		t.Fatalf("%d requests; want the two sent batches, intact", len(got))
+	}
+}
+
+// Encode keeps nothing of the batch it was given once it returns: not its resources
+// (their attribute sets, through the grouping keys) nor its scopes, only its own buffer
+// and index slices.
+func TestEncodeKeepsNoResourceOrScope(t *testing.T) {
+	var spans []sdktrace.ReadOnlySpan
+	for i := range 20 { // past manyGroups: the map is used too
+		spans = append(spans, tracetest.SpanStub{Name: "s", Resource: resource.NewSchemaless(attribute.Int("r", i%3)),
+			InstrumentationScope: instrumentation.Scope{Name: fmt.Sprint("scope ", i), Attributes: attribute.NewSet(attribute.Int("a", i))}}.Snapshot())
+	}
+	var e Encoder
+	if m := decode(t, e.Encode(spans)); len(m.ResourceSpans) != 3 {
+		t.Fatalf("%d resources encoded", len(m.ResourceSpans))
+	}
+	for i, g := range e.scopes[:cap(e.scopes)] {
+		if g.key != (groupKey{}) {
+			t.Fatalf("scope group %d still holds %v after Encode returned", i, g.key.scope)
+		}
+	}
+	for i, r := range e.resources[:cap(e.resources)] {
+		if r.key != (attribute.Distinct{}) || r.res != nil {
+			t.Fatalf("resource group %d still holds a resource after Encode returned", i)
+		}
+	}
+	if len(e.byKey) != 0 {
+		t.Fatalf("the scope map holds %d keys after Encode returned", len(e.byKey))
+	}
+	// And the next batch is grouped right with the cleared groups.
+	if m := decode(t, e.Encode(spans[:5])); len(m.ResourceSpans) != 3 || len(m.ResourceSpans[0].ScopeSpans) != 2 {
+		t.Fatalf("second batch: %d resources", len(m.ResourceSpans))
 	}
 }
