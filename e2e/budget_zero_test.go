@@ -285,3 +285,60 @@ streams:
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestAQuietEgressStreamLeavesTheBudgetToIngress: under memory.budget 1MiB an egress
+// client reads a topic's whole backlog of 8 KiB messages and stays, the topic quiet. Its
+// consumer still has permits out at the broker, reserved from the budget; that
+// reservation used to stay for good (most of the budget), and a 700 KiB record posted
+// to ingress then waited for room that never came. It is published now.
+func TestAQuietEgressStreamLeavesTheBudgetToIngress(t *testing.T) {
+	b := broker.Get(t)
+	quiet, in := b.Topic(t, "quiet"), b.Topic(t, "busy")
+	const n = 300
+	prod, err := newOfficialClient(t, b).CreateProducer(official.ProducerOptions{Topic: quiet, DisableBatching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte(strings.Repeat("q", 8<<10))
+	for range n {
+		if _, err := prod.Send(context.Background(), &official.ProducerMessage{Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prod.Close()
+	p := startBridge(t, fmt.Sprintf(`
+memory:
+  budget: 1MiB
+pulsar:
+  url: %s
+routes:
+  - name: in
+    default: {topic: %s}
+streams:
+  - name: quiet
+    topics: [%s]
+    position: earliest
+`, b.URL, in, quiet))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/quiet", nil)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	rd := recordio.NewReader(resp.Body, recordio.BufferSize(len(payload)+100))
+	for i := range n {
+		if _, err := rd.Next(); err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+	}
+	t.Logf("backlog read, the topic quiet: %s", grepLines(scrape(t, p.OpsURL), "bridge_memory_budget"))
+	st := openStream(t, h1Client, p.DataURL+"/v1/publish/in", nil)
+	if err := st.send([]byte(fmt.Sprintf(`{"big":%q}`, strings.Repeat("b", 700<<10)))); err != nil {
+		t.Fatal(err)
+	}
+	rs, sum, err := st.finish(60 * time.Second)
+	if err != nil || len(rs) != 1 || rs[0].Status != 200 {
+		t.Fatalf("a 700 KiB record next to a quiet egress stream: %+v, summary %+v, %v (%s)", rs, sum, err, grepLines(scrape(t, p.OpsURL), "bridge_memory_budget"))
+	}
+}

@@ -87,7 +87,10 @@ type ConsumerOptions struct {
 	// their arrival until it is whole or dropped, and FLOW permits are granted only as far
 	// as it can cover them: the permits in flight are reserved at the bytes a permit is
 	// assumed to bring (see ReceiverQueueBytes), and an arrival's reservation becomes the
-	// charge of what it brought (all of it, so the limiter can be exceeded by the same excess). When it
+	// charge of what it brought (all of it, so the limiter can be exceeded by the same excess);
+	// a reservation nothing arrives on for a second goes back (a quiet topic's permits
+	// must not hold the budget for good), and what those permits bring later is charged
+	// as it arrives, beyond the limit if need be. When it
 	// cannot cover them, permits are withheld and granted again as the application takes
 	// messages. A partition with nothing queued and nothing in flight still gets one
 	// permit (charged even beyond the limit), so a budget filled by others never stalls a

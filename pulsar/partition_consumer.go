@@ -95,8 +95,10 @@ type partitionConsumer struct {
 	inFlight       int
 	bytesPerPermit int
 	gen            uint64 // the registration's generation: a message of an older one frees nothing
-	// With a MemoryLimiter: the bytes reserved from it for the permits in flight.
+	// With a MemoryLimiter: the bytes reserved from it for the permits in flight, and
+	// when they were last reserved or an arrival used some (see releaseIdleLocked).
 	reserved         int
+	reservedAt       time.Time
 	chunks           map[string]*chunkCtx
 	chunkBytes       int // payload bytes held by chunks, bounded by MaxChunkedMessageSize (and charged to the MemoryLimiter)
 	chunkOrder       []string
@@ -376,12 +378,14 @@ func (p *partitionConsumer) grantLocked() {
 			k++
 		}
 		p.reserved += k * unit
+		p.reservedAt = time.Now()
 	}
 	if k < 1 && idle {
 		k = 1
 		if lim := p.opts.MemoryLimiter; lim != nil {
 			lim.Charge(int64(max(per, 1)))
 			p.reserved += max(per, 1)
+			p.reservedAt = time.Now()
 		}
 	}
 	if k < 1 {
@@ -402,6 +406,7 @@ func (p *partitionConsumer) landedLocked(n int) (share int) {
 	if !p.byteMode() {
 		return 0
 	}
+	p.reservedAt = time.Now()
 	if out := p.inFlight; out > 0 {
 		used := min(n, out)
 		share = p.reserved
@@ -418,6 +423,23 @@ func (p *partitionConsumer) landedLocked(n int) (share int) {
 func (p *partitionConsumer) unreserveShareLocked(share int) {
 	if lim := p.opts.MemoryLimiter; lim != nil && share > 0 {
 		lim.Release(int64(share))
+	}
+}
+
+// reservationIdle is how long a reservation for permits in flight is kept with nothing
+// arriving on them. The broker keeps the permits (they cannot be taken back), but a quiet
+// topic may never use them: held for good, the reservation kept the shared budget spent
+// and every other user of it waiting. What they bring later is charged as it arrives.
+var reservationIdle = time.Second
+
+// releaseIdleLocked returns the reservation of permits in flight that brought nothing
+// for reservationIdle; they stay counted in flight, so no more are granted for them.
+func (p *partitionConsumer) releaseIdleLocked(now time.Time) {
+	if p.reserved > 0 && now.Sub(p.reservedAt) >= reservationIdle {
+		if lim := p.opts.MemoryLimiter; lim != nil {
+			lim.Release(int64(p.reserved))
+		}
+		p.reserved = 0
 	}
 }
 
@@ -1021,6 +1043,7 @@ func (p *partitionConsumer) run() {
 			p.mu.Lock()
 			p.flushAcksLocked()
 			p.redeliverDueLocked(now)
+			p.releaseIdleLocked(now)
 			for len(p.chunkOrder) > 0 && now.Sub(p.chunks[p.chunkOrder[0]].created) > p.opts.ChunkExpiry {
 				p.dropChunksLocked(p.chunkOrder[0], "expired")
 			}
