@@ -675,6 +675,15 @@ func TestAcksByPosition(t *testing.T) {
 	if st, ans := post("ack", "", `[1, 7]`); st != 400 || fmt.Sprint(ans["unknown"]) != "[1 7]" {
 		t.Fatalf("acking positions acknowledged already or never written: %d %v", st, ans)
 	}
+	// A query the bridge cannot read exactly acknowledges nothing (1:2 is acked through=2 below).
+	for _, q := range []string{"?through=2&through=4", "?thru=2", "?through=2&x=1", "?through=%zz"} {
+		if st, ans := post("ack", q, ""); st != 400 || ans["error"] == nil {
+			t.Fatalf("ack %s: %d %v; want 400 naming the problem", q, st, ans)
+		}
+		if st, _ := post("nack", q, `[2]`); st != 400 {
+			t.Fatalf("nack %s: %d; want 400", q, st)
+		}
+	}
 	if st, ans := post("ack", "?through=2", ""); st != 200 || ans["acked"] != float64(2) || ans["cumulative"] != float64(1) {
 		t.Fatalf("ack through=2: %d %v", st, ans)
 	}

@@ -754,7 +754,11 @@ func (s *Server) HandleAck(c echo.Context) error {
 	if !dropBody(c) { // anything after the ids: the answer does not wait for it
 		c.Response().Header().Set("Connection", "close")
 	}
-	ids, through, err := sm.resolve(refs, req.URL.Query().Get("through"))
+	throughN, err := ackQuery(req.URL.RawQuery)
+	if err != nil {
+		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+	}
+	ids, through, err := sm.resolve(refs, throughN)
 	if err != nil {
 		return answerError(c, http.StatusBadRequest, err.Error(), 0)
 	}
@@ -801,6 +805,25 @@ func (st *stream) wake() {
 // resolve turns what a client posted into message ids: a ref of decimal digits is a
 // record's position in the response (an id always has colons), anything else an id. A
 // position not awaiting an acknowledgement stays as it is (and is reported unknown).
+// ackQuery reads an /ack or /nack query as strictly as a GET's: through (at most once) is
+// its only parameter; a malformed query, a repeated or an unknown parameter is an error
+// naming it, so a typo never acknowledges something other than what the client meant.
+func ackQuery(raw string) (through string, err error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return "", fmt.Errorf("the query %.64q is malformed: %v", raw, err)
+	}
+	for k, v := range q {
+		if k != "through" {
+			return "", fmt.Errorf("unknown query parameter %.64q (known: through)", k)
+		}
+		if len(v) > 1 {
+			return "", fmt.Errorf("query parameter %q given %d times", k, len(v))
+		}
+	}
+	return q.Get("through"), nil
+}
+
 // through=N (no body) names every record awaiting its acknowledgement up to position N.
 func (st *stream) resolve(refs []string, through string) (ids []string, cumulative bool, err error) {
 	st.mu.Lock()
