@@ -9,6 +9,10 @@ import (
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
 
+// stuckWait bounds the wait for the 24 large messages of the tests below: a missing
+// message fails the test instead of hanging it. It is no measure of speed.
+const stuckWait = 2 * time.Minute
+
 // TestProducerReconnectsWhenTheBrokerStopsReading: a broker that stops reading (a
 // frozen JVM) with large messages in flight blocks the writer on a full socket; the
 // connection is declared dead anyway and the producer resends everything on a new one.
@@ -21,7 +25,9 @@ func TestProducerReconnectsWhenTheBrokerStopsReading(t *testing.T) {
 		o.WriteTimeout = time.Hour // liveness alone must notice
 	})
 	p := producer(t, c, pulsar.ProducerOptions{DisableBatching: true, SendTimeout: -1, MaxPendingBytes: 64 << 20})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: under the race detector on a loaded 2-core machine, resending 48 MiB
+	// through the fake broker took more than 30 s (15 of 24 messages persisted by then).
+	ctx, cancel := context.WithTimeout(context.Background(), stuckWait)
 	defer cancel()
 	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("before")}); err != nil {
 		t.Fatal(err)
@@ -40,7 +46,7 @@ func TestProducerReconnectsWhenTheBrokerStopsReading(t *testing.T) {
 				t.Fatalf("message %d: %v", i, err)
 			}
 		case <-ctx.Done():
-			t.Fatalf("%d of %d messages persisted: the frozen broker was never detected", i, n)
+			t.Fatalf("%d of %d messages persisted in %s (%d CONNECTs): the frozen broker was never detected", i, n, stuckWait, b.Frames(pb.BaseCommand_CONNECT))
 		}
 	}
 	if got := b.Frames(pb.BaseCommand_CONNECT); got < 2 {
@@ -60,7 +66,9 @@ func TestWriteTimeoutDropsABrokerThatStopsReading(t *testing.T) {
 		o.WriteTimeout = time.Second
 	})
 	p := producer(t, c, pulsar.ProducerOptions{DisableBatching: true, SendTimeout: -1, MaxPendingBytes: 64 << 20})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Generous: under the race detector on a loaded 2-core machine, resending 48 MiB
+	// through the fake broker took more than 30 s (15 of 24 messages persisted by then).
+	ctx, cancel := context.WithTimeout(context.Background(), stuckWait)
 	defer cancel()
 	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("before")}); err != nil {
 		t.Fatal(err)
@@ -79,7 +87,7 @@ func TestWriteTimeoutDropsABrokerThatStopsReading(t *testing.T) {
 				t.Fatalf("message %d: %v", i, err)
 			}
 		case <-ctx.Done():
-			t.Fatalf("%d of %d messages persisted: the stuck writer was never unblocked", i, n)
+			t.Fatalf("%d of %d messages persisted in %s (%d CONNECTs): the stuck writer was never unblocked", i, n, stuckWait, b.Frames(pb.BaseCommand_CONNECT))
 		}
 	}
 	if got := b.Frames(pb.BaseCommand_CONNECT); got < 2 {

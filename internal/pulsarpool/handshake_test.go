@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/recordio-bridge/bridge/egress"
 	"github.com/recordio-bridge/bridge/ingress"
@@ -71,7 +72,9 @@ func TestABrokerThatDoesNotFinishTheHandshakeIsUnavailable(t *testing.T) {
 	}{{"frozen", false}, {"closing", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			url := stalledBroker(t, tc.closeAtOnce)
-			c := newClient(t, url)
+			// A short deadline: the frozen broker never answers, so every operation
+			// ends on it.
+			c := newClientTimeout(t, url, 2*time.Second)
 			p, _ := newPool(t, c, Options{})
 			if _, err := publish(t, p, "persistent://public/default/t", "r"); !errors.Is(err, ingress.ErrUnavailable) || errors.Is(err, ingress.ErrRefused) {
 				t.Errorf("publish: %v; want ingress.ErrUnavailable", err)

@@ -34,9 +34,19 @@ func fakeBroker(t *testing.T) *pulsartest.Broker {
 	return b
 }
 
+// newClient is a client whose lookups and registrations have the tests' generous
+// deadline: under the race detector on a loaded machine, a handshake with the in-process
+// fake broker took more than 2 s.
 func newClient(t *testing.T, url string) *pulsar.Client {
 	t.Helper()
-	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, OperationTimeout: 2 * time.Second})
+	return newClientTimeout(t, url, wait)
+}
+
+// newClientTimeout is a client whose operations end after d: for tests whose broker
+// never answers, where the deadline expiring is the point.
+func newClientTimeout(t *testing.T, url string, d time.Duration) *pulsar.Client {
+	t.Helper()
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url, OperationTimeout: d})
 	if err != nil {
 		t.Fatal(err)
 	}
