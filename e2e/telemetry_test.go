@@ -529,9 +529,18 @@ streams:
 	}
 	cancel()
 	resp.Body.Close()
-	// Binomial(10 000, 0.1): mean 1 000, σ = 30.
-	if len(sampled) < 910 || len(sampled) > 1090 {
-		t.Fatalf("%d of %d records sampled at 10 %%; want 1 000 ± 90", len(sampled), n)
+	// Binomial(10 000, 0.1): mean 1 000, σ = 30. The bound, ±3σ, fails 0.27 % of
+	// correct runs; held on the default pipeline (the first variant). The others, which
+	// share its sampler (they differ in how a span is made and exported, not in which
+	// records are sampled), are held to ±4σ, so five variants do not make the suite fail
+	// five times as often by chance (telemetry's TestFastSamplerDecidesAsTheSDKSampler
+	// checks the decision itself, exactly).
+	bound := 90
+	if v != tracingVariants[0] {
+		bound = 120
+	}
+	if len(sampled) < 1000-bound || len(sampled) > 1000+bound {
+		t.Fatalf("%d of %d records sampled at 10 %%; want 1 000 ± %d", len(sampled), n, bound)
 	}
 
 	// Every sampled record's trace is in Jaeger, complete.
