@@ -60,7 +60,7 @@ build-race:
 ## the whole suite on the release binary, then E2E_RACE on the -race binary.
 e2e: build build-race
 	e2e/jaeger/jaeger.sh build
-	BRIDGE_BIN=$(CURDIR)/$(BIN) BRIDGE_E2E_REQUIRE_TLS=1 $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 20m $$($(GO) list ./... | grep -v /e2e/chaos$$) && BRIDGE_BIN=$(CURDIR)/$(RACE_BIN) $(GO) test -count=1 -p 1 -timeout 20m -run "$(E2E_RACE)" .'
+	BRIDGE_BIN=$(CURDIR)/$(BIN) BRIDGE_E2E_REQUIRE_TLS=1 $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 35m $$($(GO) list ./... | grep -v /e2e/chaos$$) && BRIDGE_BIN=$(CURDIR)/$(RACE_BIN) $(GO) test -count=1 -p 1 -timeout 20m -run "$(E2E_RACE)" .'
 	@# The fault suite's short form, on its own production-shaped cluster (one of each fault).
 	cd e2e && BRIDGE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m ./chaos
 
