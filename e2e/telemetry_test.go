@@ -67,6 +67,7 @@ var tracingVariants = []tracingVariant{
 	{"wire-http", "wire", "http/protobuf", "sdk"},
 	{"direct-sdk-grpc", "sdk", "grpc", "direct"},
 	{"direct-wire-grpc", "wire", "grpc", "direct"},
+	{"direct-wire-http", "wire", "http/protobuf", "direct"},
 }
 
 // check fails t unless bridge p runs with the variant's exporter and record spans (its

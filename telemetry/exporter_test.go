@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -50,17 +51,26 @@ func collector(t *testing.T) (url string, spans func() []*tracepb.Span) {
 }
 
 // tracing.exporter picks the exporter; either way the record spans the bridge makes reach
-// the collector, with the same name, kind, attributes and link.
+// the collector, with the same name, kind, attributes and link. With recordSpans: direct
+// too (the fast path), otlpwire's processor batches them in place of the SDK's batch
+// span processor, and directspan reuses its spans.
 func TestBothExportersSendTheRecordSpans(t *testing.T) {
-	for _, exporter := range []string{ExporterSDK, ExporterWire} {
-		t.Run(exporter, func(t *testing.T) {
+	for _, c := range []struct{ exporter, recordSpans string }{{ExporterSDK, ""}, {ExporterWire, ""}, {ExporterSDK, "direct"},
+		{ExporterWire, "direct"}} {
+		exporter := c.exporter
+		t.Run(exporter+"/"+c.recordSpans, func(t *testing.T) {
 			url, spans := collector(t)
 			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
 			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 			t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
-			tr, err := SetupTracing(context.Background(), "v", TracingOptions{Exporter: exporter})
+			tr, err := SetupTracing(context.Background(), "v", TracingOptions{Exporter: exporter, RecordSpans: c.recordSpans})
 			if err != nil {
 				t.Fatal(err)
+			}
+			_, wireBatch := tr.processors[1].(*otlpwire.Processor)
+			fast := exporter == ExporterWire && c.recordSpans == "direct"
+			if wireBatch != fast || (tr.direct != nil && tr.direct.Reuses() != fast) {
+				t.Fatalf("otlpwire's processor %v, directspan reuses spans %v; want both %v", wireBatch, tr.direct != nil && tr.direct.Reuses(), fast)
 			}
 			if got := tr.Options().Exporter; got != exporter {
 				t.Fatalf("runs with exporter %q, want %q", got, exporter)
@@ -96,8 +106,8 @@ func TestBothExportersSendTheRecordSpans(t *testing.T) {
 				!strings.Contains(attrs["messaging.message.id"], "1:2:-1:0") || !strings.Contains(attrs["messaging.system"], "pulsar") {
 				t.Fatalf("publish span %v", publish)
 			}
-			if tr.Spans.Exported() < 2 || tr.Spans.Failed() != 0 {
-				t.Fatalf("exported %d, failed %d", tr.Spans.Exported(), tr.Spans.Failed())
+			if tr.Spans.Exported() < 2 || tr.Spans.Failed() != 0 || tr.Spans.Exported() != tr.Spans.Ended() {
+				t.Fatalf("ended %d, exported %d, failed %d", tr.Spans.Ended(), tr.Spans.Exported(), tr.Spans.Failed())
 			}
 		})
 	}
@@ -135,4 +145,24 @@ func setupErr(o TracingOptions) error {
 		_ = tr.Shutdown(context.Background())
 	}
 	return err
+}
+
+// The fast path's processor batches as the SDK's batch span processor would: the
+// OTEL_BSP_* variables (a bad value takes the default, as the SDK's), then the bridge's
+// own options over them.
+func TestBatchOptionsAreTheSDKs(t *testing.T) {
+	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "100")
+	t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "7")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "250")
+	t.Setenv("OTEL_BSP_EXPORT_TIMEOUT", "not a number")
+	o := batchOptions(nil)
+	want := sdktrace.BatchSpanProcessorOptions{MaxQueueSize: 100, MaxExportBatchSize: 7, BatchTimeout: 250 * time.Millisecond,
+		ExportTimeout: sdktrace.DefaultExportTimeout * time.Millisecond}
+	if o != want {
+		t.Fatalf("options %+v, want %+v", o, want)
+	}
+	t.Setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1000") // past the queue: the SDK's default batch, within the queue
+	if o := batchOptions([]sdktrace.BatchSpanProcessorOption{sdktrace.WithMaxQueueSize(16384)}); o.MaxExportBatchSize != 100 || o.MaxQueueSize != 16384 {
+		t.Fatalf("options %+v", o)
+	}
 }

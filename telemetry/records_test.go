@@ -318,11 +318,16 @@ func BenchmarkRecordSpan(b *testing.B) {
 		ratio    float64
 		exporter string
 		direct   bool // tracing.recordSpans: direct
-	}{{"0pct", 0, ExporterSDK, false}, {"1pct", 0.01, ExporterSDK, false}, {"10pct", 0.1, ExporterSDK, false}, {"100pct", 1, ExporterSDK, false},
-		{"1pct-wire", 0.01, ExporterWire, false}, {"10pct-wire", 0.1, ExporterWire, false}, {"100pct-wire", 1, ExporterWire, false},
-		{"direct/1pct", 0.01, ExporterSDK, true}, {"direct/10pct", 0.1, ExporterSDK, true}, {"direct/100pct", 1, ExporterSDK, true},
+		sdkBatch bool // the SDK's batch span processor even on the fast path
+	}{{"0pct", 0, ExporterSDK, false, false}, {"1pct", 0.01, ExporterSDK, false, false}, {"10pct", 0.1, ExporterSDK, false, false},
+		{"100pct", 1, ExporterSDK, false, false},
+		{"1pct-wire", 0.01, ExporterWire, false, false}, {"10pct-wire", 0.1, ExporterWire, false, false}, {"100pct-wire", 1, ExporterWire, false, false},
+		{"direct/1pct", 0.01, ExporterSDK, true, false}, {"direct/10pct", 0.1, ExporterSDK, true, false}, {"direct/100pct", 1, ExporterSDK, true, false},
 		// The fast path: both.
-		{"direct/1pct-wire", 0.01, ExporterWire, true}, {"direct/10pct-wire", 0.1, ExporterWire, true}, {"direct/100pct-wire", 1, ExporterWire, true}} {
+		{"direct/1pct-wire", 0.01, ExporterWire, true, false}, {"direct/10pct-wire", 0.1, ExporterWire, true, false},
+		{"direct/100pct-wire", 1, ExporterWire, true, false},
+		// The same through the SDK's batch span processor rather than otlpwire's.
+		{"direct/100pct-wire-bsp", 1, ExporterWire, true, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			// Both exporters encode each batch as they would to send it, and drop it.
 			var exp sdktrace.SpanExporter = &wireDiscard{}
@@ -336,7 +341,7 @@ func BenchmarkRecordSpan(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			tr, err := newTracing("v", resource.NewSchemaless(), sampler, bigSegments, recordSpans{direct: c.direct},
+			tr, err := newTracing("v", resource.NewSchemaless(), sampler, bigSegments, recordSpans{direct: c.direct, sdkBatch: c.sdkBatch},
 				exp, sdktrace.WithMaxQueueSize(16384), sdktrace.WithMaxExportBatchSize(4096))
 			if err != nil {
 				b.Fatal(err)
@@ -377,6 +382,9 @@ func (w *wireDiscard) ExportSpans(_ context.Context, spans []sdktrace.ReadOnlySp
 }
 
 func (*wireDiscard) Shutdown(context.Context) error { return nil }
+
+// SendRequest drops a request otlpwire's processor encoded (the fast path's batching).
+func (*wireDiscard) SendRequest(context.Context, []byte, int) (bool, error) { return true, nil }
 
 // discardClient marshals what the OTLP exporter gives it, as a real client would, and
 // drops it.

@@ -207,7 +207,18 @@ func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler
 	s := bridgeSampler{sampler}
 	cut, cutNow := context.WithCancel(context.Background())
 	limits := sdktrace.NewSpanLimits() // OTEL_SPAN_*: one value for the provider and directspan
-	procs := []sdktrace.SpanProcessor{countEnded{counts}, sdktrace.NewBatchSpanProcessor(countingExporter{exp, counts, cut}, bsp...)}
+	var batcher sdktrace.SpanProcessor
+	if sender, ok := exp.(otlpwire.Sender); ok && rs.direct && !rs.sdkBatch {
+		// The fast path (recordSpans: direct, exporter: wire): otlpwire's processor
+		// encodes each span as it ends, with the batch processor's settings, so
+		// directspan reuses its spans.
+		o := batchOptions(bsp)
+		batcher = otlpwire.NewProcessor(sender, otlpwire.ProcessorOptions{MaxQueueSize: o.MaxQueueSize, MaxExportBatchSize: o.MaxExportBatchSize,
+			ScheduleDelay: o.BatchTimeout, ExportTimeout: o.ExportTimeout, Cut: cut, Exported: counts.exportDone})
+	} else {
+		batcher = sdktrace.NewBatchSpanProcessor(countingExporter{exp, counts, cut}, bsp...)
+	}
+	procs := []sdktrace.SpanProcessor{countEnded{counts}, batcher}
 	if rs.observe != nil {
 		procs = append(procs, rs.observe)
 	}
@@ -265,9 +276,37 @@ type segmentOptions struct {
 	interval time.Duration
 }
 
+// batchOptions are the SDK's batch span processor's settings for bsp: the OTEL_BSP_*
+// variables read as NewBatchSpanProcessor reads them (a value that is not a number, or
+// not above zero, takes the default), then bsp.
+func batchOptions(bsp []sdktrace.BatchSpanProcessorOption) sdktrace.BatchSpanProcessorOptions {
+	env := func(name string, def int) int {
+		if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+			return v
+		}
+		return def
+	}
+	o := sdktrace.BatchSpanProcessorOptions{
+		MaxQueueSize:       env("OTEL_BSP_MAX_QUEUE_SIZE", sdktrace.DefaultMaxQueueSize),
+		MaxExportBatchSize: env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", sdktrace.DefaultMaxExportBatchSize),
+		BatchTimeout:       time.Duration(env("OTEL_BSP_SCHEDULE_DELAY", sdktrace.DefaultScheduleDelay)) * time.Millisecond,
+		ExportTimeout:      time.Duration(env("OTEL_BSP_EXPORT_TIMEOUT", sdktrace.DefaultExportTimeout)) * time.Millisecond,
+	}
+	if o.MaxExportBatchSize > o.MaxQueueSize {
+		o.MaxExportBatchSize = min(sdktrace.DefaultMaxExportBatchSize, o.MaxQueueSize)
+	}
+	for _, f := range bsp {
+		f(&o)
+	}
+	return o
+}
+
 // recordSpans says how newTracing's record spans are made.
 type recordSpans struct {
 	direct bool // by telemetry/directspan (tracing.recordSpans: direct)
+	// sdkBatch keeps the SDK's batch span processor with direct and a wire exporter
+	// (benchmarks compare the two).
+	sdkBatch bool
 	// observe, for tests, is one more processor after the others: it sees every span
 	// ended, sampled or record-only.
 	observe sdktrace.SpanProcessor
@@ -371,6 +410,18 @@ func (p countEnded) OnEnd(s sdktrace.ReadOnlySpan) {
 }
 func (countEnded) Shutdown(context.Context) error   { return nil }
 func (countEnded) ForceFlush(context.Context) error { return nil }
+
+// EndKeepsNoSpan: countEnded keeps nothing of a span (directspan may reuse it).
+func (countEnded) EndKeepsNoSpan() {}
+
+// exportDone counts an export of n spans that ended with err.
+func (c *SpanCounts) exportDone(n int, err error) {
+	if err != nil {
+		c.failed.Add(int64(n))
+	} else {
+		c.exported.Add(int64(n))
+	}
+}
 
 // countingExporter counts what its exporter accepts and what it fails to export; an
 // export ends when cut does (Tracing.Shutdown's deadline passed).

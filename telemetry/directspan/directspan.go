@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -42,6 +43,19 @@ type Maker struct {
 	res    *resource.Resource
 	// stopped: the provider is shut down, its processors are no longer handed spans.
 	stopped atomic.Bool
+	// pool holds spans for reuse when every processor keeps nothing of a span after its
+	// OnEnd (each implements KeepsNoSpan); nil otherwise.
+	pool *sync.Pool
+}
+
+// KeepsNoSpan is implemented by a span processor whose OnEnd keeps nothing of the span
+// it is handed once it returns (it counts it, or encodes it at once). When every
+// processor of a Maker implements it, the Maker reuses its spans: a span is handed to
+// the processors, then made again for the next End. A processor that keeps spans (the
+// SDK's BatchSpanProcessor keeps them until their export) must not implement it.
+type KeepsNoSpan interface {
+	sdktrace.SpanProcessor
+	EndKeepsNoSpan()
 }
 
 // Stop makes End hand spans to no processor from now on, as the SDK's tracer hands
@@ -71,9 +85,29 @@ func New(procs []sdktrace.SpanProcessor, limits sdktrace.SpanLimits, res *resour
 	if probe.span == nil {
 		return nil, errors.New("directspan: the probe span did not reach its processor")
 	}
-	return &Maker{procs: append([]sdktrace.SpanProcessor(nil), procs...), limits: limits, scope: probe.span.InstrumentationScope(),
-		res: probe.span.Resource()}, nil
+	m := &Maker{procs: append([]sdktrace.SpanProcessor(nil), procs...), limits: limits, scope: probe.span.InstrumentationScope(),
+		res: probe.span.Resource()}
+	reuse := true
+	for _, p := range procs {
+		if _, ok := p.(KeepsNoSpan); !ok {
+			reuse = false
+		}
+	}
+	if reuse {
+		m.pool = &sync.Pool{New: func() any { return new(span) }}
+	}
+	return m, nil
 }
+
+// put returns sp to the pool once every OnEnd has returned (none keeps it: KeepsNoSpan),
+// cleared, so the pool holds nothing of a caller's.
+func (m *Maker) put(sp *span) {
+	*sp = span{}
+	m.pool.Put(sp)
+}
+
+// Reuses reports whether the Maker reuses its spans (every processor is a KeepsNoSpan).
+func (m *Maker) Reuses() bool { return m.pool != nil }
 
 // Span is a finished span as the caller describes it: what the SDK's tracer would be
 // told by Start (name, kind, start time, parent, and the ids and decision the span gets
@@ -97,7 +131,14 @@ func (m *Maker) End(s *Span, attrs []attribute.KeyValue, links []trace.Link) {
 	if m.stopped.Load() {
 		return
 	}
-	sp := &span{m: m, name: s.Name, sc: s.SpanContext, kind: s.Kind, start: s.Start, end: s.End}
+	var sp *span
+	if m.pool != nil {
+		sp = m.pool.Get().(*span) // zero: cleared when put back
+		sp.m, sp.name, sp.sc, sp.kind, sp.start, sp.end = m, s.Name, s.SpanContext, s.Kind, s.Start, s.End
+		defer m.put(sp)
+	} else {
+		sp = &span{m: m, name: s.Name, sc: s.SpanContext, kind: s.Kind, start: s.Start, end: s.End}
+	}
 	if s.Parent.IsValid() {
 		sp.parent = s.Parent
 	}
@@ -122,8 +163,8 @@ func (m *Maker) End(s *Span, attrs []attribute.KeyValue, links []trace.Link) {
 
 // span is one finished span: a single allocation for the spans the bridge makes (up to
 // len(attrBuf) attributes and one link), one more for a failed one's exception event. It
-// is never reused: a processor may keep it until its export, and nothing says when that
-// is done.
+// is reused only when every processor is a KeepsNoSpan; otherwise a processor may keep
+// it until its export, and nothing says when that is done.
 type span struct {
 	sdktrace.ReadOnlySpan // nil: only satisfies the interface's unexported method
 

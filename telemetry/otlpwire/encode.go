@@ -399,28 +399,12 @@ func (e *Encoder) Encode(spans []sdktrace.ReadOnlySpan) []byte {
 		rg := &e.resources[ri]
 		var rs int
 		b, rs = openLen(b, fReqResourceSpans, outerLengthReserve)
-		if rg.res != nil {
-			var start int
-			b, start = openLen(b, fRSResource, nestedLengthReserve)
-			for it := rg.res.Iter(); it.Next(); {
-				b = appendKeyValue(b, fResAttributes, it.Attribute())
-			}
-			b = closeLen(b, start, nestedLengthReserve)
-		}
+		b = appendResource(b, rg.res)
 		for _, si := range rg.scopes {
 			sg := &e.scopes[si]
 			var ss int
 			b, ss = openLen(b, fRSScopeSpans, outerLengthReserve)
-			if sc := sg.key.scope; sc != (instrumentation.Scope{}) {
-				var start int
-				b, start = openLen(b, fSSScope, nestedLengthReserve)
-				b = appendString(b, fScopeName, sc.Name)
-				b = appendString(b, fScopeVersion, sc.Version)
-				for it := sc.Attributes.Iter(); it.Next(); {
-					b = appendKeyValue(b, fScopeAttributes, it.Attribute())
-				}
-				b = closeLen(b, start, nestedLengthReserve)
-			}
+			b = appendScope(b, sg.key.scope)
 			for _, i := range sg.spans {
 				var start int
 				b, start = openLen(b, fSSSpans, spanLengthReserve)
@@ -444,6 +428,34 @@ func (e *Encoder) Encode(spans []sdktrace.ReadOnlySpan) []byte {
 	}
 	clear(e.byKey)
 	return b
+}
+
+// appendResource appends a ResourceSpans' resource field (none for a nil resource).
+func appendResource(b []byte, res *resource.Resource) []byte {
+	if res == nil {
+		return b
+	}
+	var start int
+	b, start = openLen(b, fRSResource, nestedLengthReserve)
+	for it := res.Iter(); it.Next(); {
+		b = appendKeyValue(b, fResAttributes, it.Attribute())
+	}
+	return closeLen(b, start, nestedLengthReserve)
+}
+
+// appendScope appends a ScopeSpans' scope field (none for the zero scope).
+func appendScope(b []byte, sc instrumentation.Scope) []byte {
+	if sc == (instrumentation.Scope{}) {
+		return b
+	}
+	var start int
+	b, start = openLen(b, fSSScope, nestedLengthReserve)
+	b = appendString(b, fScopeName, sc.Name)
+	b = appendString(b, fScopeVersion, sc.Version)
+	for it := sc.Attributes.Iter(); it.Next(); {
+		b = appendKeyValue(b, fScopeAttributes, it.Attribute())
+	}
+	return closeLen(b, start, nestedLengthReserve)
 }
 
 // group sorts the spans' indexes into e.resources and e.scopes.

@@ -1,0 +1,404 @@
+package otlpwire
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+
+	"github.com/recordio-bridge/bridge/telemetry/directspan"
+)
+
+// directInput is one span as directspan is told it, with its attributes and links.
+type directInput struct {
+	s     directspan.Span
+	attrs []attribute.KeyValue
+	links []trace.Link
+}
+
+// directInputs are record-like spans for directspan, some failed, some with a remote
+// parent, with attributes past the limits below.
+func directInputs(n int) []directInput {
+	start := time.Unix(1700000000, 0)
+	seg := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{9}, TraceFlags: trace.FlagsSampled})
+	ts, _ := trace.ParseTraceState("v=1")
+	out := make([]directInput, 0, n)
+	for i := range n {
+		in := directInput{s: directspan.Span{Name: "publish t" + strconv.Itoa(i%3), Kind: trace.SpanKindProducer,
+			Start: start.Add(time.Duration(i) * time.Millisecond), End: start.Add(time.Duration(i)*time.Millisecond + 300*time.Microsecond),
+			SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i), 1}, SpanID: trace.SpanID{byte(i), 2},
+				TraceFlags: trace.FlagsSampled, TraceState: ts})},
+			attrs: []attribute.KeyValue{attribute.String("messaging.system", "pulsar"), attribute.String("messaging.destination.name", "a long topic name"),
+				attribute.Int("messaging.message.body.size", i), attribute.String("messaging.message.id", strconv.Itoa(i)),
+				attribute.String("x", "dropped by the count limit")},
+			links: []trace.Link{{SpanContext: seg}}}
+		if i%4 == 1 {
+			in.s.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i), 1}, SpanID: trace.SpanID{7}, Remote: true,
+				TraceFlags: trace.FlagsSampled})
+		}
+		if i%5 == 2 {
+			in.s.Err = errors.New("the broker refused it")
+		}
+		if i%7 == 3 { // unsampled: no processor exports it
+			in.s.SpanContext = in.s.SpanContext.WithTraceFlags(0)
+		}
+		out = append(out, in)
+	}
+	return out
+}
+
+// procPair is the SDK's batch span processor around the official exporter, and a
+// Processor around the wire exporter, with the same batching, each sending to its own
+// collector.
+type procPair struct {
+	sdk, wire sdktrace.SpanProcessor
+}
+
+func newProcPair(t *testing.T, official sdktrace.SpanExporter, wire *Exporter, batch int) procPair {
+	bsp := sdktrace.NewBatchSpanProcessor(official, sdktrace.WithMaxExportBatchSize(batch), sdktrace.WithBatchTimeout(time.Hour))
+	p := NewProcessor(wire, ProcessorOptions{MaxExportBatchSize: batch, ScheduleDelay: time.Hour})
+	t.Cleanup(func() { _ = bsp.Shutdown(context.Background()); _ = p.Shutdown(context.Background()) })
+	return procPair{bsp, p}
+}
+
+// feed hands the same spans to both: SDK spans and stubs as they are, direct spans made
+// by one directspan Maker per processor (the Processor's reuses its spans).
+func (pp procPair) feed(t *testing.T, spans []sdktrace.ReadOnlySpan, direct []directInput) {
+	limits := sdktrace.NewSpanLimits()
+	limits.AttributeCountLimit = 4
+	limits.AttributeValueLengthLimit = 6
+	res := resource.NewSchemaless(attribute.String("service.name", "direct"))
+	ms := make([]*directspan.Maker, 2)
+	for i, p := range []sdktrace.SpanProcessor{pp.sdk, pp.wire} {
+		m, err := directspan.New([]sdktrace.SpanProcessor{p}, limits, res, "direct-scope", "v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i] = m
+	}
+	if ms[0].Reuses() || !ms[1].Reuses() {
+		t.Fatalf("reuse: with the SDK's processor %v, with otlpwire's %v; want false, true", ms[0].Reuses(), ms[1].Reuses())
+	}
+	for i := range max(len(spans), len(direct)) {
+		if i < len(spans) && spans[i] != nil {
+			pp.sdk.OnEnd(spans[i])
+			pp.wire.OnEnd(spans[i])
+		}
+		if i < len(direct) {
+			d := direct[i]
+			for _, m := range ms {
+				s := d.s
+				m.End(&s, d.attrs, d.links)
+			}
+		}
+	}
+	for _, p := range []sdktrace.SpanProcessor{pp.sdk, pp.wire} {
+		if err := p.ForceFlush(exportCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func mixedSpans(t *testing.T) []sdktrace.ReadOnlySpan {
+	return append(sdkSpans(t), stubSpans(t)...)
+}
+
+// The contract: the same spans (the SDK's, stubs over several resources and scopes,
+// directspan's with limits that drop attributes) through a Processor and through the
+// SDK's batch span processor with the official exporter make the same requests, batch
+// by batch, over OTLP/HTTP.
+func TestProcessorDifferentialHTTP(t *testing.T) {
+	for _, batch := range []int{4096, 5} {
+		t.Run(strconv.Itoa(batch), func(t *testing.T) {
+			co, cw := newCapture(t), newCapture(t)
+			off, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(co.url()),
+				otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := New(Config{Protocol: ProtocolHTTP, Endpoint: cw.url()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			newProcPair(t, off, w, batch).feed(t, mixedSpans(t), directInputs(40))
+			o, g := co.take(), cw.take()
+			if len(o) != len(g) || len(o) == 0 {
+				t.Fatalf("%d requests through the SDK's processor, %d through otlpwire's", len(o), len(g))
+			}
+			for i := range o {
+				requireEqual(t, decode(t, o[i].body), decode(t, g[i].body))
+			}
+		})
+	}
+}
+
+// The same over gRPC.
+func TestProcessorDifferentialGRPC(t *testing.T) {
+	for _, batch := range []int{4096, 5} {
+		t.Run(strconv.Itoa(batch), func(t *testing.T) {
+			co, cw := newGRPCCapture(t), newGRPCCapture(t)
+			off, err := otlptracegrpc.New(context.Background(), otlptracegrpc.WithEndpoint(co.addr), otlptracegrpc.WithInsecure(),
+				otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{Enabled: false}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := New(Config{Protocol: ProtocolGRPC, Endpoint: cw.addr, Insecure: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			newProcPair(t, off, w, batch).feed(t, mixedSpans(t), directInputs(40))
+			o, g := co.take(), cw.take()
+			if len(o) != len(g) || len(o) == 0 {
+				t.Fatalf("%d requests through the SDK's processor, %d through otlpwire's", len(o), len(g))
+			}
+			for i := range o {
+				requireEqual(t, o[i], g[i])
+			}
+		})
+	}
+}
+
+// fakeSender decodes each request it is sent and counts its spans; with block set, each
+// send waits for a value on it (or its ctx).
+type fakeSender struct {
+	t       *testing.T
+	arrived chan int // each request's span count
+	block   chan struct{}
+	once    sync.Once
+	spans   atomic.Int64
+	shut    atomic.Bool
+}
+
+// blocking makes each send wait until release (deferred by the caller after its
+// Shutdown, so a failing test ends rather than hangs).
+func (f *fakeSender) blocking() { f.block = make(chan struct{}) }
+
+func (f *fakeSender) release() { f.once.Do(func() { close(f.block) }) }
+
+func newFakeSender(t *testing.T) *fakeSender {
+	return &fakeSender{t: t, arrived: make(chan int, 1024)}
+}
+
+func (f *fakeSender) SendRequest(ctx context.Context, body []byte, spans int) (bool, error) {
+	req := decode(f.t, body)
+	n := 0
+	for _, rs := range req.ResourceSpans {
+		for _, ss := range rs.ScopeSpans {
+			n += len(ss.Spans)
+		}
+	}
+	if n != spans {
+		f.t.Errorf("a request of %d spans is said to have %d", n, spans)
+	}
+	f.arrived <- n
+	if f.block != nil {
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+	}
+	f.spans.Add(int64(n))
+	return true, nil
+}
+
+func (f *fakeSender) Shutdown(context.Context) error { f.shut.Store(true); return nil }
+
+func (f *fakeSender) next(t *testing.T) int {
+	t.Helper()
+	select {
+	case n := <-f.arrived:
+		return n
+	case <-time.After(20 * time.Second):
+		t.Fatal("no request arrived")
+		return 0
+	}
+}
+
+func oneRecordSpan(i int) sdktrace.ReadOnlySpan { return recordSpans(i + 1)[i] }
+
+// A batch is sent as soon as it is full, without a flush or the timer.
+func TestProcessorSendsFullBatches(t *testing.T) {
+	f := newFakeSender(t)
+	p := NewProcessor(f, ProcessorOptions{MaxExportBatchSize: 3, ScheduleDelay: time.Hour})
+	defer p.Shutdown(context.Background())
+	spans := recordSpans(7)
+	for _, s := range spans {
+		p.OnEnd(s)
+	}
+	if a, b := f.next(t), f.next(t); a != 3 || b != 3 {
+		t.Fatalf("requests of %d and %d spans, want 3 and 3", a, b)
+	}
+	if err := p.ForceFlush(exportCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.next(t); n != 1 {
+		t.Fatalf("the flush sent %d spans, want 1", n)
+	}
+}
+
+// A batch not full is sent when ScheduleDelay has passed.
+func TestProcessorSendsOnTheTimer(t *testing.T) {
+	f := newFakeSender(t)
+	p := NewProcessor(f, ProcessorOptions{MaxExportBatchSize: 100, ScheduleDelay: 20 * time.Millisecond})
+	defer p.Shutdown(context.Background())
+	for round := range 2 { // the timer runs again after it fired
+		p.OnEnd(oneRecordSpan(round))
+		if n := f.next(t); n != 1 {
+			t.Fatalf("round %d: %d spans sent, want 1", round, n)
+		}
+	}
+}
+
+// With MaxQueueSize spans waiting (sent ones not done yet, and queued), more are dropped
+// and counted; what was not dropped is exported, and Exported is told each request.
+func TestProcessorDropsWhenTheQueueIsFull(t *testing.T) {
+	f := newFakeSender(t)
+	f.blocking()
+	var exported, failed atomic.Int64
+	p := NewProcessor(f, ProcessorOptions{MaxQueueSize: 4, MaxExportBatchSize: 2, ScheduleDelay: time.Hour, Exported: func(n int, err error) {
+		if err != nil {
+			failed.Add(int64(n))
+		} else {
+			exported.Add(int64(n))
+		}
+	}})
+	defer p.Shutdown(context.Background())
+	defer f.release()
+	spans := recordSpans(9)
+	p.OnEnd(spans[0])
+	p.OnEnd(spans[1])
+	f.next(t) // the first batch is being sent, and held there
+	for _, s := range spans[2:] {
+		p.OnEnd(s)
+	}
+	if d := p.Dropped(); d != 5 {
+		t.Fatalf("%d spans dropped, want 5 (4 held)", d)
+	}
+	f.release()
+	if err := p.ForceFlush(exportCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if e, fl := exported.Load(), failed.Load(); e != 4 || fl != 0 || f.spans.Load() != 4 {
+		t.Fatalf("exported %d, failed %d, the collector got %d; want 4, 0, 4", e, fl, f.spans.Load())
+	}
+	// Room again: a new span is taken.
+	p.OnEnd(spans[0])
+	if err := p.ForceFlush(exportCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if d, e := p.Dropped(), exported.Load(); d != 5 || e != 5 {
+		t.Fatalf("after the queue emptied: dropped %d, exported %d; want 5, 5", d, e)
+	}
+}
+
+// ForceFlush returns ctx's error when an export does not end by then.
+func TestProcessorForceFlushHonoursCtx(t *testing.T) {
+	f := newFakeSender(t)
+	f.blocking()
+	p := NewProcessor(f, ProcessorOptions{ScheduleDelay: time.Hour})
+	defer p.Shutdown(context.Background())
+	defer f.release()
+	p.OnEnd(oneRecordSpan(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := p.ForceFlush(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ForceFlush: %v, want its ctx's deadline", err)
+	}
+	f.release()
+	if err := p.Shutdown(exportCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if f.spans.Load() != 1 || !f.shut.Load() {
+		t.Fatalf("after Shutdown: %d spans sent, sender shut down %v", f.spans.Load(), f.shut.Load())
+	}
+}
+
+// Shutdown during an export the collector never answers: it waits until its ctx ends,
+// then cuts the export, which is told to Exported as failed; spans ended later are
+// ignored, and no goroutine is left (TestMain's goleak).
+func TestProcessorShutdownDuringHungExport(t *testing.T) {
+	for _, proto := range []Protocol{ProtocolHTTP, ProtocolGRPC} {
+		t.Run(string(proto), func(t *testing.T) {
+			var cfg Config
+			var arrived <-chan struct{}
+			if proto == ProtocolHTTP {
+				c := newCapture(t)
+				arrived = hang(t, c)
+				cfg = Config{Protocol: proto, Endpoint: c.url(), Timeout: time.Hour, Retry: fastRetry}
+			} else {
+				g := newGRPCCapture(t)
+				ch := make(chan struct{}, 16)
+				g.answer = func(ctx context.Context, _ int) (*coltracepb.ExportTraceServiceResponse, error) {
+					ch <- struct{}{}
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				arrived = ch
+				cfg = Config{Protocol: proto, Endpoint: g.addr, Insecure: true, Timeout: time.Hour, Retry: fastRetry}
+			}
+			e, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failed atomic.Int64
+			p := NewProcessor(e, ProcessorOptions{ScheduleDelay: time.Hour, Exported: func(n int, err error) {
+				if err != nil {
+					failed.Add(int64(n))
+				}
+			}})
+			p.OnEnd(oneRecordSpan(0))
+			go func() { _ = p.ForceFlush(context.Background()) }() // answered by Shutdown
+			select {
+			case <-arrived:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the request never reached the collector")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if err := p.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Shutdown: %v, want its ctx's deadline", err)
+			}
+			if n := failed.Load(); n != 1 {
+				t.Fatalf("%d spans counted failed, want the cut export's 1", n)
+			}
+			p.OnEnd(oneRecordSpan(1))
+			if err := p.ForceFlush(context.Background()); err != nil {
+				t.Fatalf("ForceFlush after Shutdown: %v", err)
+			}
+		})
+	}
+}
+
+// Spans ended from many goroutines at once all arrive, each once (run with -race).
+func TestProcessorConcurrentOnEnd(t *testing.T) {
+	f := newFakeSender(t)
+	p := NewProcessor(f, ProcessorOptions{MaxQueueSize: 1 << 16, MaxExportBatchSize: 64, ScheduleDelay: time.Millisecond})
+	spans := recordSpans(200)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for _, s := range spans {
+				p.OnEnd(s)
+			}
+		})
+	}
+	wg.Wait()
+	if err := p.Shutdown(exportCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n, d := f.spans.Load(), p.Dropped(); n != 8*200 || d != 0 {
+		t.Fatalf("%d spans sent, %d dropped; want %d, 0", n, d, 8*200)
+	}
+}
