@@ -533,8 +533,8 @@ streams:
 	// Binomial(10 000, 0.1): mean 1 000, σ = 30. The bound, ±3σ, fails 0.27 % of
 	// correct runs; held on the default pipeline (the first variant). The others, which
 	// share its sampler (they differ in how a span is made and exported, not in which
-	// records are sampled), are held to ±4σ, so five variants do not make the suite fail
-	// five times as often by chance (telemetry's TestFastSamplerDecidesAsTheSDKSampler
+	// records are sampled), are held to ±4σ, so six variants do not make the suite fail
+	// six times as often by chance (telemetry's TestFastSamplerDecidesAsTheSDKSampler
 	// checks the decision itself, exactly).
 	bound := 90
 	if v != tracingVariants[0] {
