@@ -58,10 +58,11 @@ type Processor struct {
 	maxBytes int
 
 	mu     sync.Mutex
-	cur    *batch // being filled (nil: none yet)
-	queue  []item // full batches and flush marks, oldest first
-	held   int    // spans in cur and queue
-	free   []*batch
+	cur    *batch   // being filled (nil: none yet)
+	queue  []item   // full batches and flush marks, oldest first
+	held   int      // spans in cur and queue
+	free   []*batch // emptied batches for reuse: at most maxFreeBatches, keptBufferBytes of buffers in all
+	freeB  int      // the free batches' buffers' bytes
 	closed bool
 
 	dropped  atomic.Int64
@@ -91,7 +92,10 @@ const (
 	defaultMaxQueue      = sdktrace.DefaultMaxQueueSize
 	defaultMaxBatch      = sdktrace.DefaultMaxExportBatchSize
 	defaultScheduleDelay = sdktrace.DefaultScheduleDelay * time.Millisecond
-	maxFreeBatches       = 2
+	// maxFreeBatches: with many streams ending spans on few cores the export goroutine
+	// falls behind by several batches; keeping only two made each later one grow its
+	// buffer anew (garbage, then GC) under load.
+	maxFreeBatches = 8
 )
 
 // NewProcessor starts a Processor sending through s; Shutdown ends it. Zero options take
@@ -159,7 +163,9 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 func (p *Processor) newBatchLocked() *batch {
 	if n := len(p.free); n > 0 {
 		b := p.free[n-1]
+		p.free[n-1] = nil
 		p.free = p.free[:n-1]
+		p.freeB -= b.capacity()
 		return b
 	}
 	return &batch{}
@@ -254,8 +260,9 @@ func (p *Processor) send(b *batch) {
 	b.reset()
 	p.mu.Lock()
 	p.held -= n
-	if len(p.free) < maxFreeBatches {
+	if c := b.capacity(); len(p.free) < maxFreeBatches && p.freeB+c <= keptBufferBytes {
 		p.free = append(p.free, b)
+		p.freeB += c
 	}
 	p.mu.Unlock()
 }
@@ -415,6 +422,16 @@ func (b *batch) request(out []byte) []byte {
 		out = closeLen(out, rs, outerLengthReserve)
 	}
 	return out
+}
+
+// capacity is the bytes of b's span buffers.
+func (b *batch) capacity() int {
+	n := 0
+	all := b.groups[:cap(b.groups)]
+	for i := range all {
+		n += cap(all[i].spans)
+	}
+	return n
 }
 
 // reset empties b, keeping its buffers unless they are large; it keeps no resource or

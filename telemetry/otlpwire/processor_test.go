@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 
@@ -400,5 +402,48 @@ func TestProcessorConcurrentOnEnd(t *testing.T) {
 	}
 	if n, d := f.spans.Load(), p.Dropped(); n != 8*200 || d != 0 {
 		t.Fatalf("%d spans sent, %d dropped; want %d, 0", n, d, 8*200)
+	}
+}
+
+// The emptied batches kept for reuse hold at most maxFreeBatches batches and
+// keptBufferBytes of buffers in all, however large the batches that were sent.
+func TestProcessorKeepsBoundedFreeBatches(t *testing.T) {
+	f := newFakeSender(t)
+	f.blocking()
+	p := NewProcessor(f, ProcessorOptions{MaxQueueSize: 64, MaxExportBatchSize: 1, ScheduleDelay: time.Hour})
+	defer f.release()
+	defer p.Shutdown(context.Background())
+	big := strings.Repeat("x", keptBufferBytes/3)
+	for i := range 12 { // each its own batch of ~keptBufferBytes/3, all waiting for the blocked send
+		s := tracetest.SpanStub{Name: "big", SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{byte(i + 1)},
+			TraceFlags: trace.FlagsSampled}), Attributes: []attribute.KeyValue{attribute.String("v", big)}}.Snapshot()
+		p.OnEnd(s)
+	}
+	f.release()
+	if err := p.ForceFlush(exportCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	n, bytes := len(p.free), p.freeB
+	p.mu.Unlock()
+	if n == 0 || n > maxFreeBatches || bytes > keptBufferBytes {
+		t.Fatalf("%d free batches of %d bytes kept; want 1 to %d, at most %d bytes", n, bytes, maxFreeBatches, keptBufferBytes)
+	}
+	for range 12 {
+		f.next(t)
+	}
+	// Small batches are kept up to maxFreeBatches.
+	f.block = nil
+	for i := range 3 * maxFreeBatches {
+		p.OnEnd(oneRecordSpan(i))
+	}
+	if err := p.ForceFlush(exportCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	n = len(p.free)
+	p.mu.Unlock()
+	if n > maxFreeBatches {
+		t.Fatalf("%d free batches kept; want at most %d", n, maxFreeBatches)
 	}
 }
