@@ -255,8 +255,46 @@ func spanFlags(tf trace.TraceFlags, parent trace.SpanContext) uint32 {
 	return f
 }
 
-// appendKeyValue appends kv as KeyValue field num.
+// appendKeyValue appends kv as KeyValue field num. A string or int64 value (the record
+// spans' attributes) has its lengths computed before it is written; any other goes
+// through appendKeyValueGeneral. Both write the same bytes (TestKeyValueFastPath).
 func appendKeyValue(b []byte, num protowire.Number, kv attribute.KeyValue) []byte {
+	var anyLen int
+	var sv string
+	var iv uint64
+	switch t := kv.Value.Type(); t {
+	case attribute.STRING:
+		sv = validUTF8(kv.Value.AsString())
+		anyLen = 1 + protowire.SizeBytes(len(sv))
+	case attribute.INT64:
+		iv = uint64(kv.Value.AsInt64()) // #nosec G115 -- int64 is sent as its two's complement
+		anyLen = 1 + protowire.SizeVarint(iv)
+	default:
+		return appendKeyValueGeneral(b, num, kv)
+	}
+	key := validUTF8(string(kv.Key))
+	kvLen := 1 + protowire.SizeBytes(anyLen)
+	if key != "" {
+		kvLen += 1 + protowire.SizeBytes(len(key))
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(kvLen))
+	if key != "" {
+		b = protowire.AppendTag(b, fKVKey, protowire.BytesType)
+		b = protowire.AppendString(b, key)
+	}
+	b = protowire.AppendTag(b, fKVValue, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(anyLen))
+	if kv.Value.Type() == attribute.STRING {
+		b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
+		return protowire.AppendString(b, sv)
+	}
+	b = protowire.AppendTag(b, fAnyInt, protowire.VarintType)
+	return protowire.AppendVarint(b, iv)
+}
+
+// appendKeyValueGeneral appends kv as KeyValue field num, any value type.
+func appendKeyValueGeneral(b []byte, num protowire.Number, kv attribute.KeyValue) []byte {
 	b, start := openLen(b, num, nestedLengthReserve)
 	b = appendString(b, fKVKey, string(kv.Key))
 	b = appendAnyValue(b, fKVValue, kv.Value)
