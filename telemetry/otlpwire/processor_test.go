@@ -447,3 +447,67 @@ func TestProcessorKeepsBoundedFreeBatches(t *testing.T) {
 		t.Fatalf("%d free batches kept; want at most %d", n, maxFreeBatches)
 	}
 }
+
+// directspan's spans, reused by the Processor, under span limits that bite (attributes
+// dropped and truncated), that do not (the SDK's defaults: every record attribute
+// kept as given) and with the count exactly at the limit, some with an attribute whose
+// key and value are not UTF-8: through the Processor they make the requests the SDK's
+// batch processor and the official exporter make of the same spans with each bad
+// sequence already replaced by U+FFFD (the official exporter refuses invalid UTF-8).
+func TestProcessorDirectSpansUnderLimitsAndInvalidUTF8(t *testing.T) {
+	tight := sdktrace.NewSpanLimits()
+	tight.AttributeCountLimit, tight.AttributeValueLengthLimit = 4, 6
+	atLimit := sdktrace.NewSpanLimits()
+	atLimit.AttributeCountLimit = 6
+	for _, lc := range []struct {
+		name   string
+		limits sdktrace.SpanLimits
+	}{{"defaults", sdktrace.NewSpanLimits()}, {"tight", tight}, {"at the limit", atLimit}} {
+		t.Run(lc.name, func(t *testing.T) {
+			co, cw := newCapture(t), newCapture(t)
+			off, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(co.url()),
+				otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := New(Config{Protocol: ProtocolHTTP, Endpoint: cw.url()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pp := newProcPair(t, off, w, 4096)
+			res := resource.NewSchemaless(attribute.String("service.name", "direct"))
+			var ms [2]*directspan.Maker
+			for i, p := range []sdktrace.SpanProcessor{pp.sdk, pp.wire} {
+				if ms[i], err = directspan.New([]sdktrace.SpanProcessor{p}, lc.limits, res, "direct-scope", "v1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !ms[1].Reuses() {
+				t.Fatal("the Processor's Maker does not reuse its spans")
+			}
+			for i, d := range directInputs(40) {
+				fixed, bad := d.attrs, d.attrs
+				if i%3 == 0 {
+					fixed = append([]attribute.KeyValue{attribute.String("k\uFFFD", "v\uFFFD")}, d.attrs...)
+					bad = append([]attribute.KeyValue{attribute.String("k\xfe", "v\xc3")}, d.attrs...)
+				}
+				s := d.s
+				ms[0].End(&s, fixed, d.links)
+				s = d.s
+				ms[1].End(&s, bad, d.links)
+			}
+			for _, p := range []sdktrace.SpanProcessor{pp.sdk, pp.wire} {
+				if err := p.ForceFlush(exportCtx(t)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			o, g := co.take(), cw.take()
+			if len(o) != len(g) || len(o) == 0 {
+				t.Fatalf("%d requests through the SDK's processor, %d through otlpwire's", len(o), len(g))
+			}
+			for i := range o {
+				requireEqual(t, decode(t, o[i].body), decode(t, g[i].body))
+			}
+		})
+	}
+}
