@@ -450,8 +450,9 @@ func TestProcessorKeepsBoundedFreeBatches(t *testing.T) {
 
 // directspan's spans, reused by the Processor, under span limits that bite (attributes
 // dropped and truncated), that do not (the SDK's defaults: every record attribute
-// kept as given) and with the count exactly at the limit, some with an attribute whose
-// key and value are not UTF-8: through the Processor they make the requests the SDK's
+// kept as given), with the count exactly at the limit and with only lengths cut, some
+// with an attribute whose key and value are not UTF-8, some with a key twice and an
+// invalid attribute: through the Processor they make the requests the SDK's
 // batch processor and the official exporter make of the same spans with each bad
 // sequence already replaced by U+FFFD (the official exporter refuses invalid UTF-8).
 func TestProcessorDirectSpansUnderLimitsAndInvalidUTF8(t *testing.T) {
@@ -459,10 +460,12 @@ func TestProcessorDirectSpansUnderLimitsAndInvalidUTF8(t *testing.T) {
 	tight.AttributeCountLimit, tight.AttributeValueLengthLimit = 4, 6
 	atLimit := sdktrace.NewSpanLimits()
 	atLimit.AttributeCountLimit = 6
+	lengths := sdktrace.NewSpanLimits()
+	lengths.AttributeValueLengthLimit = 6
 	for _, lc := range []struct {
 		name   string
 		limits sdktrace.SpanLimits
-	}{{"defaults", sdktrace.NewSpanLimits()}, {"tight", tight}, {"at the limit", atLimit}} {
+	}{{"defaults", sdktrace.NewSpanLimits()}, {"tight", tight}, {"at the limit", atLimit}, {"lengths cut only", lengths}} {
 		t.Run(lc.name, func(t *testing.T) {
 			co, cw := newCapture(t), newCapture(t)
 			off, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(co.url()),
@@ -490,6 +493,10 @@ func TestProcessorDirectSpansUnderLimitsAndInvalidUTF8(t *testing.T) {
 				if i%3 == 0 {
 					fixed = append([]attribute.KeyValue{attribute.String("k\uFFFD", "v\uFFFD")}, d.attrs...)
 					bad = append([]attribute.KeyValue{attribute.String("k\xfe", "v\xc3")}, d.attrs...)
+				}
+				if i%5 == 0 { // a key twice: the SDK keeps its first place and last value
+					fixed = append(fixed[:len(fixed):len(fixed)], attribute.String("messaging.system", "other"), attribute.KeyValue{})
+					bad = append(bad[:len(bad):len(bad)], attribute.String("messaging.system", "other"), attribute.KeyValue{})
 				}
 				s := d.s
 				ms[0].End(&s, fixed, d.links)
