@@ -116,6 +116,7 @@ func startBridgeEnv(t testing.TB, cfg string, env []string) *bridgeProc {
 	p.cmd = exec.Command(bin, "run", "-config", p.Config, "-log-level", level)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.SysProcAttr = diesWithParent()
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
