@@ -318,45 +318,13 @@ func appendAnyValue(b []byte, num protowire.Number, v attribute.Value) []byte {
 		b = protowire.AppendTag(b, fAnyBytes, protowire.BytesType)
 		b = protowire.AppendBytes(b, v.AsByteSlice())
 	case attribute.BOOLSLICE:
-		var as int
-		b, as = openLen(b, fAnyArray, nestedLengthReserve)
-		for _, x := range v.AsBoolSlice() {
-			var vs int
-			b, vs = openLen(b, fArrayValues, nestedLengthReserve)
-			b = appendBoolMember(b, x)
-			b = closeLen(b, vs, nestedLengthReserve)
-		}
-		b = closeLen(b, as, nestedLengthReserve)
+		b = appendArray(b, v.AsBoolSlice(), appendBoolMember)
 	case attribute.INT64SLICE:
-		var as int
-		b, as = openLen(b, fAnyArray, nestedLengthReserve)
-		for _, x := range v.AsInt64Slice() {
-			var vs int
-			b, vs = openLen(b, fArrayValues, nestedLengthReserve)
-			b = appendIntMember(b, x)
-			b = closeLen(b, vs, nestedLengthReserve)
-		}
-		b = closeLen(b, as, nestedLengthReserve)
+		b = appendArray(b, v.AsInt64Slice(), appendIntMember)
 	case attribute.FLOAT64SLICE:
-		var as int
-		b, as = openLen(b, fAnyArray, nestedLengthReserve)
-		for _, x := range v.AsFloat64Slice() {
-			var vs int
-			b, vs = openLen(b, fArrayValues, nestedLengthReserve)
-			b = appendDoubleMember(b, x)
-			b = closeLen(b, vs, nestedLengthReserve)
-		}
-		b = closeLen(b, as, nestedLengthReserve)
+		b = appendArray(b, v.AsFloat64Slice(), appendDoubleMember)
 	case attribute.STRINGSLICE:
-		var as int
-		b, as = openLen(b, fAnyArray, nestedLengthReserve)
-		for _, x := range v.AsStringSlice() {
-			var vs int
-			b, vs = openLen(b, fArrayValues, nestedLengthReserve)
-			b = appendStringAlways(b, fAnyString, x)
-			b = closeLen(b, vs, nestedLengthReserve)
-		}
-		b = closeLen(b, as, nestedLengthReserve)
+		b = appendArray(b, v.AsStringSlice(), func(b []byte, x string) []byte { return appendStringAlways(b, fAnyString, x) })
 	case attribute.SLICE:
 		var as int
 		b, as = openLen(b, fAnyArray, nestedLengthReserve)
@@ -584,4 +552,17 @@ func (e *Encoder) newScopeGroup(k groupKey, res *resource.Resource) int {
 	}
 	e.resources[ri].scopes = append(e.resources[ri].scopes, gi)
 	return gi
+}
+
+// appendArray writes xs as an ArrayValue: each element an AnyValue written by member.
+func appendArray[T any](b []byte, xs []T, member func([]byte, T) []byte) []byte {
+	var as int
+	b, as = openLen(b, fAnyArray, nestedLengthReserve)
+	for _, x := range xs {
+		var vs int
+		b, vs = openLen(b, fArrayValues, nestedLengthReserve)
+		b = member(b, x)
+		b = closeLen(b, vs, nestedLengthReserve)
+	}
+	return closeLen(b, as, nestedLengthReserve)
 }
