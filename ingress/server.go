@@ -295,8 +295,13 @@ func settleBody(c echo.Context, sawEOF bool) {
 		return
 	}
 	if req.ContentLength < maxDiscard {
-		_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(discardGrace))
-		if _, err := io.CopyN(io.Discard, req.Body, maxDiscard); errors.Is(err, io.EOF) {
+		rc := http.NewResponseController(c.Response())
+		_ = rc.SetReadDeadline(time.Now().Add(discardGrace))
+		if _, err := io.CopyN(io.Discard, req.Body, maxDiscard); errors.Is(err, io.EOF) || errors.Is(err, http.ErrBodyReadAfterClose) {
+			// Ended: the grace is over. net/http lifts the deadline itself when it sees the
+			// end, but not for a body that had ended before: left, it would cut net/http's
+			// background read and cancel the connection's context (see stopReading).
+			_ = rc.SetReadDeadline(time.Time{})
 			return
 		}
 	}

@@ -129,12 +129,20 @@ func newStream(s *Server, c echo.Context, parent context.Context, route string, 
 // stopReading makes the body reader fail with err from its next read on. A read in
 // progress is given stopGrace to finish: a client that is sending completes it (and the
 // body stays readable, so lingerForTheClient can drain it cleanly), a silent one times out.
+//
+// A body already read to its end gets no deadline: net/http then reads the connection in
+// the background (to notice a client that goes away), and a deadline would fail that
+// read and cancel the connection's context, so the next request a kept-alive client
+// sends on it would start cancelled (see bodyReader.Read for the race with a read that
+// is ending).
 func (st *stream) stopReading(err error) {
 	st.bodyMu.Lock()
 	defer st.bodyMu.Unlock()
 	if st.stopErr == nil {
 		st.stopErr = err
-		_ = st.rc.SetReadDeadline(time.Now().Add(stopGrace))
+		if !st.sawEOF.Load() {
+			_ = st.rc.SetReadDeadline(time.Now().Add(stopGrace))
+		}
 	}
 }
 
@@ -256,7 +264,13 @@ func stoppedEarly(endErr error) bool {
 // Closing a socket with unread input makes the kernel reset it, and a reset can destroy
 // the summary in flight; a client that sees its body rejected may also drop the
 // connection. A client that reads the summary and ends its body lets this return at once.
+//
+// A body read to its end already has nothing to drop, and a deadline would cut net/http's
+// background read (see stopReading).
 func (st *stream) lingerForTheClient() {
+	if st.sawEOF.Load() {
+		return
+	}
 	_ = st.rc.SetReadDeadline(time.Now().Add(lingerTime))
 	_, _ = io.CopyN(io.Discard, st.c.Request().Body, lingerBytes)
 }
@@ -746,11 +760,23 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		st.bodyMu.Unlock()
 		return 0, err
 	}
+	if st.sawEOF.Load() {
+		// Ended: no deadline for a read that has nothing to wait for (see below).
+		st.bodyMu.Unlock()
+		return 0, io.EOF
+	}
 	_ = st.rc.SetReadDeadline(time.Now().Add(st.limits.IdleTimeout))
 	st.bodyMu.Unlock()
 	n, err := b.r.Read(p)
 	if errors.Is(err, io.EOF) {
+		// net/http lifted the read deadline as the body ended and reads the connection in
+		// the background from then on; a deadline set meanwhile (stopReading, racing with
+		// this read) would fail that read and cancel the connection's context, and with it
+		// every later request of a kept-alive client. Lifted again, and none is set after.
+		st.bodyMu.Lock()
 		st.sawEOF.Store(true)
+		_ = st.rc.SetReadDeadline(time.Time{})
+		st.bodyMu.Unlock()
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		st.bodyMu.Lock()
