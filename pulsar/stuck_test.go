@@ -94,3 +94,67 @@ func TestWriteTimeoutDropsABrokerThatStopsReading(t *testing.T) {
 		t.Fatalf("%d CONNECTs: the frozen connection was never dropped", got)
 	}
 }
+
+// TestASlowBrokerBehindALargeResendIsNotDeclaredDead: after a reconnect the producer
+// resends 32 MiB, which a broker starved of CPU reads slowly, saying nothing meanwhile
+// (its receipts come later). Its keep-alive PING is queued behind the resend, so the
+// broker cannot answer it before it has read all of it; the connection must stay up
+// while the writes make progress. The PING's time was taken when it was queued and
+// write progress did not count: the live broker was declared dead two intervals
+// after the reconnect, and the resend started again on a new connection.
+func TestASlowBrokerBehindALargeResendIsNotDeclaredDead(t *testing.T) {
+	b := fakeBroker(t)
+	c := client(t, b.URL(), func(o *pulsar.ClientOptions) {
+		o.KeepAlive = 2 * time.Second
+	})
+	p := producer(t, c, pulsar.ProducerOptions{DisableBatching: true, SendTimeout: -1, MaxPendingBytes: 64 << 20})
+	ctx, cancel := context.WithTimeout(context.Background(), stuckWait)
+	defer cancel()
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("before")}); err != nil {
+		t.Fatal(err)
+	}
+	b.HoldReceipts(true)
+	const n = 32
+	payload := make([]byte, 1<<20)
+	errs := make(chan error, n)
+	for range n {
+		p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: payload}, func(_ pulsar.MessageID, err error) { errs <- err })
+	}
+	waitUntil(t, ctx, "the first 32 MiB read", func() bool { return b.Frames(pb.BaseCommand_SEND) >= 1+n })
+	// About 3 MB/s at most: the resend takes more than two keep-alive intervals, each
+	// 1 MiB write completes in a fraction of one.
+	b.SlowReading(16<<10, 5*time.Millisecond)
+	b.DropConnections()
+	waitUntil(t, ctx, "the resend read, or a second reconnect", func() bool {
+		return b.Frames(pb.BaseCommand_SEND) >= 1+2*n || b.Frames(pb.BaseCommand_CONNECT) > 2
+	})
+	if got := b.Frames(pb.BaseCommand_CONNECT); got != 2 {
+		t.Fatalf("%d CONNECTs, want 2: the broker reading the resend was declared dead (%d SENDs read)", got, b.Frames(pb.BaseCommand_SEND))
+	}
+	b.SlowReading(0, 0)
+	b.HoldReceipts(false)
+	for i := range n {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d messages receipted in %s", i, n, stuckWait)
+		}
+	}
+}
+
+// waitUntil polls cond until it holds; it fails the test when ctx ends first.
+func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

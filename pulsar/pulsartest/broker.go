@@ -75,6 +75,8 @@ type Broker struct {
 	refuse         map[pb.BaseCommand_Type][]pb.ServerError // answer these with ERROR instead
 	uniqueNames    bool                                     // a producer name registered on a topic is busy until closed
 	lostProducerOK int                                      // register the next PRODUCERs but never answer them
+	slowBytes      int                                      // SlowReading: at most this many bytes per read...
+	slowEvery      time.Duration                            // ...and a pause before each read
 }
 
 // UniqueProducerNames makes a producer name busy on its topic while a producer of that
@@ -256,6 +258,36 @@ func (b *Broker) StopReading() {
 		c.frozen = true
 	}
 	b.mu.Unlock()
+}
+
+// SlowReading makes the broker read every connection at most n bytes at a time, each
+// read after a pause of every, as a broker starved of CPU does: the client's writes make
+// progress, slowly, and what it queued behind them (a PING) reaches the broker late.
+// n <= 0 reads at full speed again.
+func (b *Broker) SlowReading(n int, every time.Duration) {
+	b.mu.Lock()
+	b.slowBytes, b.slowEvery = n, every
+	b.mu.Unlock()
+}
+
+// throttledReader is a connection's reader under SlowReading.
+type throttledReader struct{ c *serverConn }
+
+func (t throttledReader) Read(p []byte) (int, error) {
+	t.c.b.mu.Lock()
+	n, every := t.c.b.slowBytes, t.c.b.slowEvery
+	t.c.b.mu.Unlock()
+	if n <= 0 {
+		return t.c.nc.Read(p)
+	}
+	timer := time.NewTimer(every)
+	defer timer.Stop()
+	select {
+	case <-t.c.gone:
+		return 0, net.ErrClosed
+	case <-timer.C:
+	}
+	return t.c.nc.Read(p[:min(len(p), n)])
 }
 
 // SetIgnorePings makes the broker stop answering PING (a dead peer).
@@ -446,7 +478,7 @@ func (c *serverConn) serve() {
 		c.b.subs = kept
 		c.b.mu.Unlock()
 	}()
-	br := bufio.NewReader(c.nc)
+	br := bufio.NewReader(throttledReader{c})
 	for {
 		var prefix [4]byte
 		if _, err := io.ReadFull(br, prefix[:]); err != nil {

@@ -103,8 +103,27 @@ type Conn struct {
 	closeErr     error
 	lastReceived atomic.Int64 // unix nanos
 	lastSent     atomic.Int64 // unix nanos: when the writer last finished a write
+	pingInTail   bool         // a keep-alive PING is queued and not yet taken by the writer; guarded by mu
+	live         liveness
 	wg           sync.WaitGroup
 }
+
+// liveness is what the writer tells the keep-alive about its progress: the broker may
+// answer a PING only once it has read it, and a PING queued behind a large write (a
+// resend after a reconnect) reaches a slow broker late.
+type liveness struct {
+	mu          sync.Mutex
+	progress    time.Time // the last write that completed (a chunk of at most writeChunk)
+	written     int64     // bytes written in all
+	pingWritten time.Time // the last PING handed to the socket...
+	pingEnd     int64     // ...and written by then
+	pingRead    time.Time // when pingReadBound bytes had followed it: the broker has read it
+}
+
+// pingReadBound is how much written after a PING proves the broker has read it: more
+// than the socket buffers between the two ends can hold (Linux's defaults let them grow
+// to 4 MiB for sending and 6 MiB for receiving).
+const pingReadBound = 32 << 20
 
 // Dial connects, performs the handshake and starts the connection's goroutines.
 func Dial(ctx context.Context, opts Options) (*Conn, error) {
@@ -166,9 +185,10 @@ func Dial(ctx context.Context, opts Options) (*Conn, error) {
 		nc.Close()
 		return nil, err
 	}
-	now := time.Now().UnixNano()
-	c.lastReceived.Store(now)
-	c.lastSent.Store(now)
+	now := time.Now()
+	c.lastReceived.Store(now.UnixNano())
+	c.lastSent.Store(now.UnixNano())
+	c.live.progress = now
 	c.wg.Add(3)
 	go c.readLoop(br)
 	go c.writeLoop()
@@ -618,34 +638,110 @@ func (c *Conn) takeConsumer(id uint64) ConsumerHandler {
 
 // keepAlive watches the connection from its own goroutine, so a writer blocked on a
 // peer that stopped reading cannot blind it: it pings when nothing was sent or received
-// for an interval and closes the connection when nothing arrived for two.
+// for an interval and closes the connection when nothing arrived for two intervals and
+// the PING went unanswered for one from when the broker could have read it (see
+// pingAnswerDue).
 func (c *Conn) keepAlive() {
 	defer c.wg.Done()
 	interval := c.opts.KeepAlive
 	ticker := time.NewTicker(max(interval/4, time.Millisecond))
 	defer ticker.Stop()
-	lastPing := time.Time{}
+	pinged := time.Time{} // when the last PING was queued
 	for {
 		select {
 		case <-c.done:
 			return
-		case now := <-ticker.C:
+		case <-ticker.C:
+			now := time.Now()
 			last := time.Unix(0, c.lastReceived.Load())
 			silent := now.Sub(last)
+			asked := pinged.After(last) // a PING is out, and nothing arrived since
 			// Dead only once a ping went unanswered for an interval: a late tick must
-			// not condemn a peer that was never asked.
-			if silent > 2*interval && lastPing.After(last) && now.Sub(lastPing) >= interval {
-				c.closeWith(fmt.Errorf("%w: nothing for %s", ErrKeepAliveTimeout, silent.Round(time.Millisecond)))
+			// not condemn a peer that was never asked, nor one still reading what was
+			// queued before the PING.
+			if asked && silent > 2*interval && now.Sub(c.pingAnswerDue(pinged)) >= interval {
+				c.closeWith(fmt.Errorf("%w: nothing for %s (%s)", ErrKeepAliveTimeout, silent.Round(time.Millisecond), c.pingState(pinged, now)))
 				return
 			}
 			idle := now.Sub(time.Unix(0, c.lastSent.Load()))
-			if (silent >= interval || idle >= interval) && now.Sub(lastPing) >= interval {
+			if !asked && (silent >= interval || idle >= interval) && now.Sub(pinged) >= interval {
 				// Queued, never written from here: this goroutine must not block.
-				_ = c.Send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
-				lastPing = now
+				c.queuePing()
+				pinged = now
 			}
 		}
 	}
+}
+
+// queuePing queues a PING and marks it, so the writer notes when it hands it over.
+func (c *Conn) queuePing() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.tail, _ = frame.AppendCommand(c.tail, &pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+	c.pingInTail = true
+	c.kickWriter()
+}
+
+// pingAnswerDue is when the broker could have read the PING queued at pinged, at the
+// latest known: the interval for its answer runs from there. While the PING still waits
+// behind other writes, or may still sit in the socket buffers behind what was written
+// before it, every write that completes shows the broker reading (a frozen or
+// black-holed one takes nothing once the buffers are full, and a write stalls): the
+// answer is due an interval after the last one. Once pingReadBound bytes followed it,
+// the broker has read it, and no later write excuses its silence.
+func (c *Conn) pingAnswerDue(pinged time.Time) time.Time {
+	l := &c.live
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.pingWritten.Before(pinged): // still queued
+		return later(pinged, l.progress)
+	case !l.pingRead.Before(l.pingWritten):
+		return l.pingRead
+	}
+	return later(l.pingWritten, l.progress)
+}
+
+// pingState says where the unanswered PING is, for the keep-alive's error.
+func (c *Conn) pingState(pinged, now time.Time) string {
+	l := &c.live
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pingWritten.Before(pinged) {
+		return fmt.Sprintf("ping queued %s ago, no write completed for %s", now.Sub(pinged).Round(time.Millisecond),
+			now.Sub(l.progress).Round(time.Millisecond))
+	}
+	return fmt.Sprintf("ping written %s ago", now.Sub(l.pingWritten).Round(time.Millisecond))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// wrote notes a completed write of n bytes for the keep-alive.
+func (l *liveness) wrote(n int64) {
+	now := time.Now()
+	l.mu.Lock()
+	l.progress = now
+	l.written += n
+	if !l.pingWritten.IsZero() && l.pingRead.Before(l.pingWritten) && l.written-l.pingEnd >= pingReadBound {
+		l.pingRead = now
+	}
+	l.mu.Unlock()
+}
+
+// wrotePing notes that everything written so far includes the last PING queued.
+func (l *liveness) wrotePing() {
+	now := time.Now()
+	l.mu.Lock()
+	l.pingWritten, l.pingEnd = now, l.written
+	l.mu.Unlock()
 }
 
 // writeChunk is how much one write may carry under one deadline: the write timeout
@@ -681,6 +777,7 @@ func (c *Conn) writeAll(bufs [][]byte) (int64, error) {
 		if err != nil {
 			return written, err
 		}
+		c.live.wrote(n)
 	}
 	return written, nil
 }
@@ -700,6 +797,8 @@ func (c *Conn) writeLoop() {
 		if len(tail) > 0 {
 			bufs = append(bufs, tail)
 		}
+		ping := c.pingInTail
+		c.pingInTail = false
 		c.queue, c.tail = c.spareQueue[:0], c.spareTail[:0]
 		c.spareQueue, c.spareTail = nil, nil
 		c.mu.Unlock()
@@ -715,6 +814,9 @@ func (c *Conn) writeLoop() {
 			}
 			c.closeWith(err)
 			return
+		}
+		if ping {
+			c.live.wrotePing()
 		}
 		c.lastSent.Store(time.Now().UnixNano())
 		clear(bufs) // drop references to frames the producers own

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -301,6 +302,44 @@ func TestKeepAliveIsNotBlindedByABlockedWriter(t *testing.T) {
 	case <-c.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("a frozen peer was not detected while the writer was blocked")
+	}
+	if !errors.Is(c.Err(), ErrKeepAliveTimeout) {
+		t.Fatalf("Err() = %v, want ErrKeepAliveTimeout", c.Err())
+	}
+}
+
+// TestKeepAliveDeclaresDeadABrokerThatReadsButNeverAnswers: writes that complete keep
+// a PING queued behind them from counting against the broker, but not for ever: once
+// far more than the socket buffers hold was written after the PING, the broker has read
+// it, and its silence counts from then although it goes on reading.
+func TestKeepAliveDeclaresDeadABrokerThatReadsButNeverAnswers(t *testing.T) {
+	s := newStub(t, nil) // reads every frame, answers none
+	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String(), KeepAlive: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	big, err := frame.AppendCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_LOOKUP.Enum(), LookupTopic: &pb.CommandLookupTopic{
+		Topic: proto.String(strings.Repeat("t", 256<<10)), RequestId: proto.Uint64(1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(time.Minute)
+	for {
+		if err := c.SendFrame(big); err != nil {
+			break
+		}
+		select {
+		case <-c.Done():
+		case <-deadline:
+			t.Fatal("a broker that reads everything and never answers a PING was never declared dead")
+		case <-time.After(time.Millisecond):
+			continue
+		}
+		break
+	}
+	if !errors.Is(c.Err(), ErrKeepAliveTimeout) {
+		t.Fatalf("Err() = %v, want ErrKeepAliveTimeout", c.Err())
 	}
 	if !errors.Is(c.Err(), ErrKeepAliveTimeout) {
 		t.Fatalf("Err() = %v, want ErrKeepAliveTimeout", c.Err())
