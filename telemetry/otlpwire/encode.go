@@ -1,10 +1,13 @@
 package otlpwire
 
 import (
+	"encoding/binary"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -81,6 +84,78 @@ const (
 	nestedLengthReserve = 1
 )
 
+// Field keys (tag bytes) of the fields this file writes most: a field number below 16
+// and its wire type in one byte, written as a constant rather than through
+// protowire.AppendTag. fSpanFlags (16) takes two bytes: tagSpanFlags0, tagSpanFlags1.
+const (
+	tagSpanTraceID      = fSpanTraceID<<3 | byte(protowire.BytesType)
+	tagSpanSpanID       = fSpanSpanID<<3 | byte(protowire.BytesType)
+	tagSpanTraceState   = fSpanTraceState<<3 | byte(protowire.BytesType)
+	tagSpanParentSpanID = fSpanParentSpanID<<3 | byte(protowire.BytesType)
+	tagSpanName         = fSpanName<<3 | byte(protowire.BytesType)
+	tagSpanKind         = fSpanKind<<3 | byte(protowire.VarintType)
+	tagSpanStart        = fSpanStart<<3 | byte(protowire.Fixed64Type)
+	tagSpanEnd          = fSpanEnd<<3 | byte(protowire.Fixed64Type)
+	tagSpanDroppedAttrs = fSpanDroppedAttrs<<3 | byte(protowire.VarintType)
+	tagSpanEvents       = fSpanEvents<<3 | byte(protowire.BytesType)
+	tagSpanDroppedEvs   = fSpanDroppedEvents<<3 | byte(protowire.VarintType)
+	tagSpanLinks        = fSpanLinks<<3 | byte(protowire.BytesType)
+	tagSpanDroppedLinks = fSpanDroppedLinks<<3 | byte(protowire.VarintType)
+	tagSpanStatus       = fSpanStatus<<3 | byte(protowire.BytesType)
+	tagSpanFlags0       = (fSpanFlags<<3|byte(protowire.Fixed32Type))&0x7f | 0x80
+	tagSpanFlags1       = fSpanFlags >> 4
+	tagStatusMessage    = fStatusMessage<<3 | byte(protowire.BytesType)
+	tagStatusCode       = fStatusCode<<3 | byte(protowire.VarintType)
+	tagEventTime        = fEventTime<<3 | byte(protowire.Fixed64Type)
+	tagEventName        = fEventName<<3 | byte(protowire.BytesType)
+	tagEventDropped     = fEventDroppedAttrs<<3 | byte(protowire.VarintType)
+	tagLinkTraceID      = fLinkTraceID<<3 | byte(protowire.BytesType)
+	tagLinkSpanID       = fLinkSpanID<<3 | byte(protowire.BytesType)
+	tagLinkDropped      = fLinkDroppedAttrs<<3 | byte(protowire.VarintType)
+	tagLinkFlags        = fLinkFlags<<3 | byte(protowire.Fixed32Type)
+	tagKVKey            = fKVKey<<3 | byte(protowire.BytesType)
+	tagKVValue          = fKVValue<<3 | byte(protowire.BytesType)
+	tagAnyString        = fAnyString<<3 | byte(protowire.BytesType)
+	tagAnyBool          = fAnyBool<<3 | byte(protowire.VarintType)
+	tagAnyInt           = fAnyInt<<3 | byte(protowire.VarintType)
+	tagAnyDouble        = fAnyDouble<<3 | byte(protowire.Fixed64Type)
+)
+
+// lenTag is the one-byte key of length-delimited field num (below 16).
+func lenTag(num protowire.Number) byte { return byte(num)<<3 | byte(protowire.BytesType) }
+
+// appendVarint is protowire.AppendVarint, small enough to be inlined.
+func appendVarint(b []byte, v uint64) []byte {
+	for ; v >= 1<<7; v >>= 7 {
+		b = append(b, byte(v)|0x80)
+	}
+	return append(b, byte(v))
+}
+
+// putVarint writes v as a varint at the start of d, which has room for it, and returns
+// its size.
+func putVarint(d []byte, v uint64) int {
+	if v < 1<<7 {
+		d[0] = byte(v)
+		return 1
+	}
+	i := 0
+	for ; v >= 1<<7; i++ {
+		d[i] = byte(v) | 0x80
+		v >>= 7
+	}
+	d[i] = byte(v)
+	return i + 1
+}
+
+// sizeVarint is protowire.SizeVarint with the one-byte case inlined.
+func sizeVarint(v uint64) int {
+	if v < 1<<7 {
+		return 1
+	}
+	return protowire.SizeVarint(v)
+}
+
 // openLen appends the key of length-delimited field num and reserves room bytes for its
 // length; closeLen writes the length once the content is appended.
 func openLen(b []byte, num protowire.Number, room int) ([]byte, int) {
@@ -89,6 +164,21 @@ func openLen(b []byte, num protowire.Number, room int) ([]byte, int) {
 		b = append(b, 0)
 	}
 	return b, len(b)
+}
+
+// openLen1 is openLen with one byte of room, for a field number below 16 (tag).
+func openLen1(b []byte, tag byte) ([]byte, int) {
+	b = append(b, tag, 0)
+	return b, len(b)
+}
+
+// closeLen1 is closeLen for openLen1.
+func closeLen1(b []byte, start int) []byte {
+	if n := len(b) - start; n < 1<<7 {
+		b[start-1] = byte(n)
+		return b
+	}
+	return closeLen(b, start, 1)
 }
 
 // closeLen writes the length of the content appended since openLen returned start,
@@ -110,10 +200,38 @@ func closeLen(b []byte, start, room int) []byte {
 // validUTF8 is s, or s with each invalid sequence replaced by U+FFFD: a proto3 string
 // must be UTF-8 (the official exporter fails the whole batch on one that is not).
 func validUTF8(s string) string {
+	if isASCII(s) {
+		return s
+	}
+	return validUTF8NotASCII(s)
+}
+
+func validUTF8NotASCII(s string) string {
 	if utf8.ValidString(s) {
 		return s
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// isASCII reports whether s is all ASCII (so valid UTF-8), 8 bytes at a time, the last
+// 8 (or 4, or the 1 to 3 left) read overlapping what came before: most strings a span
+// has are ASCII.
+func isASCII(s string) bool {
+	p := unsafe.Slice(unsafe.StringData(s), len(s)) // read only
+	n := len(p)
+	var x uint64
+	switch {
+	case n >= 8:
+		for i := 0; i < n-8; i += 8 {
+			x |= binary.LittleEndian.Uint64(p[i:])
+		}
+		x |= binary.LittleEndian.Uint64(p[n-8:])
+	case n >= 4:
+		x = uint64(binary.LittleEndian.Uint32(p) | binary.LittleEndian.Uint32(p[n-4:]))
+	case n > 0:
+		x = uint64(p[0] | p[n/2] | p[n-1])
+	}
+	return x&0x8080808080808080 == 0
 }
 
 // appendString appends string field num unless s is empty (proto3's default).
@@ -129,6 +247,17 @@ func appendStringAlways(b []byte, num protowire.Number, s string) []byte {
 	return protowire.AppendString(b, validUTF8(s))
 }
 
+// appendStr appends a string field of key tag unless s is empty; s must be valid UTF-8
+// (validUTF8).
+func appendStr(b []byte, tag byte, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = append(b, tag)
+	b = appendVarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
 func appendUint(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
@@ -137,12 +266,28 @@ func appendUint(b []byte, num protowire.Number, v uint64) []byte {
 	return protowire.AppendVarint(b, v)
 }
 
+// appendVarintField appends a varint field of key tag unless v is 0.
+func appendVarintField(b []byte, tag byte, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return appendVarint(append(b, tag), v)
+}
+
 func appendFixed64(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
 	b = protowire.AppendTag(b, num, protowire.Fixed64Type)
 	return protowire.AppendFixed64(b, v)
+}
+
+// appendFixed64Field appends a fixed64 field of key tag unless v is 0.
+func appendFixed64Field(b []byte, tag byte, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	return binary.LittleEndian.AppendUint64(append(b, tag), v)
 }
 
 func appendFixed32(b []byte, num protowire.Number, v uint32) []byte {
@@ -176,73 +321,92 @@ func clampUint32(v int) uint64 {
 // (opentelemetry.proto.trace.v1.Span, without a field key or length of its own), as the
 // SDK's OTLP exporter would transform it. It is the encoder's per-span entry point: any
 // ReadOnlySpan, through the interface.
+//
+// It writes exactly the bytes it wrote before its fast paths (reference_test.go).
 func AppendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 	sc := s.SpanContext()
 	tid, sid := sc.TraceID(), sc.SpanID()
-	b = protowire.AppendTag(b, fSpanTraceID, protowire.BytesType)
-	b = protowire.AppendBytes(b, tid[:])
-	b = protowire.AppendTag(b, fSpanSpanID, protowire.BytesType)
-	b = protowire.AppendBytes(b, sid[:])
+	b = append(b, tagSpanTraceID, byte(len(tid)))
+	b = append(b, tid[:]...)
+	b = append(b, tagSpanSpanID, byte(len(sid)))
+	b = append(b, sid[:]...)
 	if ts := sc.TraceState(); ts.Len() > 0 {
-		b = appendString(b, fSpanTraceState, ts.String())
+		b = appendStr(b, tagSpanTraceState, validUTF8(ts.String()))
 	}
 	parent := s.Parent()
 	if psid := parent.SpanID(); psid.IsValid() {
-		b = protowire.AppendTag(b, fSpanParentSpanID, protowire.BytesType)
-		b = protowire.AppendBytes(b, psid[:])
+		b = append(b, tagSpanParentSpanID, byte(len(psid)))
+		b = append(b, psid[:]...)
 	}
-	b = appendString(b, fSpanName, s.Name())
-	if k := int(s.SpanKind()); k > 0 && k <= maxSpanKind {
-		b = appendUint(b, fSpanKind, uint64(k))
+	name := s.Name()
+	if !isASCII(name) { // validUTF8, a call fewer
+		name = validUTF8NotASCII(name)
 	}
-	b = appendFixed64(b, fSpanStart, unixNano(s.StartTime()))
-	b = appendFixed64(b, fSpanEnd, unixNano(s.EndTime()))
-	for _, kv := range s.Attributes() {
-		b = appendKeyValue(b, fSpanAttributes, kv)
+	b = appendStr(b, tagSpanName, name)
+	if k := s.SpanKind(); k > 0 && int(k) <= maxSpanKind {
+		b = append(b, tagSpanKind, byte(k))
 	}
-	b = appendUint(b, fSpanDroppedAttrs, clampUint32(s.DroppedAttributes()))
+	b = appendFixed64Field(b, tagSpanStart, unixNano(s.StartTime()))
+	b = appendFixed64Field(b, tagSpanEnd, unixNano(s.EndTime()))
+	attrs := s.Attributes()
+	for i := range attrs {
+		b = appendKeyValue(b, fSpanAttributes, &attrs[i])
+	}
+	b = appendVarintField(b, tagSpanDroppedAttrs, clampUint32(s.DroppedAttributes()))
 	for _, ev := range s.Events() {
 		var start int
-		b, start = openLen(b, fSpanEvents, nestedLengthReserve)
-		b = appendFixed64(b, fEventTime, unixNano(ev.Time))
-		b = appendString(b, fEventName, ev.Name)
-		for _, kv := range ev.Attributes {
-			b = appendKeyValue(b, fEventAttributes, kv)
+		b, start = openLen1(b, tagSpanEvents)
+		b = appendFixed64Field(b, tagEventTime, unixNano(ev.Time))
+		b = appendStr(b, tagEventName, validUTF8(ev.Name))
+		for i := range ev.Attributes {
+			b = appendKeyValue(b, fEventAttributes, &ev.Attributes[i])
 		}
-		b = appendUint(b, fEventDroppedAttrs, clampUint32(ev.DroppedAttributeCount))
-		b = closeLen(b, start, nestedLengthReserve)
+		b = appendVarintField(b, tagEventDropped, clampUint32(ev.DroppedAttributeCount))
+		b = closeLen1(b, start)
 	}
-	b = appendUint(b, fSpanDroppedEvents, clampUint32(s.DroppedEvents()))
-	for _, l := range s.Links() {
-		var start int
-		b, start = openLen(b, fSpanLinks, nestedLengthReserve)
-		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
-		b = protowire.AppendTag(b, fLinkTraceID, protowire.BytesType)
-		b = protowire.AppendBytes(b, ltid[:])
-		b = protowire.AppendTag(b, fLinkSpanID, protowire.BytesType)
-		b = protowire.AppendBytes(b, lsid[:])
-		// The official exporter leaves a link's trace_state out; so does this one.
-		for _, kv := range l.Attributes {
-			b = appendKeyValue(b, fLinkAttributes, kv)
-		}
-		b = appendUint(b, fLinkDroppedAttrs, clampUint32(l.DroppedAttributeCount))
-		b = appendFixed32(b, fLinkFlags, spanFlags(l.SpanContext.TraceFlags(), l.SpanContext))
-		b = closeLen(b, start, nestedLengthReserve)
+	b = appendVarintField(b, tagSpanDroppedEvs, clampUint32(s.DroppedEvents()))
+	links := s.Links()
+	for i := range links {
+		b = appendLink(b, &links[i])
 	}
-	b = appendUint(b, fSpanDroppedLinks, clampUint32(s.DroppedLinks()))
+	b = appendVarintField(b, tagSpanDroppedLinks, clampUint32(s.DroppedLinks()))
 	// Status is always present, empty or not.
 	st := s.Status()
-	var start int
-	b, start = openLen(b, fSpanStatus, nestedLengthReserve)
-	b = appendString(b, fStatusMessage, st.Description)
-	switch st.Code {
-	case codes.Ok:
-		b = appendUint(b, fStatusCode, statusCodeOK)
-	case codes.Error:
-		b = appendUint(b, fStatusCode, statusCodeError)
+	if st.Description == "" && st.Code != codes.Ok && st.Code != codes.Error {
+		b = append(b, tagSpanStatus, 0)
+	} else {
+		var start int
+		b, start = openLen1(b, tagSpanStatus)
+		b = appendStr(b, tagStatusMessage, validUTF8(st.Description))
+		switch st.Code {
+		case codes.Ok:
+			b = append(b, tagStatusCode, statusCodeOK)
+		case codes.Error:
+			b = append(b, tagStatusCode, statusCodeError)
+		}
+		b = closeLen1(b, start)
 	}
-	b = closeLen(b, start, nestedLengthReserve)
-	return appendFixed32(b, fSpanFlags, spanFlags(sc.TraceFlags(), parent))
+	b = append(b, tagSpanFlags0, tagSpanFlags1)
+	return binary.LittleEndian.AppendUint32(b, spanFlags(sc.TraceFlags(), parent))
+}
+
+// appendLink appends l as a Span's Link field.
+func appendLink(b []byte, l *sdktrace.Link) []byte {
+	var start int
+	b, start = openLen1(b, tagSpanLinks)
+	ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
+	b = append(b, tagLinkTraceID, byte(len(ltid)))
+	b = append(b, ltid[:]...)
+	b = append(b, tagLinkSpanID, byte(len(lsid)))
+	b = append(b, lsid[:]...)
+	// The official exporter leaves a link's trace_state out; so does this one.
+	for i := range l.Attributes {
+		b = appendKeyValue(b, fLinkAttributes, &l.Attributes[i])
+	}
+	b = appendVarintField(b, tagLinkDropped, clampUint32(l.DroppedAttributeCount))
+	b = append(b, tagLinkFlags)
+	b = binary.LittleEndian.AppendUint32(b, spanFlags(l.SpanContext.TraceFlags(), l.SpanContext))
+	return closeLen1(b, start)
 }
 
 // spanFlags are the W3C trace flags, and whether the parent (a link's own context for a
@@ -255,42 +419,91 @@ func spanFlags(tf trace.TraceFlags, parent trace.SpanContext) uint32 {
 	return f
 }
 
-// appendKeyValue appends kv as KeyValue field num. A string or int64 value (the record
-// spans' attributes) has its lengths computed before it is written; any other goes
-// through appendKeyValueGeneral. Both write the same bytes (TestKeyValueFastPath).
-func appendKeyValue(b []byte, num protowire.Number, kv attribute.KeyValue) []byte {
+// appendKeyValue appends kv as KeyValue field num (below 16). A value of a scalar type
+// or a string (the record spans' attributes) has its lengths computed before it is
+// written; any other goes through appendKeyValueGeneral. Both write the same bytes
+// (TestKeyValueFastPath).
+func appendKeyValue(b []byte, num protowire.Number, kvp *attribute.KeyValue) []byte {
+	kv := *kvp
 	var anyLen int
 	var sv string
 	var iv uint64
-	switch t := kv.Value.Type(); t {
+	t := kv.Value.Type()
+	switch t {
 	case attribute.STRING:
-		sv = validUTF8(kv.Value.AsString())
-		anyLen = 1 + protowire.SizeBytes(len(sv))
+		if sv = kv.Value.AsString(); !isASCII(sv) { // validUTF8, a call fewer
+			sv = validUTF8NotASCII(sv)
+		}
+		anyLen = 1 + sizeVarint(uint64(len(sv))) + len(sv)
 	case attribute.INT64:
 		iv = uint64(kv.Value.AsInt64()) // #nosec G115 -- int64 is sent as its two's complement
-		anyLen = 1 + protowire.SizeVarint(iv)
+		anyLen = 1 + sizeVarint(iv)
+	case attribute.BOOL:
+		iv = protowire.EncodeBool(kv.Value.AsBool())
+		anyLen = 2
+	case attribute.FLOAT64:
+		iv = math.Float64bits(kv.Value.AsFloat64())
+		anyLen = 9
 	default:
 		return appendKeyValueGeneral(b, num, kv)
 	}
-	key := validUTF8(string(kv.Key))
-	kvLen := 1 + protowire.SizeBytes(anyLen)
+	key := string(kv.Key)
+	if !isASCII(key) {
+		key = validUTF8NotASCII(key)
+	}
+	kvLen := 1 + sizeVarint(uint64(anyLen)) + anyLen
 	if key != "" {
-		kvLen += 1 + protowire.SizeBytes(len(key))
+		kvLen += 1 + sizeVarint(uint64(len(key))) + len(key)
 	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(kvLen))
+	// Every length known: the field is written into room made once.
+	off := len(b)
+	if kvLen < 1<<7 { // and so every length inside it: each one byte
+		b = slices.Grow(b, 2+kvLen)[:off+2+kvLen]
+		d := b[off:]
+		d[0], d[1] = lenTag(num), byte(kvLen)
+		i := 2
+		if key != "" {
+			d[2], d[3] = tagKVKey, byte(len(key))
+			i = 4 + copy(d[4:], key)
+		}
+		d[i], d[i+1] = tagKVValue, byte(anyLen)
+		writeAnyValue(d[i+2:], t, sv, iv)
+		return b
+	}
+	n := 1 + sizeVarint(uint64(kvLen)) + kvLen
+	b = slices.Grow(b, n)[:off+n]
+	d := b[off:]
+	d[0] = lenTag(num)
+	i := 1 + putVarint(d[1:], uint64(kvLen))
 	if key != "" {
-		b = protowire.AppendTag(b, fKVKey, protowire.BytesType)
-		b = protowire.AppendString(b, key)
+		d[i] = tagKVKey
+		i++
+		i += putVarint(d[i:], uint64(len(key)))
+		i += copy(d[i:], key)
 	}
-	b = protowire.AppendTag(b, fKVValue, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(anyLen))
-	if kv.Value.Type() == attribute.STRING {
-		b = protowire.AppendTag(b, fAnyString, protowire.BytesType)
-		return protowire.AppendString(b, sv)
+	d[i] = tagKVValue
+	i++
+	i += putVarint(d[i:], uint64(anyLen))
+	writeAnyValue(d[i:], t, sv, iv)
+	return b
+}
+
+// writeAnyValue writes the content of an AnyValue of type t (STRING: sv; INT64, BOOL,
+// FLOAT64: iv as appendKeyValue makes it) into d, which is exactly its size.
+func writeAnyValue(d []byte, t attribute.Type, sv string, iv uint64) {
+	switch t {
+	case attribute.STRING:
+		d[0] = tagAnyString
+		copy(d[1+putVarint(d[1:], uint64(len(sv))):], sv)
+	case attribute.INT64:
+		d[0] = tagAnyInt
+		putVarint(d[1:], iv)
+	case attribute.BOOL:
+		d[0], d[1] = tagAnyBool, byte(iv)
+	default:
+		d[0] = tagAnyDouble
+		binary.LittleEndian.PutUint64(d[1:], iv)
 	}
-	b = protowire.AppendTag(b, fAnyInt, protowire.VarintType)
-	return protowire.AppendVarint(b, iv)
 }
 
 // appendKeyValueGeneral appends kv as KeyValue field num, any value type.
@@ -318,13 +531,13 @@ func appendAnyValue(b []byte, num protowire.Number, v attribute.Value) []byte {
 		b = protowire.AppendTag(b, fAnyBytes, protowire.BytesType)
 		b = protowire.AppendBytes(b, v.AsByteSlice())
 	case attribute.BOOLSLICE:
-		b = appendArray(b, v.AsBoolSlice(), appendBoolMember)
+		b = appendArray(b, v.AsBoolSlice())
 	case attribute.INT64SLICE:
-		b = appendArray(b, v.AsInt64Slice(), appendIntMember)
+		b = appendArray(b, v.AsInt64Slice())
 	case attribute.FLOAT64SLICE:
-		b = appendArray(b, v.AsFloat64Slice(), appendDoubleMember)
+		b = appendArray(b, v.AsFloat64Slice())
 	case attribute.STRINGSLICE:
-		b = appendArray(b, v.AsStringSlice(), func(b []byte, x string) []byte { return appendStringAlways(b, fAnyString, x) })
+		b = appendArray(b, v.AsStringSlice())
 	case attribute.SLICE:
 		var as int
 		b, as = openLen(b, fAnyArray, nestedLengthReserve)
@@ -335,8 +548,9 @@ func appendAnyValue(b []byte, num protowire.Number, v attribute.Value) []byte {
 	case attribute.MAP:
 		var as int
 		b, as = openLen(b, fAnyKvlist, nestedLengthReserve)
-		for _, kv := range v.AsMap() {
-			b = appendKeyValue(b, fKvlistValues, kv)
+		m := v.AsMap()
+		for i := range m {
+			b = appendKeyValue(b, fKvlistValues, &m[i])
 		}
 		b = closeLen(b, as, nestedLengthReserve)
 	case attribute.EMPTY:
@@ -444,7 +658,8 @@ func appendResource(b []byte, res *resource.Resource) []byte {
 	var start int
 	b, start = openLen(b, fRSResource, nestedLengthReserve)
 	for it := res.Iter(); it.Next(); {
-		b = appendKeyValue(b, fResAttributes, it.Attribute())
+		kv := it.Attribute()
+		b = appendKeyValue(b, fResAttributes, &kv)
 	}
 	return closeLen(b, start, nestedLengthReserve)
 }
@@ -459,7 +674,8 @@ func appendScope(b []byte, sc instrumentation.Scope) []byte {
 	b = appendString(b, fScopeName, sc.Name)
 	b = appendString(b, fScopeVersion, sc.Version)
 	for it := sc.Attributes.Iter(); it.Next(); {
-		b = appendKeyValue(b, fScopeAttributes, it.Attribute())
+		kv := it.Attribute()
+		b = appendKeyValue(b, fScopeAttributes, &kv)
 	}
 	return closeLen(b, start, nestedLengthReserve)
 }
@@ -554,14 +770,25 @@ func (e *Encoder) newScopeGroup(k groupKey, res *resource.Resource) int {
 	return gi
 }
 
-// appendArray writes xs as an ArrayValue: each element an AnyValue written by member.
-func appendArray[T any](b []byte, xs []T, member func([]byte, T) []byte) []byte {
+// appendArray writes xs as an ArrayValue: each element an AnyValue. (A type switch
+// rather than a func value per type: a func value would make AppendSpan's buffer escape,
+// and the Processor encodes into one on its stack.)
+func appendArray[T bool | int64 | float64 | string](b []byte, xs []T) []byte {
 	var as int
 	b, as = openLen(b, fAnyArray, nestedLengthReserve)
 	for _, x := range xs {
 		var vs int
 		b, vs = openLen(b, fArrayValues, nestedLengthReserve)
-		b = member(b, x)
+		switch x := any(x).(type) {
+		case bool:
+			b = appendBoolMember(b, x)
+		case int64:
+			b = appendIntMember(b, x)
+		case float64:
+			b = appendDoubleMember(b, x)
+		case string:
+			b = appendStringAlways(b, fAnyString, x)
+		}
 		b = closeLen(b, vs, nestedLengthReserve)
 	}
 	return closeLen(b, as, nestedLengthReserve)
