@@ -327,3 +327,25 @@ func TestReceiverQueueBytes(t *testing.T) {
 		t.Fatalf("a negative receiverQueueBytes: %v", err)
 	}
 }
+
+// TestMaxPendingChunkedMessages: streams[].maxPendingChunkedMessages defaults to 100 per
+// partition; a value outside 1..10000 is refused naming the key and the value.
+func TestMaxPendingChunkedMessages(t *testing.T) {
+	cfg, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n  - name: u\n    topics: [t]\n    maxPendingChunkedMessages: 8\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Streams[0].WithDefaults().MaxPendingChunkedMessages; got != 100 {
+		t.Fatalf("default maxPendingChunkedMessages %d, want 100", got)
+	}
+	if got := cfg.Streams[1].WithDefaults().MaxPendingChunkedMessages; got != 8 {
+		t.Fatalf("maxPendingChunkedMessages %d, want 8", got)
+	}
+	for _, v := range []string{"-1", "10001"} {
+		_, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    maxPendingChunkedMessages: " + v + "\n"))
+		want := "streams[0].maxPendingChunkedMessages: " + v + " must be within 1..10000"
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("maxPendingChunkedMessages %s: %v, want %q", v, err, want)
+		}
+	}
+}

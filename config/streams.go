@@ -45,6 +45,11 @@ type Stream struct {
 	// bytes a message brought so far) would exceed it; one message larger than it still
 	// comes [1MiB]. The queues are charged to memory.budget too.
 	ReceiverQueueBytes Size `yaml:"receiverQueueBytes"`
+	// MaxPendingChunkedMessages bounds the chunked messages a consumer reassembles at once
+	// per partition; beyond it the oldest incomplete one is dropped, its chunks
+	// acknowledged [100]. The chunks held are charged to memory.budget, which bounds
+	// their bytes.
+	MaxPendingChunkedMessages int `yaml:"maxPendingChunkedMessages"`
 	// AckTimeout redelivers a message a client (ack=client) has not acknowledged in time [30s].
 	AckTimeout Duration `yaml:"ackTimeout"`
 	// MaxUnacked stops delivery to an ack=client stream with this many messages unacknowledged [1000].
@@ -120,6 +125,9 @@ func (s Stream) WithDefaults() Stream {
 	if s.ReceiverQueueBytes == 0 {
 		s.ReceiverQueueBytes = 1 << 20
 	}
+	if s.MaxPendingChunkedMessages == 0 {
+		s.MaxPendingChunkedMessages = 100
+	}
 	if s.AckTimeout == 0 {
 		s.AckTimeout = Duration(30 * time.Second)
 	}
@@ -129,6 +137,10 @@ func (s Stream) WithDefaults() Stream {
 	s.Retry = s.Retry.WithDefaults()
 	return s
 }
+
+// maxPendingChunked caps streams[].maxPendingChunkedMessages: each message being
+// reassembled keeps its chunks' ids and metadata besides the bytes the budget counts.
+const maxPendingChunked = 10000
 
 func validateStreams(streams []Stream, routes []Route) Problems {
 	var p Problems
@@ -185,6 +197,10 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 		}
 		if s.ReceiverQueueBytes < 0 {
 			add("%s.receiverQueueBytes: %d must be greater than zero (bytes per partition, e.g. 1MiB; 0 or absent: the default 1MiB)", at, int64(s.ReceiverQueueBytes))
+		}
+		if s.MaxPendingChunkedMessages < 0 || s.MaxPendingChunkedMessages > maxPendingChunked {
+			add("%s.maxPendingChunkedMessages: %d must be within 1..%d (chunked messages reassembled at once per partition; 0 or absent: the default 100)",
+				at, s.MaxPendingChunkedMessages, maxPendingChunked)
 		}
 		if r := s.Retry; r.Initial < 0 || r.Max < r.Initial || r.Multiplier < 1 || *r.Jitter < 0 || *r.Jitter > 1 {
 			add("%s.retry: initial %v, max %v, multiplier %v, jitter %v: want 0 < initial <= max, multiplier >= 1 and jitter within 0..1",

@@ -46,6 +46,9 @@ type SubscribeOptions struct {
 	ReceiverQueue int
 	// ReceiverQueueBytes bounds the consumer's queue per partition in payload bytes.
 	ReceiverQueueBytes int64
+	// MaxPendingChunkedMessages bounds the chunked messages reassembled at once per
+	// partition (0: the client's default).
+	MaxPendingChunkedMessages int
 }
 
 // Delivery is one message handed to a stream.
@@ -266,7 +269,8 @@ func (s *Server) Handle(c echo.Context) error {
 			telemetry.AttrSystemPulsar, telemetry.AttrConsumerGroup(opts.subscription)))
 	defer span.End()
 	sub, err := s.sub.Subscribe(ctx, SubscribeOptions{Topics: def.Topics, Subscription: opts.subscription, Type: def.Type,
-		Position: opts.position, ReceiverQueue: def.ReceiverQueue, ReceiverQueueBytes: def.ReceiverQueueBytes})
+		Position: opts.position, ReceiverQueue: def.ReceiverQueue, ReceiverQueueBytes: def.ReceiverQueueBytes,
+		MaxPendingChunkedMessages: def.MaxPendingChunkedMessages})
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrBusy):

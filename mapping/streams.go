@@ -26,11 +26,13 @@ type Stream struct {
 	Heartbeat          []byte
 	ReceiverQueue      int
 	ReceiverQueueBytes int64 // per partition
-	AckTimeout         time.Duration
-	MaxUnacked         int
-	Retry              Retry
-	MaxRate            float64 // records/s; 0: no limit
-	MaxByteRate        int64   // payload bytes/s; 0: no limit
+	// MaxPendingChunkedMessages: chunked messages reassembled at once per partition.
+	MaxPendingChunkedMessages int
+	AckTimeout                time.Duration
+	MaxUnacked                int
+	Retry                     Retry
+	MaxRate                   float64 // records/s; 0: no limit
+	MaxByteRate               int64   // payload bytes/s; 0: no limit
 }
 
 // Retry is a stream's redelivery backoff (see config.Retry).
@@ -72,8 +74,8 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 		cs := &Stream{Name: s.Name, Path: "/" + strings.Trim(s.Path, "/"), Subscription: s.Subscription, Type: s.Type,
 			Position: s.Position, Ack: s.Ack, Envelope: s.Envelope, Overrides: s.Overrides,
 			HeartbeatInterval: s.HeartbeatInterval.D(), Heartbeat: []byte(s.Heartbeat), ReceiverQueue: s.ReceiverQueue,
-			ReceiverQueueBytes: int64(s.ReceiverQueueBytes),
-			AckTimeout:         s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
+			ReceiverQueueBytes: int64(s.ReceiverQueueBytes), MaxPendingChunkedMessages: s.MaxPendingChunkedMessages,
+			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
 			Retry: Retry{Initial: s.Retry.Initial.D(), Multiplier: s.Retry.Multiplier, Jitter: *s.Retry.Jitter, Max: s.Retry.Max.D(),
 				MaxDeliveries: s.Retry.MaxDeliveries},
 			MaxRate: s.MaxRate, MaxByteRate: s.MaxByteRate}

@@ -401,6 +401,10 @@ type ConsumerStats struct {
 	// ReassemblyBytes: payload bytes of the chunks of messages being reassembled (with a
 	// MemoryLimiter, charged to it as they arrive).
 	ReassemblyBytes int
+	// ChunkedDropped: chunked messages dropped before they were whole (expired, pushed
+	// out by MaxPendingChunkedMessages or the MemoryLimiter, broken off by a chunk out
+	// of order); their chunks were acknowledged and are counted in Discarded.
+	ChunkedDropped int
 }
 
 // Stats returns the consumer's counters.
@@ -417,6 +421,7 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.HeldBytes += pc.heldBytes
 		s.ReservedBytes += pc.reserved
 		s.ReassemblyBytes += pc.chunkBytes
+		s.ChunkedDropped += pc.chunkedDropped
 		pc.mu.Unlock()
 	}
 	c.mu.Lock()

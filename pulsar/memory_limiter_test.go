@@ -416,3 +416,80 @@ func TestMemoryLimiterCountsChunksBeingReassembled(t *testing.T) {
 		}
 	})
 }
+
+// TestChunkReassemblyStaysInsideTheMemoryBudget: a producer starts many chunked messages,
+// interleaved, whose last chunks never come. Each non-final chunk's permit goes back at
+// once and the partition holds nothing queued, so it is always granted its next permit
+// (beyond the budget, if need be): reassembly took 7.5 MiB of a 1 MiB budget, bounded
+// only by MaxPendingChunkedMessages (100) and MaxChunkedMessageSize (256 MiB) per
+// partition. The budget now bounds it: when it cannot cover a chunk, the oldest other
+// messages being reassembled are dropped (their chunks acknowledged, counted); a message
+// with nothing else to drop is held beyond it, alone, so it still completes.
+func TestChunkReassemblyStaysInsideTheMemoryBudget(t *testing.T) {
+	const part, limit = 64 << 10, 1 << 20
+	data := strings.Repeat("c", part)
+	t.Run("incomplete", func(t *testing.T) {
+		bud := budget.New(limit)
+		b := fakeBroker(t)
+		cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 10, MemoryLimiter: bud,
+			ChunkExpiry: time.Hour, AckGroupTime: 10 * time.Millisecond})
+		const messages = 40
+		var out []pulsartest.Outgoing
+		for id := range 3 { // of 4: the last chunk never comes
+			for u := range messages {
+				c := chunk(fmt.Sprint("u", u), id, 4, data, 4*part)
+				c.LedgerID, c.EntryID = 7, uint64(id*messages+u)
+				out = append(out, c)
+			}
+		}
+		b.Deliver(faultTopic, append(out, single("marker"))...)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if m, err := cons.Receive(ctx); err != nil || string(m.Payload()) != "marker" {
+			t.Fatalf("got %v, %v; want the marker after the chunks", m, err)
+		}
+		st := cons.Stats()
+		// The budget, plus one message held beyond it (4 chunks at most) and the one
+		// permit an idle partition gets beyond it.
+		if peak := bud.Stats().Peak; peak > limit+6*part {
+			t.Fatalf("reassembly took the budget to %d bytes (limit %d; %d bytes of chunks held now, %d chunks discarded)",
+				peak, limit, st.ReassemblyBytes, st.Discarded)
+		}
+		if st.ChunkedDropped == 0 {
+			t.Fatalf("stats %+v: no chunked message was counted as dropped", st)
+		}
+		// What was dropped is acknowledged, so it leaves no backlog.
+		waitFor(t, "the dropped chunks' acknowledgements", func() bool {
+			acked := 0
+			for _, a := range b.Acks(faultTopic) {
+				acked += len(a.IDs)
+			}
+			return acked >= st.Discarded
+		})
+		cons.Close()
+		if used := bud.Stats().Used; used != 0 {
+			t.Fatalf("%d bytes charged after Close", used)
+		}
+	})
+	t.Run("alone beyond a spent budget", func(t *testing.T) {
+		bud := budget.New(limit)
+		bud.Charge(limit) // spent by others (ingress)
+		defer bud.Release(limit)
+		b := fakeBroker(t)
+		cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 10, MemoryLimiter: bud})
+		var out []pulsartest.Outgoing
+		for id := range 4 {
+			out = append(out, chunk("whole", id, 4, data, 4*part))
+		}
+		b.Deliver(faultTopic, out...)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		m, err := cons.Receive(ctx)
+		if err != nil || m.Size() != 4*part {
+			t.Fatalf("got %v, %v; want the whole chunked message, held beyond the budget as the only one", m, err)
+		}
+		if st := cons.Stats(); st.ChunkedDropped != 0 {
+			t.Fatalf("stats %+v: a lone chunked message was dropped", st)
+		}
+	})
+}

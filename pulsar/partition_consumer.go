@@ -111,6 +111,7 @@ type partitionConsumer struct {
 	discarded        int
 	checksumFailures int
 	malformed        int
+	chunkedDropped   int // incomplete chunked messages dropped (their chunks acknowledged)
 
 	reconnectCh chan struct{}
 	done        chan struct{}
@@ -676,11 +677,7 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 	ctx.ids = append(ctx.ids, mid)
 	ctx.size += len(payload)
 	p.chunkBytes += len(payload)
-	if lim := p.opts.MemoryLimiter; lim != nil {
-		// Held until the message is whole: its permit goes back below, so the budget
-		// is what bounds reassembly across partitions and consumers.
-		lim.Charge(int64(len(payload)))
-	}
+	p.chargeChunkLocked(uuid, len(payload))
 	if chunkID < total-1 {
 		// Its permit goes back now, not when the whole message is taken: a message of
 		// more chunks than the receiver window must still complete. Reassembly is
@@ -725,6 +722,36 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 	return &m
 }
 
+// chargeChunkLocked charges a chunk held for reassembly (of message uuid) to the
+// MemoryLimiter. Its permit goes back at once and the partition looks idle (nothing
+// queued), so its next permit is granted even when the budget is spent: the budget must
+// bound reassembly itself. When it cannot cover the chunk, the oldest other messages
+// this partition is reassembling are dropped to make room (their chunks acknowledged,
+// as on expiry); a message with nothing left to drop is held beyond the limit, alone,
+// as a lone record larger than the budget is, so it still completes. Reassembly thus
+// takes the budget past its limit by at most one message per partition (at most
+// MaxChunkedMessageSize), however many messages a producer leaves incomplete.
+func (p *partitionConsumer) chargeChunkLocked(uuid string, n int) {
+	lim := p.opts.MemoryLimiter
+	if lim == nil {
+		return
+	}
+	for !lim.TryReserve(int64(n)) {
+		oldest := ""
+		for _, u := range p.chunkOrder {
+			if u != uuid {
+				oldest = u
+				break
+			}
+		}
+		if oldest == "" {
+			lim.Charge(int64(n))
+			return
+		}
+		p.dropChunksLocked(oldest, "the memory budget is spent")
+	}
+}
+
 // removeChunkCtxLocked forgets a chunked message being reassembled; release: its
 // chunks' charge goes back to the MemoryLimiter (else the caller takes it over).
 func (p *partitionConsumer) removeChunkCtxLocked(uuid string, release bool) {
@@ -749,6 +776,7 @@ func (p *partitionConsumer) dropChunksLocked(uuid, why string) {
 		return
 	}
 	p.removeChunkCtxLocked(uuid, true)
+	p.chunkedDropped++
 	p.log.Warn("dropping an incomplete chunked message; its chunks are acknowledged", "uuid", uuid, "chunks", len(ctx.ids), "of", ctx.total, "why", why)
 	// Their permits went back on arrival; acknowledging them keeps them from staying in
 	// the backlog for ever (the message is lost to this subscription either way).

@@ -204,6 +204,9 @@ type PulsarStats struct {
 	PermitsGranted                int64 // FLOW permits sent by egress consumers
 	Buffered                      int64 // messages in egress consumers' receiver queues
 	Corrupt, Malformed            int64 // messages egress consumers discarded: bad checksum, metadata that does not validate
+	// ChunkedDropped: chunked messages egress consumers dropped before they were whole
+	// (expired, pushed out by streams[].maxPendingChunkedMessages or memory.budget)
+	ChunkedDropped int64
 }
 
 // ObservePulsar registers instruments read from stats at each scrape.
@@ -214,12 +217,13 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 	reconnects, err3 := mt.Int64ObservableCounter("bridge.pulsar.reconnects", metric.WithDescription("Reconnections of producers and consumers to the broker, by kind."))
 	permits, err4 := mt.Int64ObservableCounter("bridge.egress.permits", metric.WithDescription("FLOW permits granted to the broker by egress consumers."))
 	buffered, err5 := mt.Int64ObservableGauge("bridge.egress.buffered.messages", metric.WithDescription("Messages received from the broker and not yet written to a client."))
-	discarded, err6 := mt.Int64ObservableCounter("bridge.egress.discarded", metric.WithDescription("Messages egress consumers discarded (and acknowledged with a validation error) by reason: corrupt (checksum) or malformed (metadata, batch or chunk fields)."))
+	discarded, err6 := mt.Int64ObservableCounter("bridge.egress.discarded", metric.WithDescription("Messages egress consumers discarded (and acknowledged) by reason: corrupt (checksum) or malformed (metadata, batch or chunk fields), both acknowledged with a validation error; chunked_incomplete, chunked messages dropped before they were whole (expired, or pushed out by maxPendingChunkedMessages or the memory budget)."))
 	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		return err
 	}
 	corrupt := metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "corrupt")))
 	malformed := metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "malformed")))
+	chunked := metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "chunked_incomplete")))
 	prod := metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "producer")))
 	cons := metric.WithAttributeSet(attribute.NewSet(attribute.String("kind", "consumer")))
 	_, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
@@ -232,6 +236,7 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 		o.ObserveInt64(buffered, s.Buffered)
 		o.ObserveInt64(discarded, s.Corrupt, corrupt)
 		o.ObserveInt64(discarded, s.Malformed, malformed)
+		o.ObserveInt64(discarded, s.ChunkedDropped, chunked)
 		return nil
 	}, pendingMsgs, pendingBytes, reconnects, permits, buffered, discarded)
 	return err

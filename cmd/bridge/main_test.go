@@ -123,3 +123,15 @@ func TestValidateChecksTheTracingExporter(t *testing.T) {
 		t.Fatalf("unknown exporter: exit %d, stderr %q", code, errb.String())
 	}
 }
+
+func TestValidateChecksMaxPendingChunkedMessages(t *testing.T) {
+	bad := t.TempDir() + "/chunks.yaml"
+	if err := os.WriteFile(bad, []byte("streams:\n  - name: s\n    topics: [t]\n    maxPendingChunkedMessages: -3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"validate", "-config", bad}, &out, &errb); code != 1 ||
+		!strings.Contains(errb.String(), "streams[0].maxPendingChunkedMessages: -3 must be within 1..10000") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}

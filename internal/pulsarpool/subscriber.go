@@ -34,6 +34,7 @@ type Subscriber struct {
 	// What closed consumers counted, so the metrics' counters never go back.
 	retiredReconnects, retiredPermits int64
 	retiredCorrupt, retiredMalformed  int64
+	retiredChunkedDropped             int64
 }
 
 // NewSubscriber returns the egress Subscriber of c, charging b (nil: no budget).
@@ -75,12 +76,14 @@ func (s *Subscriber) AddStats(st *telemetry.PulsarStats) {
 	st.PermitsGranted += s.retiredPermits
 	st.Corrupt += s.retiredCorrupt
 	st.Malformed += s.retiredMalformed
+	st.ChunkedDropped += s.retiredChunkedDropped
 	for sub := range s.open {
 		cs := sub.c.Stats()
 		st.ConsumerReconnects += int64(cs.Reconnects)
 		st.PermitsGranted += int64(cs.PermitsGranted)
 		st.Corrupt += int64(cs.ChecksumFailures)
 		st.Malformed += int64(cs.Malformed)
+		st.ChunkedDropped += int64(cs.ChunkedDropped)
 		st.Buffered += int64(sub.c.Buffered())
 	}
 }
@@ -101,7 +104,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 	}
 	c, err := s.client.Subscribe(ctx, pulsar.ConsumerOptions{Topics: o.Topics, Subscription: o.Subscription, Type: subTypes[o.Type],
 		InitialPosition: pos, ReceiverQueueSize: o.ReceiverQueue, ReceiverQueueBytes: int(o.ReceiverQueueBytes),
-		MemoryLimiter: lim, KeepMemoryCharge: lim != nil,
+		MaxPendingChunkedMessages: o.MaxPendingChunkedMessages,
+		MemoryLimiter:             lim, KeepMemoryCharge: lim != nil,
 		// A message nacked after its acknowledgement timeout comes back soon, not in a minute.
 		NackRedeliveryDelay: time.Second,
 		// Acknowledge single messages of a batch (PIP-54), so a redelivered batch brings
@@ -288,6 +292,7 @@ func (s *subscription) Close() error {
 		o.retiredPermits += int64(cs.PermitsGranted)
 		o.retiredCorrupt += int64(cs.ChecksumFailures)
 		o.retiredMalformed += int64(cs.Malformed)
+		o.retiredChunkedDropped += int64(cs.ChunkedDropped)
 	}
 	o.mu.Unlock()
 	return err
