@@ -283,25 +283,38 @@ func (m *Metrics) ObserveMemory(stats func() MemoryStats) error {
 	return err
 }
 
-// ObserveSpans registers bridge.trace.spans{result=ended|exported|failed}: sampled spans
-// ended, accepted by the exporter, and lost to failed exports. Ended - exported - failed
-// is what waits in the export queue or was dropped because it was full (a collector too
-// slow or away).
+// ObserveSpans registers bridge.trace.spans{result=ended|exported|failed|dropped}:
+// sampled spans ended, accepted by the exporter, lost to failed exports, and (when the
+// span processor counts them: otlpwire's) dropped because the export queue was full.
+// Ended - exported - failed - dropped is what waits in the export queue (without a
+// dropped count, or dropped). With otlpwire's exporter also bridge.trace.spans.rejected:
+// spans collectors rejected in partial successes (counted in exported too).
 func (m *Metrics) ObserveSpans(c *SpanCounts) error {
 	mt := m.provider.Meter("github.com/recordio-bridge/bridge")
-	spans, err := mt.Int64ObservableCounter("bridge.trace.spans", metric.WithDescription("Sampled spans by result: ended, exported, or failed (lost to a failed export). Ended minus the others is queued or dropped."))
+	spans, err := mt.Int64ObservableCounter("bridge.trace.spans", metric.WithDescription("Sampled spans by result: ended, exported, failed (lost to a failed export) or dropped (the export queue was full; with tracing.exporter wire and recordSpans direct). Ended minus the others is queued (or, without dropped, dropped)."))
+	if err != nil {
+		return err
+	}
+	rejected, err := mt.Int64ObservableCounter("bridge.trace.spans.rejected", metric.WithDescription("Spans collectors rejected in partial successes (tracing.exporter wire); their requests were accepted, so they count as exported too."))
 	if err != nil {
 		return err
 	}
 	ended := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "ended")))
 	exported := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "exported")))
 	failed := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "failed")))
+	dropped := metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "dropped")))
 	_, err = mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(spans, c.Ended(), ended)
 		o.ObserveInt64(spans, c.Exported(), exported)
 		o.ObserveInt64(spans, c.Failed(), failed)
+		if n, ok := c.Dropped(); ok {
+			o.ObserveInt64(spans, n, dropped)
+		}
+		if n, ok := c.Rejected(); ok {
+			o.ObserveInt64(rejected, n)
+		}
 		return nil
-	}, spans)
+	}, spans, rejected)
 	return err
 }
 

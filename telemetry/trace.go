@@ -213,10 +213,15 @@ func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler
 		// encodes each span as it ends, with the batch processor's settings, so
 		// directspan reuses its spans.
 		o := batchOptions(bsp)
-		batcher = otlpwire.NewProcessor(sender, otlpwire.ProcessorOptions{MaxQueueSize: o.MaxQueueSize, MaxExportBatchSize: o.MaxExportBatchSize,
+		proc := otlpwire.NewProcessor(sender, otlpwire.ProcessorOptions{MaxQueueSize: o.MaxQueueSize, MaxExportBatchSize: o.MaxExportBatchSize,
 			ScheduleDelay: o.BatchTimeout, ExportTimeout: o.ExportTimeout, Cut: cut, Exported: counts.exportDone})
+		counts.dropped = proc.Dropped
+		batcher = proc
 	} else {
 		batcher = sdktrace.NewBatchSpanProcessor(countingExporter{exp, counts, cut}, bsp...)
+	}
+	if e, ok := exp.(*otlpwire.Exporter); ok {
+		counts.rejected = e.Rejected
 	}
 	procs := []sdktrace.SpanProcessor{countEnded{counts}, batcher}
 	if rs.observe != nil {
@@ -388,7 +393,33 @@ func (t *Tracing) Options() TracingOptions {
 // SpanCounts counts sampled spans: ended, accepted by the exporter, and lost to failed
 // exports. Ended - exported - failed is what waits in the queue or was dropped because
 // the queue was full.
-type SpanCounts struct{ ended, exported, failed atomic.Int64 }
+type SpanCounts struct {
+	ended, exported, failed atomic.Int64
+	// dropped and rejected read otlpwire's own counts when it is in use (nil otherwise):
+	// spans its processor dropped because its queue was full, and spans collectors
+	// rejected in partial successes.
+	dropped, rejected func() int64
+}
+
+// Dropped is how many sampled spans were dropped because the export queue was full; ok
+// is false when the span processor does not count them (the SDK's batch span processor:
+// they are ended - exported - failed less what waits in its queue).
+func (c *SpanCounts) Dropped() (n int64, ok bool) {
+	if c.dropped == nil {
+		return 0, false
+	}
+	return c.dropped(), true
+}
+
+// Rejected is how many spans collectors rejected in partial successes (counted in
+// Exported too: their requests were accepted); ok is false with the SDK's exporter, which
+// hands a partial success to OpenTelemetry's error handler (logged) without a count.
+func (c *SpanCounts) Rejected() (n int64, ok bool) {
+	if c.rejected == nil {
+		return 0, false
+	}
+	return c.rejected(), true
+}
 
 // Ended is how many sampled spans have ended.
 func (c *SpanCounts) Ended() int64 { return c.ended.Load() }
