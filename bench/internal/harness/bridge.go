@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Bridge is a bridge binary running for a benchmark.
@@ -68,14 +70,31 @@ func (b *Bridge) Stop() {
 	_ = b.Cmd.Wait()
 }
 
-// CPU is the bridge process's user+system time so far.
+// CPU is the bridge process's CPU time so far (ProcCPU).
 func (b *Bridge) CPU() time.Duration { return ProcCPU(b.Cmd.Process.Pid) }
 
 // RSS is the bridge process's resident set size.
 func (b *Bridge) RSS() int64 { return ProcRSS(b.Cmd.Process.Pid) }
 
-// ProcCPU is a process's user+system time from /proc/<pid>/stat.
+// ProcCPU is a process's CPU time so far, user and system, of all its threads, those
+// that have exited included, in nanoseconds: clock_gettime(2) on the process's CPU-time
+// clock (clock_getcpuclockid(3): the scheduler's own runtime sum of the thread group,
+// which Linux lets any process read). It is exact where the alternatives are not:
+// /proc/<pid>/stat's utime+stime (StatCPU) count the same time in 10 ms ticks (0.1 µs a
+// record over 100 000 records, 2 % of an untraced one), and the threads' own
+// /proc/<pid>/task/*/schedstat, in nanoseconds too, lose the threads that have exited.
+// Where the clock cannot be read (not Linux, the process gone) it falls back to StatCPU.
 func ProcCPU(pid int) time.Duration {
+	var ts unix.Timespec
+	// MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) of the kernel's posix-timers.h.
+	if err := unix.ClockGettime(int32(^pid<<3|2), &ts); err != nil {
+		return StatCPU(pid)
+	}
+	return time.Duration(ts.Nano())
+}
+
+// StatCPU is a process's user+system time from /proc/<pid>/stat, in 10 ms ticks.
+func StatCPU(pid int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
