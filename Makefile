@@ -113,7 +113,7 @@ bench-egress: build
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./egress -bin $(CURDIR)/$(BIN) -rounds 7'
 
 bench-tracing: build
-	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./tracing -bin $(CURDIR)/$(BIN) -rounds 5 -streams 100'
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./tracing -bin $(CURDIR)/$(BIN) -fast'
 
 FUZZTIME ?= 1m
 fuzz:

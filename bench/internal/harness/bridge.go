@@ -46,6 +46,9 @@ func StartBridge(bin, cfg string, env ...string) (*Bridge, error) {
 	}
 	cmd := exec.Command(bin, "run", "-config", path, "-log-level", "warn")
 	cmd.Stderr = os.Stderr
+	// It dies with the benchmark, whatever the way it ends (log.Fatal runs no deferred
+	// Stop; a benchmark keeping many bridges would leave them running).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: %w (run make build first)", bin, err)
