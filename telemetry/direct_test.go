@@ -154,6 +154,11 @@ var limitCases = []struct {
 		"OTEL_SPAN_EVENT_COUNT_LIMIT": "0", "OTEL_SPAN_LINK_COUNT_LIMIT": "0", "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT": "0"}},
 	{"attributes at the limit", map[string]string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "5", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "1",
 		"OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT": "2"}},
+	// directspan's shapes (endDirect): every record span's attributes within the count,
+	// constants and values cut by length; and a count a process span with a message id
+	// passes (its shape takes the general path) while one without does not.
+	{"all attributes, values cut", map[string]string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "7", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "4"}},
+	{"one attribute short", map[string]string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "6", "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": "12"}},
 }
 
 func setLimits(t *testing.T, env map[string]string) {

@@ -49,7 +49,7 @@ func BenchmarkRecordSpanFastPath(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					tr.direct = m
+					tr.useDirect(m)
 				}
 				start := time.Now() // ingress takes a record's start for every record, traced or not
 				b.ReportAllocs()

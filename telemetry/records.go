@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/recordio-bridge/bridge/telemetry/directspan"
@@ -246,18 +247,39 @@ func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
 	span.End(trace.WithTimestamp(end))
 }
 
-// attributes appends the record span's attributes to attrs.
+// attributes appends the record span's attributes to attrs: directly made, not through
+// the Attr* variables (an indirect call each). endDirect gives directspan the same, as
+// its shapes' constants and values (recordShapes).
 func (r *RecordSpan) attributes(attrs []attribute.KeyValue, messageID string, err error) []attribute.KeyValue {
 	if r.process {
-		attrs = append(attrs, AttrSystemPulsar, AttrOpProcess, AttrOperationName("process"), AttrDestination(r.topic),
-			AttrBodySize(int(r.size)), AttrConsumerGroup(r.group))
+		attrs = append(attrs, attrSystemPulsar, attrOpProcess, attrOpNameProcess, semconv.MessagingDestinationName(r.topic),
+			semconv.MessagingMessageBodySize(int(r.size)), semconv.MessagingConsumerGroupName(r.group))
 	} else {
-		attrs = append(attrs, AttrSystemPulsar, AttrOpPublish, AttrDestination(r.topic), AttrBodySize(int(r.size)))
+		attrs = append(attrs, attrSystemPulsar, attrOpPublish, semconv.MessagingDestinationName(r.topic), semconv.MessagingMessageBodySize(int(r.size)))
 	}
 	if err == nil && messageID != "" {
-		attrs = append(attrs, AttrMessageID(messageID))
+		attrs = append(attrs, semconv.MessagingMessageID(messageID))
 	}
 	return attrs
+}
+
+// The record spans' constant attributes.
+var (
+	attrSystemPulsar  = semconv.MessagingSystemPulsar
+	attrOpPublish     = semconv.MessagingOperationTypeSend
+	attrOpProcess     = semconv.MessagingOperationTypeProcess
+	attrOpNameProcess = semconv.MessagingOperationName("process")
+)
+
+// useDirect makes record spans with m (tracing.recordSpans: direct), their attributes
+// of the shapes attributes makes: the constants, then destination, body size, (consumer
+// group,) and the message id when there is one.
+func (t *Tracing) useDirect(m *directspan.Maker) {
+	t.direct = m
+	t.publishShape = m.Shape([]attribute.KeyValue{attrSystemPulsar, attrOpPublish},
+		semconv.MessagingDestinationNameKey, semconv.MessagingMessageBodySizeKey, semconv.MessagingMessageIDKey)
+	t.processShape = m.Shape([]attribute.KeyValue{attrSystemPulsar, attrOpProcess, attrOpNameProcess},
+		semconv.MessagingDestinationNameKey, semconv.MessagingMessageBodySizeKey, semconv.MessagingConsumerGroupNameKey, semconv.MessagingMessageIDKey)
 }
 
 // endDirect is EndRecord with tracing.recordSpans: direct: the span the SDK would make
@@ -269,7 +291,6 @@ func (t *Tracing) endDirect(r *RecordSpan, name string, kind trace.SpanKind, par
 	if decision == sdktrace.RecordAndSample {
 		flags |= trace.FlagsSampled
 	}
-	var buf [7]attribute.KeyValue // directspan copies them: no allocation here
 	var links [1]trace.Link
 	ds := directspan.Span{Name: name, Parent: parent, Kind: kind, Start: r.start, End: end, Err: err,
 		SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: r.tid, SpanID: r.sid, TraceFlags: flags, TraceState: r.state})}
@@ -278,7 +299,19 @@ func (t *Tracing) endDirect(r *RecordSpan, name string, kind trace.SpanKind, par
 		links[0].SpanContext = r.link
 		ls = links[:]
 	}
-	t.direct.End(&ds, r.attributes(buf[:0], messageID, err), ls)
+	// The values of the shape's keys (directspan copies them: no allocation here).
+	var vals [4]attribute.Value
+	sh, n := t.publishShape, 2
+	vals[0], vals[1] = attribute.StringValue(r.topic), attribute.Int64Value(r.size)
+	if r.process {
+		sh, n = t.processShape, 3
+		vals[2] = attribute.StringValue(r.group)
+	}
+	if err == nil && messageID != "" {
+		vals[n] = attribute.StringValue(messageID)
+		n++
+	}
+	t.direct.EndShaped(&ds, sh, vals[:n], ls)
 }
 
 // presetKey marks a context whose span must get these ids (and, with force, be

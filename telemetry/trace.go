@@ -54,6 +54,8 @@ type Tracing struct {
 	// direct, with tracing.recordSpans: direct, makes record spans without the SDK's
 	// tracer and hands them to processors (telemetry/directspan); nil with sdk.
 	direct *directspan.Maker
+	// publishShape and processShape are the attributes of record spans made by direct.
+	publishShape, processShape *directspan.Shape
 	// endTime is a record span's end: the SDK's own (start plus the monotonic time
 	// since). Tests set another, to make the same span both ways.
 	endTime  func(start time.Time) time.Time
@@ -242,7 +244,7 @@ func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler
 			_ = t.Shutdown(context.Background())
 			return nil, err
 		}
-		t.direct = m
+		t.useDirect(m)
 	}
 	return t, nil
 }

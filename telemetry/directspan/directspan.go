@@ -131,11 +131,100 @@ func (m *Maker) End(s *Span, attrs []attribute.KeyValue, links []trace.Link) {
 	if m.stopped.Load() {
 		return
 	}
+	sp := m.begin(s)
+	sp.setAttributes(attrs)
+	m.end(sp, s, links)
+}
+
+// Shape is the attributes a kind of span is given, in this order: constant ones (the
+// same values on every span) followed by keys whose values each span gives
+// (EndShaped). Made once (Maker.Shape), it lets End skip for each span what the SDK does
+// to attributes that it can decide once: the constants' values are cut to the span
+// limits once, and when every key is defined and distinct and the count limit lets them
+// all through, a span's attributes are copied in without the SDK's deduplication and
+// count.
+type Shape struct {
+	consts []attribute.KeyValue // as given (the general path normalises them itself)
+	normed []attribute.KeyValue // consts cut to the limits
+	keys   []attribute.Key
+	// fast: every key defined and distinct, and the count limit lets consts and keys all
+	// through: a span's attributes are the normed consts and its values, each cut to
+	// the length limit, exactly what SetAttributes makes of them.
+	fast bool
+}
+
+// Shape makes the Shape of spans whose attributes are consts followed by keys, for
+// EndShaped.
+func (m *Maker) Shape(consts []attribute.KeyValue, keys ...attribute.Key) *Shape {
+	sh := &Shape{consts: append([]attribute.KeyValue(nil), consts...), keys: append([]attribute.Key(nil), keys...)}
+	probe := span{m: m}
+	sh.normed = make([]attribute.KeyValue, len(consts))
+	for i, a := range consts {
+		sh.normed[i] = probe.norm(a)
+	}
+	n := len(consts) + len(keys)
+	limit := m.limits.AttributeCountLimit
+	sh.fast = limit < 0 || (limit > 0 && n <= limit)
+	seen := make(map[attribute.Key]bool, n)
+	for _, a := range consts {
+		sh.fast = sh.fast && a.Key.Defined() && !seen[a.Key]
+		seen[a.Key] = true
+	}
+	for _, k := range keys {
+		sh.fast = sh.fast && k.Defined() && !seen[k]
+		seen[k] = true
+	}
+	return sh
+}
+
+// EndShaped is End(s, attrs, links) with attrs sh's constants followed by the first
+// len(vals) of sh's keys, vals[i] the value of key i (len(vals) at most len(keys)).
+func (m *Maker) EndShaped(s *Span, sh *Shape, vals []attribute.Value, links []trace.Link) {
+	if m.stopped.Load() {
+		return
+	}
+	if len(vals) > len(sh.keys) {
+		panic(fmt.Sprintf("directspan: EndShaped: %d values for a shape of %d keys", len(vals), len(sh.keys)))
+	}
+	sp := m.begin(s)
+	if sh.fast {
+		n := len(sh.normed) + len(vals)
+		if n <= len(sp.attrBuf) {
+			sp.attrs = sp.attrBuf[:n]
+		} else {
+			sp.attrs = make([]attribute.KeyValue, n)
+		}
+		copy(sp.attrs, sh.normed)
+		limit := m.limits.AttributeValueLengthLimit
+		for i, v := range vals {
+			a := &sp.attrs[len(sh.normed)+i]
+			a.Key = sh.keys[i]
+			if limit >= 0 && (v.Type() != attribute.STRING || len(v.AsString()) > limit) {
+				v = sp.norm(attribute.KeyValue{Value: v}).Value
+			}
+			a.Value = v
+		}
+	} else {
+		var buf [8]attribute.KeyValue
+		attrs := buf[:0]
+		if n := len(sh.consts) + len(vals); n > len(buf) {
+			attrs = make([]attribute.KeyValue, 0, n)
+		}
+		attrs = append(attrs, sh.consts...)
+		for i, v := range vals {
+			attrs = append(attrs, attribute.KeyValue{Key: sh.keys[i], Value: v})
+		}
+		sp.setAttributes(attrs)
+	}
+	m.end(sp, s, links)
+}
+
+// begin is a span for s: reused (cleared when put back) or new.
+func (m *Maker) begin(s *Span) *span {
 	var sp *span
 	if m.pool != nil {
-		sp = m.pool.Get().(*span) // zero: cleared when put back
+		sp = m.pool.Get().(*span) // cleared when put back
 		sp.m, sp.name, sp.sc, sp.kind, sp.start, sp.end = m, s.Name, s.SpanContext, s.Kind, s.Start, s.End
-		defer m.put(sp)
 	} else {
 		sp = &span{m: m, name: s.Name, sc: s.SpanContext, kind: s.Kind, start: s.Start, end: s.End}
 	}
@@ -145,7 +234,12 @@ func (m *Maker) End(s *Span, attrs []attribute.KeyValue, links []trace.Link) {
 	if s.Kind == trace.SpanKindUnspecified {
 		sp.kind = trace.SpanKindInternal // as the SDK's Start
 	}
-	sp.setAttributes(attrs)
+	return sp
+}
+
+// end adds links and s's error to sp, hands it to the processors and, when spans are
+// reused, puts it back.
+func (m *Maker) end(sp *span, s *Span, links []trace.Link) {
 	for _, l := range links {
 		sp.addLink(l)
 	}
@@ -158,6 +252,9 @@ func (m *Maker) End(s *Span, attrs []attribute.KeyValue, links []trace.Link) {
 	sp.finish()
 	for _, p := range m.procs {
 		p.OnEnd(sp)
+	}
+	if m.pool != nil {
+		m.put(sp)
 	}
 }
 
