@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"math/bits"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,13 +211,11 @@ func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
 	} else {
 		end = r.start.Add(time.Since(r.start)) // as the SDK's End: monotonic from the start
 	}
-	name, kind := "publish", trace.SpanKindProducer
+	kind := trace.SpanKindProducer
 	if r.process {
-		name, kind = "process", trace.SpanKindConsumer
+		kind = trace.SpanKindConsumer
 	}
-	if r.topic != "" {
-		name += " " + r.topic
-	}
+	name := t.names.of(r.process, r.topic)
 	var parent trace.SpanContext
 	if r.parent.IsValid() {
 		parent = r.parent
@@ -245,6 +244,49 @@ func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End(trace.WithTimestamp(end))
+}
+
+// spanNames are record spans' names ("publish <topic>", "process <topic>") made once per
+// topic rather than once per span (a concatenation, an allocation): a map, replaced
+// whole when a topic is added (readers take it without a lock), of at most
+// maxSpanNames topics; past that a name is made for each span.
+type spanNames struct {
+	m atomic.Pointer[map[string]*[2]string] // topic -> publish, process
+}
+
+const maxSpanNames = 256
+
+func (n *spanNames) of(process bool, topic string) string {
+	i := 0
+	if process {
+		i = 1
+	}
+	if topic == "" {
+		return [2]string{"publish", "process"}[i]
+	}
+	m := n.m.Load()
+	if m != nil {
+		if e := (*m)[topic]; e != nil {
+			return e[i]
+		}
+	}
+	e := &[2]string{"publish " + topic, "process " + topic}
+	if m == nil || len(*m) < maxSpanNames {
+		next := make(map[string]*[2]string, 1+len(mapOrNil(m)))
+		for k, v := range mapOrNil(m) {
+			next[k] = v
+		}
+		next[strings.Clone(topic)] = e // the caller's string: its own copy (e's names are new)
+		n.m.CompareAndSwap(m, &next)   // lost to another topic's: made again next time
+	}
+	return e[i]
+}
+
+func mapOrNil(m *map[string]*[2]string) map[string]*[2]string {
+	if m == nil {
+		return nil
+	}
+	return *m
 }
 
 // attributes appends the record span's attributes to attrs: directly made, not through

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -395,4 +396,30 @@ func (discardClient) Stop(context.Context) error  { return nil }
 func (discardClient) UploadTraces(_ context.Context, rs []*tracepb.ResourceSpans) error {
 	_, err := proto.Marshal(&coltracepb.ExportTraceServiceRequest{ResourceSpans: rs})
 	return err
+}
+
+// A record span's name is made once per topic and kept for at most maxSpanNames topics;
+// past that it is made for each span, still right.
+func TestSpanNamesAreKeptForBoundedTopics(t *testing.T) {
+	var n spanNames
+	for round := range 2 {
+		for i := range maxSpanNames + 50 {
+			topic := fmt.Sprintf("persistent://public/default/t%d", i)
+			if got, want := n.of(false, topic), "publish "+topic; got != want {
+				t.Fatalf("round %d: %q, want %q", round, got, want)
+			}
+			if got, want := n.of(true, topic), "process "+topic; got != want {
+				t.Fatalf("round %d: %q, want %q", round, got, want)
+			}
+		}
+	}
+	if got := len(*n.m.Load()); got != maxSpanNames {
+		t.Fatalf("%d topics' names kept, want %d", got, maxSpanNames)
+	}
+	if n.of(false, "") != "publish" || n.of(true, "") != "process" {
+		t.Fatal("a record without a topic is not named publish / process")
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = n.of(false, "persistent://public/default/t1") }); allocs != 0 {
+		t.Fatalf("a known topic's name allocates %.0f times", allocs)
+	}
 }

@@ -56,6 +56,7 @@ type Tracing struct {
 	direct *directspan.Maker
 	// publishShape and processShape are the attributes of record spans made by direct.
 	publishShape, processShape *directspan.Shape
+	names                      spanNames // of record spans, by topic
 	// endTime is a record span's end: the SDK's own (start plus the monotonic time
 	// since). Tests set another, to make the same span both ways.
 	endTime  func(start time.Time) time.Time
