@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -421,5 +423,37 @@ func TestSpanNamesAreKeptForBoundedTopics(t *testing.T) {
 	}
 	if allocs := testing.AllocsPerRun(100, func() { _ = n.of(false, "persistent://public/default/t1") }); allocs != 0 {
 		t.Fatalf("a known topic's name allocates %.0f times", allocs)
+	}
+}
+
+// Inject writes what OpenTelemetry's propagator writes for the same context: random
+// ids, sampled or not, with and without a tracestate; and a reused map loses an earlier
+// record's tracestate.
+func TestInjectAgreesWithThePropagator(t *testing.T) {
+	ts, _ := trace.ParseTraceState("vendor=x,other=y")
+	for i := range 2000 {
+		var cfg trace.SpanContextConfig
+		for j := range cfg.TraceID {
+			cfg.TraceID[j] = byte(rand.Uint32())
+		}
+		for j := range cfg.SpanID {
+			cfg.SpanID[j] = byte(rand.Uint32())
+		}
+		cfg.TraceID[i%16], cfg.SpanID[i%8] = byte(i), byte(i>>3) // every byte value in every place
+		if !cfg.TraceID.IsValid() || !cfg.SpanID.IsValid() {
+			continue
+		}
+		cfg.TraceFlags = trace.TraceFlags(i % 2)
+		if i%3 == 0 {
+			cfg.TraceState = ts
+		}
+		want := map[string]string{}
+		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(cfg)), propagation.MapCarrier(want))
+		got := map[string]string{"tracestate": "stale=1", "other": "kept"}
+		(&RecordSpan{tid: cfg.TraceID, sid: cfg.SpanID, flags: cfg.TraceFlags, state: cfg.TraceState}).Inject(got)
+		want["other"] = "kept"
+		if !maps.Equal(got, want) {
+			t.Fatalf("Inject wrote %v; the propagator %v", got, want)
+		}
 	}
 }
