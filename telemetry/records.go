@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"math/bits"
 	"math/rand/v2"
 	"strings"
@@ -470,45 +469,54 @@ func newSpanID() (id trace.SpanID) {
 }
 
 // ParseTraceparent reads the W3C trace context a message carries in its properties
-// (traceparent, tracestate) as OpenTelemetry's propagator does, without its context
-// allocations. ok is false when there is none or it is malformed.
+// (traceparent, tracestate) as OpenTelemetry's propagator (v1.47) does, without its
+// context allocations: lower-case hex only; version ff refused; version 00 with no
+// reserved flag bits and nothing after the flags (but a "-", which the propagator lets
+// through); a later version's extra fields ignored; the sampled and random flags kept. ok is false when there is none or it is malformed.
+// (TestParseTraceparentAgreesWithThePropagator.)
 func ParseTraceparent(props map[string]string) (sc trace.SpanContext, ok bool) {
 	tp := props["traceparent"]
-	// version "00" is exactly 55 characters; a later version may append fields.
-	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' || (tp[:2] == "00" && len(tp) != 55) || tp[:2] == "ff" ||
-		(len(tp) > 55 && tp[55] != '-') {
+	if len(tp) < 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' || (len(tp) > 55 && tp[55] != '-') {
 		return sc, false
 	}
-	var ver, flags [1]byte
+	vh, vl, fh, fl := unhex[tp[0]], unhex[tp[1]], unhex[tp[53]], unhex[tp[54]]
+	bad := vh | vl | fh | fl
+	version, flags := vh<<4|vl, fh<<4|fl
 	var cfg trace.SpanContextConfig
-	if _, err := hex.Decode(ver[:], []byte(tp[:2])); err != nil {
+	for i := range cfg.TraceID {
+		hi, lo := unhex[tp[3+2*i]], unhex[tp[4+2*i]]
+		cfg.TraceID[i] = hi<<4 | lo
+		bad |= hi | lo
+	}
+	for i := range cfg.SpanID {
+		hi, lo := unhex[tp[36+2*i]], unhex[tp[37+2*i]]
+		cfg.SpanID[i] = hi<<4 | lo
+		bad |= hi | lo
+	}
+	if bad&0xf0 != 0 || version == 0xff || (version == 0 && (len(tp) > 56 || flags > 3)) || !cfg.TraceID.IsValid() || !cfg.SpanID.IsValid() {
 		return sc, false
 	}
-	if _, err := hex.Decode(cfg.TraceID[:], []byte(tp[3:35])); err != nil || !cfg.TraceID.IsValid() || !isLowerHex(tp[3:52]) {
-		return sc, false
-	}
-	if _, err := hex.Decode(cfg.SpanID[:], []byte(tp[36:52])); err != nil || !cfg.SpanID.IsValid() {
-		return sc, false
-	}
-	if _, err := hex.Decode(flags[:], []byte(tp[53:55])); err != nil {
-		return sc, false
-	}
-	cfg.TraceFlags = trace.TraceFlags(flags[0]) & trace.FlagsSampled
+	cfg.TraceFlags = trace.TraceFlags(flags) & (trace.FlagsSampled | trace.FlagsRandom)
 	cfg.Remote = true
-	if st := props["tracestate"]; st != "" {
-		cfg.TraceState, _ = trace.ParseTraceState(st) // as OpenTelemetry's propagator: a bad one is dropped
+	if len(props) > 1 { // a tracestate can be there
+		if st := props["tracestate"]; st != "" {
+			cfg.TraceState, _ = trace.ParseTraceState(st) // as OpenTelemetry's propagator: a bad one is dropped
+		}
 	}
 	return trace.NewSpanContext(cfg), true
 }
 
-func isLowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c == '-') {
-			return false
-		}
+// unhex[c] is the value of the lower-case hex digit c, 0xff for any other byte (the
+// propagator's table: a single check of the OR of all finds any bad digit).
+var unhex = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
 	}
-	return true
-}
+	for i, c := range "0123456789abcdef" {
+		t[c] = byte(i)
+	}
+	return t
+}()
 
 // Segments cuts one stream's life into segment spans ("segment POST <route>", "segment
 // GET <stream>"), so an endless stream's traces complete while it lives: a segment ends

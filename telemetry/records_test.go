@@ -302,7 +302,38 @@ func TestParseTraceparentAgreesWithThePropagator(t *testing.T) {
 		{"traceparent": "00_" + tid + "-" + sid + "-01"},
 		{"traceparent": "zz-" + tid + "-" + sid + "-01"},
 		{"traceparent": "00-" + tid + "-" + sid + "-0g"},
+		// Flags: the random bit kept, reserved bits refused in version 00 (the propagator
+		// of otel v1.47), any flags and more fields in a later version.
+		{"traceparent": "00-" + tid + "-" + sid + "-02"},
+		{"traceparent": "00-" + tid + "-" + sid + "-03"},
+		{"traceparent": "00-" + tid + "-" + sid + "-04"},
+		{"traceparent": "00-" + tid + "-" + sid + "-ff"},
+		{"traceparent": "00-" + tid + "-" + sid + "-0F"},
+		{"traceparent": "01-" + tid + "-" + sid + "-ff"},
+		{"traceparent": "fe-" + tid + "-" + sid + "-03-x-y"},
+		{"traceparent": "01-" + tid + "-" + sid + "-01x"},
+		{"traceparent": "0A-" + tid + "-" + sid + "-01"},
+		{"traceparent": "00-" + tid[:31] + "--" + sid + "-01"},
+		{"traceparent": "00-" + tid + "-" + sid[:15] + "--01"},
+		{"traceparent": "00-" + tid + "-" + sid + "-01", "tracestate": ""},
+		{"traceparent": "", "tracestate": "vendor=a"},
 		{},
+	}
+	// And valid ones with a character or two changed, cut or lengthened at random.
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	chars := "0123456789abcdefABCDEFxg-_ "
+	for range 20000 {
+		b := []byte([]string{"00", "01", "fe", "ff", "0a"}[rng.IntN(5)] + "-" + tid + "-" + sid + "-" + []string{"00", "01", "02", "03", "04", "ff"}[rng.IntN(6)])
+		for range rng.IntN(3) {
+			b[rng.IntN(len(b))] = chars[rng.IntN(len(chars))]
+		}
+		switch rng.IntN(6) {
+		case 0:
+			b = b[:rng.IntN(len(b))]
+		case 1:
+			b = append(b, []string{"-", "-x", "x", "-00-01"}[rng.IntN(4)]...)
+		}
+		cases = append(cases, map[string]string{"traceparent": string(b)})
 	}
 	for _, props := range cases {
 		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(props)))
