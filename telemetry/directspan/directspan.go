@@ -240,8 +240,8 @@ func (m *Maker) begin(s *Span) *span {
 // end adds links and s's error to sp, hands it to the processors and, when spans are
 // reused, puts it back.
 func (m *Maker) end(sp *span, s *Span, links []trace.Link) {
-	for _, l := range links {
-		sp.addLink(l)
+	for i := range links {
+		sp.addLink(&links[i])
 	}
 	if s.Err != nil {
 		msg := s.Err.Error()
@@ -376,7 +376,14 @@ func (s *span) finish() {
 
 // addLink is the SDK's recordingSpan.AddLink (link attributes are not truncated by
 // length there either).
-func (s *span) addLink(link trace.Link) {
+func (s *span) addLink(link *trace.Link) {
+	if len(link.Attributes) == 0 && s.links == nil && s.m.limits.LinkCountLimit != 0 && link.SpanContext.IsValid() {
+		// A span's first link, without attributes (a record's, to its segment): kept
+		// whole, nothing to count.
+		s.linkBuf[0] = sdktrace.Link{SpanContext: link.SpanContext}
+		s.links = s.linkBuf[:1]
+		return
+	}
 	if !link.SpanContext.IsValid() && len(link.Attributes) == 0 && link.SpanContext.TraceState().Len() == 0 {
 		return
 	}
