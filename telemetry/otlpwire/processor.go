@@ -38,12 +38,16 @@ type ProcessorOptions struct {
 
 // Processor is an sdktrace.SpanProcessor that does the work of the SDK's
 // BatchSpanProcessor around an otlpwire Exporter without keeping spans: OnEnd encodes
-// each sampled span at once into the pending request (grouped by resource and
-// instrumentation scope as Encode groups a batch), under a mutex, with no channel send
-// per span. A batch full (MaxExportBatchSize spans, or half of the Sender's request
-// limit in bytes) or ScheduleDelay after the last export is handed to one export
-// goroutine. At most MaxQueueSize spans wait (in the pending batch and the full ones not
-// yet sent); past that, as the SDK's queue, a span is dropped and counted (Dropped).
+// each sampled span at once, into a scratch buffer outside any lock (spans ended on many
+// goroutines at once are encoded in parallel), then copies it into the pending request
+// (grouped by resource and instrumentation scope as Encode groups a batch) under a mutex
+// held only for that copy, with no channel send per span. A batch keeps its spans in
+// chunks of up to chunkBytes, so it grows without moving what it holds; the chunks of
+// sent batches are reused, up to keptBufferBytes of them. A batch full
+// (MaxExportBatchSize spans, or half of the Sender's request limit in bytes) or
+// ScheduleDelay after the last export is handed to one export goroutine. At most
+// MaxQueueSize spans wait (in the pending batch and the full ones not yet sent); past
+// that, as the SDK's queue, a span is dropped and counted (Dropped).
 //
 // Its contract is a differential test against the SDK (processor_test.go): the same
 // spans through a Processor and through a BatchSpanProcessor around the official OTLP
@@ -57,13 +61,18 @@ type Processor struct {
 	// maxBytes is a batch's encoded spans' limit.
 	maxBytes int
 
-	mu     sync.Mutex
-	cur    *batch   // being filled (nil: none yet)
-	queue  []item   // full batches and flush marks, oldest first
-	held   int      // spans in cur and queue
-	free   []*batch // emptied batches for reuse: at most maxFreeBatches, keptBufferBytes of buffers in all
-	freeB  int      // the free batches' buffers' bytes
-	closed bool
+	mu    sync.Mutex
+	cur   *batch   // being filled (nil: none yet)
+	queue []item   // full batches and flush marks, oldest first
+	free  []*batch // emptied batches for reuse (they hold no chunk): at most maxFreeBatches
+	// chunks are emptied span chunks for reuse, each chunkBytes: at most
+	// keptBufferBytes in all.
+	chunks [][]byte
+	made   int64 // bytes of chunks made, not reused (tests look)
+	// held is the spans in cur and queue, and closed says Shutdown began: both written
+	// under mu, read without it by OnEnd to skip encoding a span it would not take.
+	held   atomic.Int64
+	closed atomic.Bool
 
 	dropped  atomic.Int64
 	wake     chan struct{} // cap 1: the export goroutine has work
@@ -93,9 +102,14 @@ const (
 	defaultMaxBatch      = sdktrace.DefaultMaxExportBatchSize
 	defaultScheduleDelay = sdktrace.DefaultScheduleDelay * time.Millisecond
 	// maxFreeBatches: with many streams ending spans on few cores the export goroutine
-	// falls behind by several batches; keeping only two made each later one grow its
-	// buffer anew (garbage, then GC) under load.
+	// falls behind by several batches.
 	maxFreeBatches = 8
+	// chunkBytes is the size of the chunks a batch keeps its encoded spans in: a batch
+	// grows by a chunk, never by moving what it holds (a batch of 4 096 spans grown by
+	// doubling one buffer copied ~2 MiB under the lock, and allocated it anew whenever
+	// more batches waited than could be kept).
+	chunkBytes      = 32 << 10
+	firstChunkBytes = 1 << 10
 )
 
 // NewProcessor starts a Processor sending through s; Shutdown ends it. Zero options take
@@ -136,28 +150,57 @@ func (*Processor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
 // OnEnd encodes s into the pending batch, if it is sampled and there is room.
 func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
-	if s == nil || !s.SpanContext().IsSampled() {
+	if s == nil || !s.SpanContext().IsSampled() || p.closed.Load() {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return
-	}
-	if p.held >= p.o.MaxQueueSize {
+	if p.held.Load() >= int64(p.o.MaxQueueSize) {
 		p.dropped.Add(1)
 		return
 	}
-	b := p.cur
-	if b == nil {
-		b = p.newBatchLocked()
-		p.cur = b
+	// Encoded outside the lock (so goroutines ending spans at once do not wait for each
+	// other's encoding), into a scratch buffer, copied into the batch under it.
+	res, scope := s.Resource(), s.InstrumentationScope()
+	sp := spanScratch.Get().(*[]byte)
+	enc := appendSpanField((*sp)[:0], s)
+	p.mu.Lock()
+	switch {
+	case p.closed.Load():
+	case p.held.Load() >= int64(p.o.MaxQueueSize):
+		p.dropped.Add(1)
+	default:
+		b := p.cur
+		if b == nil {
+			b = p.newBatchLocked()
+			p.cur = b
+		}
+		p.addLocked(b, res, scope, enc)
+		p.held.Add(1)
+		if b.n >= p.o.MaxExportBatchSize || b.bytes >= p.maxBytes {
+			p.cutLocked()
+		}
 	}
-	b.add(s)
-	p.held++
-	if b.n >= p.o.MaxExportBatchSize || b.bytes >= p.maxBytes {
-		p.cutLocked()
+	p.mu.Unlock()
+	if cap(enc) <= maxScratchBytes {
+		*sp = enc[:0]
+		spanScratch.Put(sp)
 	}
+}
+
+// spanScratch holds OnEnd's scratch buffers (*[]byte): encoded spans, nothing of a
+// caller's; one past maxScratchBytes (a span that large) is not kept.
+var spanScratch = sync.Pool{New: func() any {
+	b := make([]byte, 0, 1024)
+	return &b
+}}
+
+const maxScratchBytes = 16 << 10
+
+// appendSpanField appends s as a ScopeSpans' spans field: key, length and AppendSpan.
+func appendSpanField(b []byte, s sdktrace.ReadOnlySpan) []byte {
+	var start int
+	b, start = openLen(b, fSSSpans, spanLengthReserve)
+	b = AppendSpan(b, s)
+	return closeLen(b, start, spanLengthReserve)
 }
 
 func (p *Processor) newBatchLocked() *batch {
@@ -165,10 +208,67 @@ func (p *Processor) newBatchLocked() *batch {
 		b := p.free[n-1]
 		p.free[n-1] = nil
 		p.free = p.free[:n-1]
-		p.freeB -= b.capacity()
 		return b
 	}
 	return &batch{}
+}
+
+// addLocked appends enc, a span encoded by appendSpanField, of resource res and scope
+// scope, to b: into its group's last chunk, or a new one.
+func (p *Processor) addLocked(b *batch, res *resource.Resource, scope instrumentation.Scope, enc []byte) {
+	gi := -1
+	if b.n > 0 {
+		if g := &b.groups[b.last]; g.res == res && g.scope == scope {
+			gi = b.last
+		}
+	}
+	if gi < 0 {
+		gi = b.group(res, scope)
+	}
+	g := &b.groups[gi]
+	k := len(g.chunks) - 1
+	if k < 0 || cap(g.chunks[k])-len(g.chunks[k]) < len(enc) {
+		k++
+		g.chunks = append(g.chunks, p.chunkLocked(len(enc), k))
+	}
+	g.chunks[k] = append(g.chunks[k], enc...)
+	b.bytes += len(enc)
+	b.n++
+	b.last = gi
+}
+
+// chunkLocked is an empty chunk with room for need bytes, to be a group's chunk k: a
+// kept one, or a new one, which is firstChunkBytes for a group's first, twice the size
+// for each next, up to chunkBytes (or exactly need bytes, when more): a batch of few
+// spans holds little, and all that is kept (keptBufferBytes) bounds what many hold.
+func (p *Processor) chunkLocked(need, k int) []byte {
+	if n := len(p.chunks); n > 0 && need <= chunkBytes {
+		c := p.chunks[n-1]
+		p.chunks[n-1] = nil
+		p.chunks = p.chunks[:n-1]
+		return c
+	}
+	c := make([]byte, 0, max(need, min(chunkBytes, firstChunkBytes<<min(k, 16))))
+	p.made += int64(cap(c))
+	return c
+}
+
+// recycleLocked keeps b's chunks (those of chunkBytes, up to keptBufferBytes in all)
+// and b itself (up to maxFreeBatches) for reuse, emptied.
+func (p *Processor) recycleLocked(b *batch) {
+	for i := range b.groups {
+		g := &b.groups[i]
+		for j, c := range g.chunks {
+			if cap(c) == chunkBytes && (len(p.chunks)+1)*chunkBytes <= keptBufferBytes {
+				p.chunks = append(p.chunks, c[:0])
+			}
+			g.chunks[j] = nil
+		}
+	}
+	b.reset()
+	if len(p.free) < maxFreeBatches {
+		p.free = append(p.free, b)
+	}
 }
 
 // cutLocked queues the pending batch, if it has spans, for the export goroutine.
@@ -242,6 +342,9 @@ func (p *Processor) drain() (sent bool) {
 func (p *Processor) send(b *batch) {
 	n := b.n
 	p.out = b.request(p.out[:0])
+	p.mu.Lock()
+	p.recycleLocked(b) // all of it is in p.out now
+	p.mu.Unlock()
 	ctx, cancel := p.ctx, context.CancelFunc(func() {})
 	if p.o.ExportTimeout > 0 {
 		ctx, cancel = context.WithTimeoutCause(ctx, p.o.ExportTimeout, errors.New("otlpwire: processor export timeout"))
@@ -257,20 +360,15 @@ func (p *Processor) send(b *batch) {
 	if p.exported != nil {
 		p.exported(n, err)
 	}
-	b.reset()
 	p.mu.Lock()
-	p.held -= n
-	if c := b.capacity(); len(p.free) < maxFreeBatches && p.freeB+c <= keptBufferBytes {
-		p.free = append(p.free, b)
-		p.freeB += c
-	}
+	p.held.Add(int64(-n))
 	p.mu.Unlock()
 }
 
 // ForceFlush sends every span ended so far and returns once they are sent, or ctx ends.
 func (p *Processor) ForceFlush(ctx context.Context) error {
 	p.mu.Lock()
-	if p.closed {
+	if p.closed.Load() {
 		p.mu.Unlock()
 		return nil
 	}
@@ -294,7 +392,7 @@ func (p *Processor) ForceFlush(ctx context.Context) error {
 func (p *Processor) Shutdown(ctx context.Context) error {
 	p.once.Do(func() {
 		p.mu.Lock()
-		p.closed = true
+		p.closed.Store(true)
 		p.cutLocked()
 		p.mu.Unlock()
 		close(p.stop)
@@ -343,29 +441,9 @@ type batchGroup struct {
 	res   *resource.Resource // of the group's first span
 	ri    int                // into resources
 	scope instrumentation.Scope
-	spans []byte // Span fields (ScopeSpans.spans), each with its key and length
-}
-
-func (b *batch) add(s sdktrace.ReadOnlySpan) {
-	res, scope := s.Resource(), s.InstrumentationScope()
-	gi := -1
-	if b.n > 0 {
-		if g := &b.groups[b.last]; g.res == res && g.scope == scope {
-			gi = b.last
-		}
-	}
-	if gi < 0 {
-		gi = b.group(res, scope)
-	}
-	g := &b.groups[gi]
-	before := len(g.spans)
-	var start int
-	g.spans, start = openLen(g.spans, fSSSpans, spanLengthReserve)
-	g.spans = AppendSpan(g.spans, s)
-	g.spans = closeLen(g.spans, start, spanLengthReserve)
-	b.bytes += len(g.spans) - before
-	b.n++
-	b.last = gi
+	// chunks hold the Span fields (ScopeSpans.spans), each with its key and length, in
+	// order: a span is never split between two.
+	chunks [][]byte
 }
 
 // group finds (or adds) the group of res and scope: the same resource attribute set (the
@@ -393,7 +471,7 @@ func (b *batch) group(res *resource.Resource, scope instrumentation.Scope) int {
 	if gi < cap(b.groups) {
 		b.groups = b.groups[:gi+1]
 		g := &b.groups[gi]
-		g.res, g.ri, g.scope, g.spans = res, ri, scope, g.spans[:0]
+		g.res, g.ri, g.scope, g.chunks = res, ri, scope, g.chunks[:0]
 	} else {
 		b.groups = append(b.groups, batchGroup{res: res, ri: ri, scope: scope})
 	}
@@ -414,7 +492,9 @@ func (b *batch) request(out []byte) []byte {
 			var ss int
 			out, ss = openLen(out, fRSScopeSpans, outerLengthReserve)
 			out = appendScope(out, g.scope)
-			out = append(out, g.spans...)
+			for _, c := range g.chunks {
+				out = append(out, c...)
+			}
 			out = appendString(out, fSSSchemaURL, g.scope.SchemaURL)
 			out = closeLen(out, ss, outerLengthReserve)
 		}
@@ -424,18 +504,7 @@ func (b *batch) request(out []byte) []byte {
 	return out
 }
 
-// capacity is the bytes of b's span buffers.
-func (b *batch) capacity() int {
-	n := 0
-	all := b.groups[:cap(b.groups)]
-	for i := range all {
-		n += cap(all[i].spans)
-	}
-	return n
-}
-
-// reset empties b, keeping its buffers unless they are large; it keeps no resource or
-// scope.
+// reset empties b; it keeps no resource, scope or chunk (recycleLocked takes them).
 func (b *batch) reset() {
 	b.n, b.bytes, b.last = 0, 0, -1
 	clear(b.resources)
@@ -443,10 +512,8 @@ func (b *batch) reset() {
 	for i := range b.groups {
 		g := &b.groups[i]
 		g.res, g.scope = nil, instrumentation.Scope{}
-		if cap(g.spans) > keptBufferBytes {
-			g.spans = nil
-		}
-		g.spans = g.spans[:0]
+		clear(g.chunks)
+		g.chunks = g.chunks[:0]
 	}
 	b.groups = b.groups[:0]
 }

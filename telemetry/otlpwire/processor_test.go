@@ -3,6 +3,7 @@ package otlpwire
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -405,47 +406,74 @@ func TestProcessorConcurrentOnEnd(t *testing.T) {
 	}
 }
 
-// The emptied batches kept for reuse hold at most maxFreeBatches batches and
-// keptBufferBytes of buffers in all, however large the batches that were sent.
-func TestProcessorKeepsBoundedFreeBatches(t *testing.T) {
-	f := newFakeSender(t)
-	f.blocking()
-	p := NewProcessor(f, ProcessorOptions{MaxQueueSize: 64, MaxExportBatchSize: 1, ScheduleDelay: time.Hour})
-	defer f.release()
-	defer p.Shutdown(context.Background())
-	big := strings.Repeat("x", keptBufferBytes/3)
-	for i := range 12 { // each its own batch of ~keptBufferBytes/3, all waiting for the blocked send
-		s := tracetest.SpanStub{Name: "big", SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{byte(i + 1)},
-			TraceFlags: trace.FlagsSampled}), Attributes: []attribute.KeyValue{attribute.String("v", big)}}.Snapshot()
-		p.OnEnd(s)
-	}
-	f.release()
-	if err := p.ForceFlush(exportCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+// kept is what p keeps for reuse: emptied batches, and chunks (their bytes, and whether
+// each is of chunkBytes).
+func (p *Processor) kept() (batches, chunks, bytes int, sized bool) {
 	p.mu.Lock()
-	n, bytes := len(p.free), p.freeB
-	p.mu.Unlock()
-	if n == 0 || n > maxFreeBatches || bytes > keptBufferBytes {
-		t.Fatalf("%d free batches of %d bytes kept; want 1 to %d, at most %d bytes", n, bytes, maxFreeBatches, keptBufferBytes)
+	defer p.mu.Unlock()
+	sized = true
+	for _, c := range p.chunks {
+		bytes += cap(c)
+		sized = sized && cap(c) == chunkBytes && len(c) == 0
 	}
-	for range 12 {
-		f.next(t)
-	}
-	// Small batches are kept up to maxFreeBatches.
-	f.block = nil
-	for i := range 3 * maxFreeBatches {
-		p.OnEnd(oneRecordSpan(i))
-	}
-	if err := p.ForceFlush(exportCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	p.mu.Lock()
-	n = len(p.free)
-	p.mu.Unlock()
-	if n > maxFreeBatches {
-		t.Fatalf("%d free batches kept; want at most %d", n, maxFreeBatches)
-	}
+	return len(p.free), len(p.chunks), bytes, sized
+}
+
+// What a Processor keeps for reuse is bounded however large and however many the
+// batches that were sent: at most maxFreeBatches emptied batches and keptBufferBytes of
+// chunks, each of chunkBytes (a span larger than that had a chunk of its own, not kept).
+func TestProcessorKeepsBoundedFreeBatchesAndChunks(t *testing.T) {
+	t.Run("large spans", func(t *testing.T) {
+		f := newFakeSender(t)
+		f.blocking()
+		p := NewProcessor(f, ProcessorOptions{MaxQueueSize: 64, MaxExportBatchSize: 1, ScheduleDelay: time.Hour})
+		defer f.release()
+		defer p.Shutdown(context.Background())
+		big := strings.Repeat("x", keptBufferBytes/3)
+		for i := range 12 { // each its own batch of ~keptBufferBytes/3, all waiting for the blocked send
+			s := tracetest.SpanStub{Name: "big", SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{byte(i + 1)},
+				TraceFlags: trace.FlagsSampled}), Attributes: []attribute.KeyValue{attribute.String("v", big)}}.Snapshot()
+			p.OnEnd(s)
+		}
+		f.release()
+		if err := p.ForceFlush(exportCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		for range 12 {
+			if n := f.next(t); n != 1 {
+				t.Fatalf("a request of %d spans, want 1", n)
+			}
+		}
+		if b, c, bytes, sized := p.kept(); b == 0 || b > maxFreeBatches || c != 0 || !sized {
+			t.Fatalf("kept %d batches and %d chunks of %d bytes (all of chunkBytes, empty: %v); want 1 to %d batches and no chunk",
+				b, c, bytes, sized, maxFreeBatches)
+		}
+	})
+	t.Run("many batches", func(t *testing.T) {
+		f := newFakeSender(t)
+		f.blocking()
+		// Batches of ~10 full chunks each, waiting for the blocked send: ~160 chunks, more
+		// than are kept.
+		const batch, batches = 1024, 16
+		p := NewProcessor(f, ProcessorOptions{MaxQueueSize: batch * batches, MaxExportBatchSize: batch, ScheduleDelay: time.Hour})
+		defer f.release()
+		defer p.Shutdown(context.Background())
+		spans := recordSpans(8)
+		for i := range batch * batches {
+			p.OnEnd(spans[i%len(spans)])
+		}
+		f.release()
+		if err := p.ForceFlush(exportCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.spans.Load(); got != batch*batches || p.Dropped() != 0 {
+			t.Fatalf("%d spans sent, %d dropped; want %d, 0", got, p.Dropped(), batch*batches)
+		}
+		if b, c, bytes, sized := p.kept(); b == 0 || b > maxFreeBatches || c != keptBufferBytes/chunkBytes || !sized {
+			t.Fatalf("kept %d batches and %d chunks of %d bytes (all of chunkBytes, empty: %v); want 1 to %d batches, %d chunks",
+				b, c, bytes, sized, maxFreeBatches, keptBufferBytes/chunkBytes)
+		}
+	})
 }
 
 // directspan's spans, reused by the Processor, under span limits that bite (attributes
@@ -516,5 +544,69 @@ func TestProcessorDirectSpansUnderLimitsAndInvalidUTF8(t *testing.T) {
 				requireEqual(t, decode(t, o[i].body), decode(t, g[i].body))
 			}
 		})
+	}
+}
+
+// tokenSender sends nothing: each request waits for a token (or its ctx), then is done.
+type tokenSender struct{ tokens chan struct{} }
+
+func (s tokenSender) SendRequest(ctx context.Context, _ []byte, _ int) (bool, error) {
+	select {
+	case <-s.tokens:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+func (tokenSender) Shutdown(context.Context) error { return nil }
+
+// With the bridge's batching (queue 16 384, batches of 4 096, ~1.4 MB each of record
+// spans) and three batches waiting for a slow collector, the next round of three
+// batches reuses what the first used: it makes less than one batch's worth of chunks,
+// and (without the race detector, whose sync.Pool drops buffers at random) allocates
+// less than that in all. The Processor used to keep 4 MiB of emptied batches, two of
+// these, and grow the third anew by doubling: the second round allocated ~6.6 MB.
+func TestProcessorReusesChunksAcrossWaitingBatches(t *testing.T) {
+	s := tokenSender{tokens: make(chan struct{}, 8)}
+	const batch = 4096
+	p := NewProcessor(s, ProcessorOptions{MaxQueueSize: 4 * batch, MaxExportBatchSize: batch, ScheduleDelay: time.Hour})
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = p.Shutdown(ctx)
+	}()
+	spans := recordSpans(16)
+	made := func() int64 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.made
+	}
+	round := func() (alloc uint64, chunks int64) {
+		var before, after runtime.MemStats
+		m := made()
+		runtime.ReadMemStats(&before)
+		for i := range 3 * batch {
+			p.OnEnd(spans[i%len(spans)])
+		}
+		runtime.ReadMemStats(&after)
+		chunks = made() - m
+		for range 3 {
+			s.tokens <- struct{}{}
+		}
+		if err := p.ForceFlush(exportCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		return after.TotalAlloc - before.TotalAlloc, chunks
+	}
+	a1, c1 := round()
+	a2, c2 := round()
+	if d := p.Dropped(); d != 0 {
+		t.Fatalf("%d spans dropped", d)
+	}
+	perBatch := batch * uint64(len(appendSpanField(nil, spans[0])))
+	t.Logf("first round: %d bytes allocated, %d of chunks; second: %d, %d; a batch is %d bytes", a1, c1, a2, c2, perBatch)
+	if uint64(c2) >= perBatch || (!raceOn && a2 >= perBatch) {
+		t.Fatalf("the second round of 3 batches allocated %d bytes, %d of chunks; want less than a batch's %d", a2, c2, perBatch)
 	}
 }
