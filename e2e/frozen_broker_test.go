@@ -105,3 +105,69 @@ func TestProducerDetectsAFrozenBroker(t *testing.T) {
 		cons.Ack(m)
 	}
 }
+
+// TestAQuietProducerDetectsAFrozenBroker: the real broker is stopped with SIGSTOP while
+// a producer goes on sending a few small messages a second, as a quiet stream does. Its
+// kernel takes them into socket buffers that are far from full, so every write
+// completes at once; the keep-alive took each completed write for the broker reading
+// its PING and excused its silence until the buffers filled (at this rate, minutes),
+// so the connection stayed up and every message waited on a frozen broker. Declared
+// dead while frozen, the connection is replaced once the broker resumes and every
+// message is persisted.
+func TestAQuietProducerDetectsAFrozenBroker(t *testing.T) {
+	b := broker.Get(t)
+	if !b.Controllable() {
+		t.Skip("the broker was not started by pulsar.sh, so it cannot be frozen")
+	}
+	topic := b.Topic(t, "frozen-quiet")
+	lost := events{word: "disconnected", ch: make(chan string, 1)}
+	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: b.URL, OperationTimeout: 30 * time.Second, KeepAlive: time.Second,
+		WriteTimeout: 10 * time.Second, Logger: slog.New(lost)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p, err := c.CreateProducer(ctx, pulsar.ProducerOptions{Topic: topic, DisableBatching: true, SendTimeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("m-000")}); err != nil {
+		t.Fatal(err)
+	}
+
+	thaw := b.Freeze(t)
+	defer thaw() // before the deferred closes, which would wait on a frozen broker
+	errs := make(chan error, 1000)
+	sent := 0
+	tick := time.NewTicker(200 * time.Millisecond) // ~1 KB/s with the frames' headers
+	defer tick.Stop()
+	detected := time.After(30 * time.Second)
+wait:
+	for {
+		select {
+		case reason := <-lost.ch:
+			t.Logf("detected while frozen after %d messages: %s", sent, reason)
+			break wait
+		case <-detected:
+			t.Fatalf("the frozen broker was not detected within 30 s while %d small messages were sent", sent)
+		case <-tick.C:
+			sent++
+			p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: []byte(fmt.Sprintf("m-%03d", sent))},
+				func(_ pulsar.MessageID, err error) { errs <- err })
+		}
+	}
+	thaw()
+	for i := range sent {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of %d messages persisted after the broker resumed", i, sent)
+		}
+	}
+}

@@ -118,6 +118,14 @@ type liveness struct {
 	pingWritten time.Time // the last PING handed to the socket...
 	pingEnd     int64     // ...and written by then
 	pingRead    time.Time // when pingReadBound bytes had followed it: the broker has read it
+	// pingPaced is the last write that completed after the PING while the writer had a
+	// backlog all along since it: such writes are paced by the socket, so they show the
+	// broker reading. Once the writer found nothing queued (idleSincePing), what it wrote
+	// sits in buffers with room to spare, and a later write completes at once whether
+	// the broker reads or not (a frozen one's kernel, or ours on a black-holed network,
+	// takes a trickle of small writes for a long time): it no longer counts.
+	pingPaced     time.Time
+	idleSincePing bool
 }
 
 // pingReadBound is how much written after a PING proves the broker has read it: more
@@ -687,11 +695,15 @@ func (c *Conn) queuePing() {
 
 // pingAnswerDue is when the broker could have read the PING queued at pinged, at the
 // latest known: the interval for its answer runs from there. While the PING still waits
-// behind other writes, or may still sit in the socket buffers behind what was written
-// before it, every write that completes shows the broker reading (a frozen or
+// behind other writes, every write that completes shows the broker reading (a frozen or
 // black-holed one takes nothing once the buffers are full, and a write stalls): the
-// answer is due an interval after the last one. Once pingReadBound bytes followed it,
-// the broker has read it, and no later write excuses its silence.
+// answer is due an interval after the last one. Once written, the PING may still sit in
+// the socket buffers behind what was written before it; writes that complete count
+// only while the writer had a backlog all along since the PING (paced by the socket):
+// once it went idle, a write completes at once into free buffer space whether or not
+// the broker reads, so a trickle of them must not excuse a frozen or black-holed broker
+// (see liveness.pingPaced). Once pingReadBound bytes followed it, the broker has read
+// it, and no later write excuses its silence.
 func (c *Conn) pingAnswerDue(pinged time.Time) time.Time {
 	l := &c.live
 	l.mu.Lock()
@@ -702,7 +714,7 @@ func (c *Conn) pingAnswerDue(pinged time.Time) time.Time {
 	case !l.pingRead.Before(l.pingWritten):
 		return l.pingRead
 	}
-	return later(l.pingWritten, l.progress)
+	return later(l.pingWritten, l.pingPaced)
 }
 
 // pingState says where the unanswered PING is, for the keep-alive's error.
@@ -730,6 +742,9 @@ func (l *liveness) wrote(n int64) {
 	l.mu.Lock()
 	l.progress = now
 	l.written += n
+	if !l.idleSincePing {
+		l.pingPaced = now
+	}
 	if !l.pingWritten.IsZero() && l.pingRead.Before(l.pingWritten) && l.written-l.pingEnd >= pingReadBound {
 		l.pingRead = now
 	}
@@ -741,6 +756,15 @@ func (l *liveness) wrotePing() {
 	now := time.Now()
 	l.mu.Lock()
 	l.pingWritten, l.pingEnd = now, l.written
+	l.pingPaced, l.idleSincePing = now, false
+	l.mu.Unlock()
+}
+
+// wentIdle notes that the writer has written everything queued: writes that complete
+// from now on may go into free buffer space, and show nothing of the broker reading.
+func (l *liveness) wentIdle() {
+	l.mu.Lock()
+	l.idleSincePing = true
 	l.mu.Unlock()
 }
 
@@ -817,6 +841,12 @@ func (c *Conn) writeLoop() {
 		}
 		if ping {
 			c.live.wrotePing()
+		}
+		c.mu.Lock()
+		backlog := len(c.queue) > 0 || len(c.tail) > 0
+		c.mu.Unlock()
+		if !backlog {
+			c.live.wentIdle()
 		}
 		c.lastSent.Store(time.Now().UnixNano())
 		clear(bufs) // drop references to frames the producers own

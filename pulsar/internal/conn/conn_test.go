@@ -345,3 +345,40 @@ func TestKeepAliveDeclaresDeadABrokerThatReadsButNeverAnswers(t *testing.T) {
 		t.Fatalf("Err() = %v, want ErrKeepAliveTimeout", c.Err())
 	}
 }
+
+// TestKeepAliveDeclaresDeadASilentBrokerWhileATrickleOfWritesGoesOn: a frozen broker's
+// kernel (or, on a black-holed network, our own) takes a trickle of small writes into
+// socket buffers that are far from full, so each write completes at once and tells
+// nothing about the broker reading. Counted as reading, they excused its silence for
+// as long as they went on (until 32 MiB followed the PING: hours at a few KB/s), so a
+// connection to a frozen or black-holed broker carrying a quiet producer's records was
+// never declared dead, and every record on it failed its send timeout in turn. The stub
+// reads everything and answers nothing, as a frozen broker's kernel does until its
+// buffers fill (far more than this test writes).
+func TestKeepAliveDeclaresDeadASilentBrokerWhileATrickleOfWritesGoesOn(t *testing.T) {
+	s := newStub(t, nil) // reads every frame, answers none
+	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String(), KeepAlive: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	deadline := time.After(30 * time.Second)
+	trickle := time.NewTicker(10 * time.Millisecond)
+	defer trickle.Stop()
+	for id := uint64(1); ; id++ {
+		select {
+		case <-c.Done():
+		case <-deadline:
+			t.Fatal("a broker silent for 30 s was never declared dead while a few small frames were written now and then")
+		case <-trickle.C:
+			if err := c.Send(lookup(id)); err == nil {
+				continue
+			}
+			<-c.Done()
+		}
+		break
+	}
+	if !errors.Is(c.Err(), ErrKeepAliveTimeout) {
+		t.Fatalf("Err() = %v, want ErrKeepAliveTimeout", c.Err())
+	}
+}
