@@ -108,3 +108,48 @@ func FuzzAppendSpanBytes(f *testing.F) {
 		}
 	})
 }
+
+// The Processor's attribute cache (kvCache) changes no byte: spans whose string
+// attributes repeat by position (hits), differ in one byte at the same lengths, are not
+// UTF-8, empty, long, of other types, or more than the cache holds, encoded one after
+// another with one cache, each as the encoder before its fast paths writes it.
+func TestKVCacheBytesUnchanged(t *testing.T) {
+	keys := []string{"messaging.system", "messaging.systen", "k", "", "k\xff", "日本", strings.Repeat("k", 130)}
+	vals := []string{"pulsar", "pulsas", "", "v\xc3", "é", strings.Repeat("v", 60), strings.Repeat("v", 140)}
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	var c kvCache
+	hits := 0
+	for i := range 3000 {
+		n := r.IntN(11)
+		attrs := make([]attribute.KeyValue, n)
+		for j := range attrs {
+			switch r.IntN(8) {
+			case 0:
+				attrs[j] = attribute.Int64(keys[r.IntN(len(keys))], r.Int64N(300))
+			case 1:
+				attrs[j] = attribute.StringSlice(keys[r.IntN(len(keys))], []string{vals[r.IntN(len(vals))]})
+			default:
+				attrs[j] = attribute.String(keys[r.IntN(2)], vals[r.IntN(2)]) // mostly the same few
+				if r.IntN(4) == 0 {
+					attrs[j] = attribute.String(keys[r.IntN(len(keys))], vals[r.IntN(len(vals))])
+				}
+			}
+		}
+		s := tracetest.SpanStub{Name: "s", SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i)}, SpanID: trace.SpanID{1}}),
+			Attributes: attrs}.Snapshot()
+		before := c
+		got, want := appendSpan([]byte{5}, s, &c), refAppendSpan([]byte{5}, s)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("span %d, attributes %v: with the cache\n%x\nbefore the fast paths\n%x", i, attrs, got, want)
+		}
+		for j := range min(n, len(c)) {
+			if len(before[j].enc) > 0 && attrs[j].Value.Type() == attribute.STRING &&
+				bytes.Equal(before[j].enc, appendKeyValue(nil, fSpanAttributes, &attrs[j])) {
+				hits++
+			}
+		}
+	}
+	if hits < 1000 {
+		t.Fatalf("only %d attributes written from the cache: the test does not test it", hits)
+	}
+}

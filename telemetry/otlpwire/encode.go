@@ -324,6 +324,12 @@ func clampUint32(v int) uint64 {
 //
 // It writes exactly the bytes it wrote before its fast paths (reference_test.go).
 func AppendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
+	return appendSpan(b, s, nil)
+}
+
+// appendSpan is AppendSpan, with the string attributes of the span taken from c when
+// it has them (nil: none).
+func appendSpan(b []byte, s sdktrace.ReadOnlySpan, c *kvCache) []byte {
 	sc := s.SpanContext()
 	tid, sid := sc.TraceID(), sc.SpanID()
 	b = append(b, tagSpanTraceID, byte(len(tid)))
@@ -350,6 +356,10 @@ func AppendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 	b = appendFixed64Field(b, tagSpanEnd, unixNano(s.EndTime()))
 	attrs := s.Attributes()
 	for i := range attrs {
+		if c != nil && i < len(c) && attrs[i].Value.Type() == attribute.STRING {
+			b = c[i].append(b, &attrs[i])
+			continue
+		}
 		b = appendKeyValue(b, fSpanAttributes, &attrs[i])
 	}
 	b = appendVarintField(b, tagSpanDroppedAttrs, clampUint32(s.DroppedAttributes()))
@@ -407,6 +417,43 @@ func appendLink(b []byte, l *sdktrace.Link) []byte {
 	b = append(b, tagLinkFlags)
 	b = binary.LittleEndian.AppendUint32(b, spanFlags(l.SpanContext.TraceFlags(), l.SpanContext))
 	return closeLen1(b, start)
+}
+
+// kvCache holds, for each of a span's first attributes by position, the encoding of
+// the last string attribute encoded there: a record span's attributes come in the same
+// order each time, most with the same key and value (messaging.system and the like), and
+// one whose key and value are those of the encoding is written by copying it, without
+// UTF-8 validation or lengths. It holds encoded bytes only (copies), and is used by one
+// goroutine at a time (the Processor's scratch).
+type kvCache [8]kvEntry
+
+// kvEntry is a span attribute's KeyValue field of a string value, key, length and all,
+// under 130 bytes, as appendKeyValue writes it; key and value (both non-empty, both
+// valid UTF-8 so as given) at enc[4:4+k] and enc[8+k:], k = len(key).
+type kvEntry struct {
+	enc []byte
+}
+
+// append appends kv, a string attribute, as appendKeyValue would: the entry's bytes
+// when kv's key and value are the entry's, or else encoded, and then remembered if the
+// encoding is one an entry can hold.
+func (e *kvEntry) append(b []byte, kv *attribute.KeyValue) []byte {
+	key, val := string(kv.Key), kv.Value.AsString()
+	if n := len(e.enc); n > 0 && len(key) == int(e.enc[3]) && n == len(key)+len(val)+8 &&
+		string(e.enc[4:4+len(key)]) == key && string(e.enc[8+len(key):]) == val {
+		return append(b, e.enc...)
+	}
+	start := len(b)
+	b = appendKeyValue(b, fSpanAttributes, kv)
+	enc := b[start:]
+	// Kept when written as given (valid UTF-8: the same bytes) with one-byte lengths.
+	if n := len(enc); key != "" && val != "" && n < 130 && n == len(key)+len(val)+8 &&
+		string(enc[4:4+len(key)]) == key && string(enc[8+len(key):]) == val {
+		e.enc = append(e.enc[:0], enc...)
+	} else {
+		e.enc = e.enc[:0]
+	}
+	return b
 }
 
 // spanFlags are the W3C trace flags, and whether the parent (a link's own context for a

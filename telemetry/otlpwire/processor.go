@@ -160,8 +160,8 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 	// Encoded outside the lock (so goroutines ending spans at once do not wait for each
 	// other's encoding), into a scratch buffer, copied into the batch under it.
 	res, scope := s.Resource(), s.InstrumentationScope()
-	sp := spanScratch.Get().(*[]byte)
-	enc := appendSpanField((*sp)[:0], s)
+	sp := spanScratch.Get().(*scratch)
+	enc := appendSpanField(sp.buf[:0], s, &sp.kvs)
 	p.mu.Lock()
 	switch {
 	case p.closed.Load():
@@ -181,25 +181,30 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 	}
 	p.mu.Unlock()
 	if cap(enc) <= maxScratchBytes {
-		*sp = enc[:0]
+		sp.buf = enc[:0]
 		spanScratch.Put(sp)
 	}
 }
 
-// spanScratch holds OnEnd's scratch buffers (*[]byte): encoded spans, nothing of a
-// caller's; one past maxScratchBytes (a span that large) is not kept.
-var spanScratch = sync.Pool{New: func() any {
-	b := make([]byte, 0, 1024)
-	return &b
-}}
+// scratch is where OnEnd encodes a span, and what it remembers of the spans it encoded
+// there before (encoded bytes only, nothing of a caller's).
+type scratch struct {
+	buf []byte
+	kvs kvCache
+}
+
+// spanScratch holds OnEnd's scratches; one whose buffer grew past maxScratchBytes (a
+// span that large) is not kept.
+var spanScratch = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 0, 1024)} }}
 
 const maxScratchBytes = 16 << 10
 
-// appendSpanField appends s as a ScopeSpans' spans field: key, length and AppendSpan.
-func appendSpanField(b []byte, s sdktrace.ReadOnlySpan) []byte {
+// appendSpanField appends s as a ScopeSpans' spans field: key, length and AppendSpan
+// (with c's attributes, when not nil).
+func appendSpanField(b []byte, s sdktrace.ReadOnlySpan, c *kvCache) []byte {
 	var start int
 	b, start = openLen(b, fSSSpans, spanLengthReserve)
-	b = AppendSpan(b, s)
+	b = appendSpan(b, s, c)
 	return closeLen(b, start, spanLengthReserve)
 }
 

@@ -604,7 +604,7 @@ func TestProcessorReusesChunksAcrossWaitingBatches(t *testing.T) {
 	if d := p.Dropped(); d != 0 {
 		t.Fatalf("%d spans dropped", d)
 	}
-	perBatch := batch * uint64(len(appendSpanField(nil, spans[0])))
+	perBatch := batch * uint64(len(appendSpanField(nil, spans[0], nil)))
 	t.Logf("first round: %d bytes allocated, %d of chunks; second: %d, %d; a batch is %d bytes", a1, c1, a2, c2, perBatch)
 	if uint64(c2) >= perBatch || (!raceOn && a2 >= perBatch) {
 		t.Fatalf("the second round of 3 batches allocated %d bytes, %d of chunks; want less than a batch's %d", a2, c2, perBatch)
