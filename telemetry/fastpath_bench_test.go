@@ -27,10 +27,12 @@ import (
 func BenchmarkRecordSpanFastPath(b *testing.B) {
 	for _, mode := range []string{"serial", "parallel8"} {
 		for _, c := range []struct {
-			name  string
-			ratio float64
-			nop   bool
-		}{{"0pct", 0, false}, {"1pct-wire", 0.01, false}, {"10pct-wire", 0.1, false}, {"100pct-wire", 1, false}, {"100pct-nop", 1, true}} {
+			name    string
+			ratio   float64
+			nop     bool
+			process bool // egress: a process span continuing the message's context
+		}{{"0pct", 0, false, false}, {"1pct-wire", 0.01, false, false}, {"10pct-wire", 0.1, false, false}, {"100pct-wire", 1, false, false},
+			{"100pct-nop", 1, true, false}, {"process-100pct-wire", 1, false, true}, {"process-100pct-nop", 1, true, true}} {
 			b.Run(mode+"/"+c.name, func(b *testing.B) {
 				sampler, err := newSampler("parentbased_traceidratio", c.ratio)
 				if err != nil {
@@ -59,7 +61,7 @@ func BenchmarkRecordSpanFastPath(b *testing.B) {
 					defer seg.Close()
 					props := map[string]string{}
 					for i := 0; b.Loop(); i++ {
-						oneRecord(tr, seg, props, start)
+						oneRecord(tr, seg, props, start, c.process)
 						if c.ratio > 0 && !c.nop && i%4096 == 0 {
 							_ = tr.ForceFlush(context.Background()) // measure the export too, not drops
 						}
@@ -72,7 +74,7 @@ func BenchmarkRecordSpanFastPath(b *testing.B) {
 						defer seg.Close()
 						props := map[string]string{}
 						for pb.Next() {
-							oneRecord(tr, seg, props, start)
+							oneRecord(tr, seg, props, start, c.process)
 							if c.ratio > 0 && !c.nop && n.Add(1)%4096 == 0 {
 								_ = tr.ForceFlush(context.Background())
 							}
@@ -87,9 +89,19 @@ func BenchmarkRecordSpanFastPath(b *testing.B) {
 	}
 }
 
-// oneRecord is a record's tracing as ingress does it, for a message without properties.
-func oneRecord(tr *Tracing, seg *Segments, props map[string]string, start time.Time) {
+// oneRecord is a record's tracing as ingress does it, for a message without properties
+// (props: the stream's reused map Inject writes into); with process, a message's as
+// egress does it, the message's properties the last ones ingress wrote.
+func oneRecord(tr *Tracing, seg *Segments, props map[string]string, start time.Time, process bool) {
 	var r RecordSpan
+	if process {
+		if len(props) == 0 {
+			(&RecordSpan{tid: trace.TraceID{1, 2, 3}, sid: trace.SpanID{4, 5}, flags: trace.FlagsSampled}).Inject(props)
+		}
+		tr.StartProcess(&r, props, seg.Next(1024), "persistent://public/default/t", "subscription", 1024, start)
+		tr.EndRecord(&r, "123:456:-1:0", nil)
+		return
+	}
 	tr.StartPublish(&r, trace.SpanContext{}, seg.Next(1024), "persistent://public/default/t", 1024, start)
 	if r.Propagates(nil) {
 		r.Inject(props)
