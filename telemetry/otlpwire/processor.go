@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // Sender sends one encoded ExportTraceServiceRequest of spans spans: an Exporter is one
@@ -202,9 +203,13 @@ const maxScratchBytes = 16 << 10
 // appendSpanField appends s as a ScopeSpans' spans field: key, length and AppendSpan
 // (with c's attributes, when not nil).
 func appendSpanField(b []byte, s sdktrace.ReadOnlySpan, c *kvCache) []byte {
-	var start int
-	b, start = openLen(b, fSSSpans, spanLengthReserve)
+	b = append(b, fSSSpans<<3|byte(protowire.BytesType), 0, 0) // spanLengthReserve: 2
+	start := len(b)
 	b = appendSpan(b, s, c)
+	if n := len(b) - start; n >= 1<<7 && n < 1<<14 { // two bytes, as reserved: written in place
+		b[start-2], b[start-1] = byte(n)|0x80, byte(n>>7)
+		return b
+	}
 	return closeLen(b, start, spanLengthReserve)
 }
 
