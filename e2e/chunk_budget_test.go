@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -34,28 +36,28 @@ func chunkMetadata(uuid string, id, total, size int) []byte {
 }
 
 // TestEgressReassemblyOfIncompleteChunkedMessagesStaysInsideTheBudget: a producer leaves
-// 40 chunked messages incomplete on the real broker, interleaved (3 of 4 chunks of 64 KiB
-// each, 7.5 MiB in all), then a plain message follows. A bridge with memory.budget 1MiB
-// streams the topic: its consumer reassembled all 40 at once, 7.5 MiB past the budget
-// (nothing queued, so each chunk's returned permit was granted again). Now reassembly
-// stays inside the budget but for one message held beyond it, the messages pushed out
-// are counted on /metrics, and the plain message is delivered.
+// 20 chunked messages incomplete on the real broker (the first of 4 chunks of 64 KiB each,
+// 1.25 MiB in all), then a plain message follows. A bridge with memory.budget 1MiB
+// streams the topic: its consumer once reassembled them all past the budget (nothing
+// queued, so each chunk's returned permit was granted again; 40 messages of 3 chunks took
+// the peak to 7 995 392 bytes). Now a partition reassembling more than one message gets
+// permits only as the budget covers them: reassembly stays inside the budget but for one
+// permit, the incomplete messages go at their expiry (1 min), counted on /metrics, and
+// the plain message is delivered.
 func TestEgressReassemblyOfIncompleteChunkedMessagesStaysInsideTheBudget(t *testing.T) {
 	b := broker.Get(t)
 	topic := b.Topic(t, "halfchunks")
 	const (
-		messages = 40
+		messages = 20
 		part     = 64 << 10
 		limit    = 1 << 20
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	payload := []byte(strings.Repeat("c", part))
-	for id := range 3 { // of 4: the last chunk never comes
-		for u := range messages {
-			if err := pulsartest.Publish(ctx, b.URL, topic, chunkMetadata(fmt.Sprint("u", u), id, 4, 4*part), payload); err != nil {
-				t.Fatalf("publishing chunk %d of message %d: %v", id, u, err)
-			}
+	for u := range messages { // the first chunk of 4 only: the others never come
+		if err := pulsartest.Publish(ctx, b.URL, topic, chunkMetadata(fmt.Sprint("u", u), 0, 4, 4*part), payload); err != nil {
+			t.Fatalf("publishing the first chunk of message %d: %v", u, err)
 		}
 	}
 	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: b.URL, OperationTimeout: 30 * time.Second})
@@ -91,12 +93,117 @@ streams:
 	peak := metricValue(t, m, "bridge_memory_budget_peak_bytes")
 	dropped := metricValue(t, m, `bridge_egress_discarded_total{reason="chunked_incomplete"}`)
 	t.Logf("memory.budget %d: peak %.0f bytes; %.0f chunked messages dropped", limit, peak, dropped)
-	// The budget, one message held beyond it (4 chunks), the one permit an idle partition
-	// gets beyond it, and the marker.
+	// The budget, one chunk a partition reassembling a message alone gets beyond it, the
+	// one permit an idle partition gets beyond it, and the marker.
 	if peak < 0 || peak > limit+6*part {
 		t.Fatalf("bridge_memory_budget_peak_bytes %.0f: reassembly took the budget (%d) past it by more than one message", peak, limit)
 	}
 	if dropped < 1 {
 		t.Fatalf(`bridge_egress_discarded_total{reason="chunked_incomplete"} is %.0f: the messages pushed out were not counted`, dropped)
+	}
+}
+
+// TestEgressInterleavedChunkedMessagesSurviveASpentBudget: two producers' chunked messages
+// interleave on one topic of the real broker (A0 B0 A1 B1 ...) while another stream of
+// the same bridge spends memory.budget (its client reads one record and stops, ack=client).
+// The second message's first chunk found the budget spent and the consumer dropped the
+// first message and acknowledged its chunks: a whole message on the broker lost to the
+// subscription for good (bridge_egress_discarded_total{reason="chunked_incomplete"} 1).
+// Now the partition waits for room, and both messages are delivered once the other
+// stream's client goes away and its deliveries free the budget.
+func TestEgressInterleavedChunkedMessagesSurviveASpentBudget(t *testing.T) {
+	b := broker.Get(t)
+	held, chunked := b.Topic(t, "spender"), b.Topic(t, "interleaved")
+	const (
+		part   = 64 << 10
+		chunks = 4
+		budget = 1 << 20
+	)
+	payloads := publishOfficial(t, b, held, 60, 4, part)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for id := range chunks {
+		for _, u := range []string{"A", "B"} {
+			data := []byte(strings.Repeat(u, part))
+			if err := pulsartest.Publish(ctx, b.URL, chunked, chunkMetadata(u, id, chunks, chunks*part), data); err != nil {
+				t.Fatalf("publishing chunk %d of message %s: %v", id, u, err)
+			}
+		}
+	}
+	p := startBridge(t, fmt.Sprintf(`memory:
+  budget: %d
+pulsar:
+  url: %s
+egress:
+  writeTimeout: 5m
+streams:
+  - name: spender
+    topics: [%s]
+    position: earliest
+    ack: client
+    ackTimeout: 10m
+  - name: chunked
+    topics: [%s]
+    position: earliest
+`, budget, b.URL, held, chunked))
+	spendCtx, stopSpending := context.WithCancel(ctx)
+	defer stopSpending()
+	spender := egressGet(t, spendCtx, p.DataURL+"/v1/streams/spender", nil)
+	defer spender.Body.Close()
+	if _, err := recordio.NewReader(spender.Body, recordio.BufferSize(len(payloads[0])+100)).Next(); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads no more: its stream and queue spend the budget.
+	const used = "bridge_memory_budget_used_bytes"
+	for {
+		u := metricValue(t, scrape(t, p.OpsURL), used)
+		if budget-u < part {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the budget never filled: %.0f of %d bytes used", u, budget)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/chunked", nil)
+	defer resp.Body.Close()
+	// Both messages' first chunks reach the consumer (the broker counts them out).
+	for {
+		var st struct {
+			Subscriptions map[string]struct {
+				MsgOutCounter int64 `json:"msgOutCounter"`
+			} `json:"subscriptions"`
+		}
+		raw := b.MustAdmin(t, http.MethodGet, "/admin/v2/"+strings.Replace(chunked, "://", "/", 1)+"/stats", nil)
+		if err := json.Unmarshal(raw, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Subscriptions["bridge-chunked"].MsgOutCounter >= 2 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the broker never dispatched both first chunks: %s", raw)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stopSpending() // the spender's client goes away: its deliveries free the budget
+	rd := recordio.NewReader(resp.Body, recordio.BufferSize(chunks*part+100))
+	got := map[string]bool{}
+	for len(got) < 2 {
+		rec, err := rd.Next()
+		if err != nil {
+			m := scrape(t, p.OpsURL)
+			t.Fatalf("%d of 2 chunked messages delivered (%v): %v; chunked messages dropped: %.0f", len(got), got, err,
+				metricValue(t, m, `bridge_egress_discarded_total{reason="chunked_incomplete"}`))
+		}
+		if len(rec) != chunks*part || strings.Count(string(rec), string(rec[:1])) != len(rec) {
+			t.Fatalf("a record of %d bytes, want one message of %d bytes of one letter", len(rec), chunks*part)
+		}
+		got[string(rec[:1])] = true
+	}
+	if d := metricValue(t, scrape(t, p.OpsURL), `bridge_egress_discarded_total{reason="chunked_incomplete"}`); d > 0 {
+		t.Fatalf("bridge_egress_discarded_total{reason=\"chunked_incomplete\"} %.0f", d)
 	}
 }

@@ -402,8 +402,8 @@ type ConsumerStats struct {
 	// MemoryLimiter, charged to it as they arrive).
 	ReassemblyBytes int
 	// ChunkedDropped: chunked messages dropped before they were whole (expired, pushed
-	// out by MaxPendingChunkedMessages or the MemoryLimiter, broken off by a chunk out
-	// of order); their chunks were acknowledged and are counted in Discarded.
+	// out by MaxPendingChunkedMessages or MaxChunkedMessageSize, broken off by a chunk
+	// out of order); their chunks were acknowledged and are counted in Discarded.
 	ChunkedDropped int
 }
 

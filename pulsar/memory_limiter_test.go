@@ -422,9 +422,11 @@ func TestMemoryLimiterCountsChunksBeingReassembled(t *testing.T) {
 // once and the partition holds nothing queued, so it is always granted its next permit
 // (beyond the budget, if need be): reassembly took 7.5 MiB of a 1 MiB budget, bounded
 // only by MaxPendingChunkedMessages (100) and MaxChunkedMessageSize (256 MiB) per
-// partition. The budget now bounds it: when it cannot cover a chunk, the oldest other
-// messages being reassembled are dropped (their chunks acknowledged, counted); a message
-// with nothing else to drop is held beyond it, alone, so it still completes.
+// partition. The budget now bounds it: a partition reassembling more than one message
+// gets permits only as far as the budget covers them, and waits for room; here only its
+// own incomplete messages hold it, so they go at ChunkExpiry (their chunks
+// acknowledged, counted) and the rest follows. A message reassembled alone is held
+// beyond the budget, so it still completes.
 func TestChunkReassemblyStaysInsideTheMemoryBudget(t *testing.T) {
 	const part, limit = 64 << 10, 1 << 20
 	data := strings.Repeat("c", part)
@@ -432,7 +434,7 @@ func TestChunkReassemblyStaysInsideTheMemoryBudget(t *testing.T) {
 		bud := budget.New(limit)
 		b := fakeBroker(t)
 		cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 10, MemoryLimiter: bud,
-			ChunkExpiry: time.Hour, AckGroupTime: 10 * time.Millisecond})
+			ChunkExpiry: 300 * time.Millisecond, AckGroupTime: 10 * time.Millisecond})
 		const messages = 40
 		var out []pulsartest.Outgoing
 		for id := range 3 { // of 4: the last chunk never comes
@@ -492,4 +494,95 @@ func TestChunkReassemblyStaysInsideTheMemoryBudget(t *testing.T) {
 			t.Fatalf("stats %+v: a lone chunked message was dropped", st)
 		}
 	})
+}
+
+// TestInterleavedChunkedMessagesWaitForTheBudgetInsteadOfBeingDropped: two producers send
+// chunked messages to one partition at once, so their chunks interleave, while the
+// process-wide budget is spent by others (ingress waiting for receipts, other streams'
+// queues: an ordinary moment of a busy bridge). The first chunk of the second message
+// found the budget spent and made the partition drop the first message and acknowledge
+// its chunks: a legitimate message, whole on the broker, was lost to the subscription
+// for good. The partition now waits for room instead (no permit beyond the budget
+// while it reassembles more than one message), and both messages come whole once the
+// others release what they hold.
+func TestInterleavedChunkedMessagesWaitForTheBudgetInsteadOfBeingDropped(t *testing.T) {
+	const part, limit = 64 << 10, 1 << 20
+	data := strings.Repeat("c", part)
+	bud := budget.New(limit)
+	bud.Charge(limit) // spent by others for now
+	released := false
+	defer func() {
+		if !released {
+			bud.Release(limit)
+		}
+	}()
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 10, MemoryLimiter: bud})
+	var out []pulsartest.Outgoing
+	for id := range 4 {
+		for _, u := range []string{"a", "b"} {
+			out = append(out, chunk(u, id, 4, data, 4*part))
+		}
+	}
+	b.Deliver(faultTopic, out...)
+	waitFor(t, "both messages' first chunks, or a message dropped", func() bool {
+		st := cons.Stats()
+		return st.ReassemblyBytes >= 2*part || st.ChunkedDropped > 0
+	})
+	if st := cons.Stats(); st.ChunkedDropped != 0 {
+		t.Fatalf("stats %+v: a chunked message was dropped (and its chunks acknowledged) because the budget was spent for a moment", st)
+	}
+	bud.Release(limit) // the others are done
+	released = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 2 {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("%v; stats %+v", err, cons.Stats())
+		}
+		if m.Size() != 4*part {
+			t.Fatalf("a message of %d bytes, want %d", m.Size(), 4*part)
+		}
+		cons.Ack(m)
+	}
+	if st := cons.Stats(); st.ChunkedDropped != 0 || st.Discarded != 0 {
+		t.Fatalf("stats %+v: chunks were dropped", st)
+	}
+}
+
+// TestInterleavedChunksLargerThanTheQueueBoundComplete: chunks larger than
+// ReceiverQueueBytes (the broker's 5 MiB chunks against the bridge's 1 MiB default) of
+// two interleaved messages, with a budget that has room: the partition's queue bound
+// alone must not make it wait (only the budget may), or it waits for ChunkExpiry and
+// then drops the first message.
+func TestInterleavedChunksLargerThanTheQueueBoundComplete(t *testing.T) {
+	const part = 64 << 10
+	data := strings.Repeat("c", part)
+	bud := budget.New(64 << 20)
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 10, ReceiverQueueBytes: part / 4,
+		MemoryLimiter: bud, ChunkExpiry: time.Hour})
+	var out []pulsartest.Outgoing
+	for id := range 4 {
+		for _, u := range []string{"a", "b"} {
+			out = append(out, chunk(u, id, 4, data, 4*part))
+		}
+	}
+	b.Deliver(faultTopic, out...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 2 {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatalf("%v; stats %+v", err, cons.Stats())
+		}
+		if m.Size() != 4*part {
+			t.Fatalf("a message of %d bytes, want %d", m.Size(), 4*part)
+		}
+		cons.Ack(m)
+	}
+	if st := cons.Stats(); st.ChunkedDropped != 0 {
+		t.Fatalf("stats %+v: a chunked message was dropped", st)
+	}
 }

@@ -382,10 +382,22 @@ func (p *partitionConsumer) grantLocked() {
 		p.reservedAt = time.Now()
 	}
 	if k < 1 && idle {
-		k = 1
-		if lim := p.opts.MemoryLimiter; lim != nil {
-			lim.Charge(int64(max(per, 1)))
-			p.reserved += max(per, 1)
+		// Beyond the limiter only for a partition reassembling at most one chunked
+		// message: its chunks' permits go back as they arrive, so a message larger than
+		// the budget still completes. One reassembling more gets its permit only as far
+		// as the limiter covers it, and waits for room otherwise (see chargeChunkLocked).
+		unit := max(per, 1)
+		switch lim := p.opts.MemoryLimiter; {
+		case lim == nil:
+			k = 1
+		case len(p.chunks) <= 1:
+			lim.Charge(int64(unit))
+			k = 1
+		case lim.TryReserve(int64(unit)):
+			k = 1
+		}
+		if k == 1 && p.opts.MemoryLimiter != nil {
+			p.reserved += unit
 			p.reservedAt = time.Now()
 		}
 	}
@@ -677,7 +689,7 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 	ctx.ids = append(ctx.ids, mid)
 	ctx.size += len(payload)
 	p.chunkBytes += len(payload)
-	p.chargeChunkLocked(uuid, len(payload))
+	p.chargeChunkLocked(len(payload))
 	if chunkID < total-1 {
 		// Its permit goes back now, not when the whole message is taken: a message of
 		// more chunks than the receiver window must still complete. Reassembly is
@@ -722,33 +734,21 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 	return &m
 }
 
-// chargeChunkLocked charges a chunk held for reassembly (of message uuid) to the
-// MemoryLimiter. Its permit goes back at once and the partition looks idle (nothing
-// queued), so its next permit is granted even when the budget is spent: the budget must
-// bound reassembly itself. When it cannot cover the chunk, the oldest other messages
-// this partition is reassembling are dropped to make room (their chunks acknowledged,
-// as on expiry); a message with nothing left to drop is held beyond the limit, alone,
-// as a lone record larger than the budget is, so it still completes. Reassembly thus
-// takes the budget past its limit by at most one message per partition (at most
-// MaxChunkedMessageSize), however many messages a producer leaves incomplete.
-func (p *partitionConsumer) chargeChunkLocked(uuid string, n int) {
-	lim := p.opts.MemoryLimiter
-	if lim == nil {
-		return
-	}
-	for !lim.TryReserve(int64(n)) {
-		oldest := ""
-		for _, u := range p.chunkOrder {
-			if u != uuid {
-				oldest = u
-				break
-			}
-		}
-		if oldest == "" {
-			lim.Charge(int64(n))
-			return
-		}
-		p.dropChunksLocked(oldest, "the memory budget is spent")
+// chargeChunkLocked charges a chunk held for reassembly to the MemoryLimiter. Its
+// permit goes back at once and the partition holds nothing queued; were it idle for
+// grantLocked, its next permit would be granted beyond a spent budget again and again,
+// and chunks of messages whose last chunks never come would pile up to
+// MaxPendingChunkedMessages and MaxChunkedMessageSize. Only a partition reassembling one
+// message counts as idle (so a message larger than the budget still completes, held
+// beyond it alone); one reassembling more gets permits only as far as the budget covers
+// them, and waits for room otherwise (the run loop grants again as it frees). Nothing is
+// dropped for a budget spent for a moment: a chunked message is whole on the broker,
+// and dropping it acknowledged its chunks, losing it to the subscription for good. What
+// never completes goes at ChunkExpiry (or MaxPendingChunkedMessages), which also ends a
+// wait for room that only the partition's own reassembly could make.
+func (p *partitionConsumer) chargeChunkLocked(n int) {
+	if lim := p.opts.MemoryLimiter; lim != nil {
+		lim.Charge(int64(n))
 	}
 }
 
@@ -1072,8 +1072,17 @@ func (p *partitionConsumer) run() {
 			p.flushAcksLocked()
 			p.redeliverDueLocked(now)
 			p.releaseIdleLocked(now)
+			reassembling := len(p.chunkOrder) > 0
 			for len(p.chunkOrder) > 0 && now.Sub(p.chunks[p.chunkOrder[0]].created) > p.opts.ChunkExpiry {
 				p.dropChunksLocked(p.chunkOrder[0], "expired")
+			}
+			if reassembling && p.byteMode() {
+				// A partition reassembling messages waits for room with nothing queued,
+				// so no message taken grants its permits again: the budget may have room
+				// now, or the expiry above left it idle. (Only then: a quiet partition's
+				// withheld permits wait for its messages to be taken, or a grant on every
+				// tick would take the room others wait for, see reservationIdle.)
+				p.grantLocked()
 			}
 			p.mu.Unlock()
 		}

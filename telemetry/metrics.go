@@ -205,7 +205,7 @@ type PulsarStats struct {
 	Buffered                      int64 // messages in egress consumers' receiver queues
 	Corrupt, Malformed            int64 // messages egress consumers discarded: bad checksum, metadata that does not validate
 	// ChunkedDropped: chunked messages egress consumers dropped before they were whole
-	// (expired, pushed out by streams[].maxPendingChunkedMessages or memory.budget)
+	// (expired, or pushed out by streams[].maxPendingChunkedMessages)
 	ChunkedDropped int64
 }
 
@@ -217,7 +217,7 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 	reconnects, err3 := mt.Int64ObservableCounter("bridge.pulsar.reconnects", metric.WithDescription("Reconnections of producers and consumers to the broker, by kind."))
 	permits, err4 := mt.Int64ObservableCounter("bridge.egress.permits", metric.WithDescription("FLOW permits granted to the broker by egress consumers."))
 	buffered, err5 := mt.Int64ObservableGauge("bridge.egress.buffered.messages", metric.WithDescription("Messages received from the broker and not yet written to a client."))
-	discarded, err6 := mt.Int64ObservableCounter("bridge.egress.discarded", metric.WithDescription("Messages egress consumers discarded (and acknowledged) by reason: corrupt (checksum) or malformed (metadata, batch or chunk fields), both acknowledged with a validation error; chunked_incomplete, chunked messages dropped before they were whole (expired, or pushed out by maxPendingChunkedMessages or the memory budget)."))
+	discarded, err6 := mt.Int64ObservableCounter("bridge.egress.discarded", metric.WithDescription("Messages egress consumers discarded (and acknowledged) by reason: corrupt (checksum) or malformed (metadata, batch or chunk fields), both acknowledged with a validation error; chunked_incomplete, chunked messages dropped before they were whole (expired, or pushed out by maxPendingChunkedMessages)."))
 	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 		return err
 	}
