@@ -18,13 +18,17 @@ import (
 	"github.com/recordio-bridge/bridge/recordio"
 )
 
-// unavailableFirst fails a request's first record with ErrUnavailable (503) at once and
-// settles the others only once their context ends or heldFor has passed, so the stream
-// is still running well after it stopped reading its (already ended) body.
+// unavailableFirst fails a request's first record with ErrUnavailable (503) once the
+// second is published (so the stream has read both, and its body's end, before it stops
+// reading: failed at once, the first record could stop it before it read the second,
+// and the test failed now and then) and settles the others only once their context
+// ends or heldFor has passed, so the stream is still running well after it stopped
+// reading its (already ended) body.
 type unavailableFirst struct {
 	mu      sync.Mutex
 	calls   int
 	heldFor time.Duration
+	second  chan struct{} // closed when the second record is published
 	wg      sync.WaitGroup
 }
 
@@ -39,8 +43,20 @@ func (p *unavailableFirst) PublishAsync(ctx context.Context, m *Message, done fu
 		return
 	}
 	if i == 0 {
-		done("", fmt.Errorf("%w: the test's broker is away", ErrUnavailable))
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			select {
+			case <-p.second:
+			case <-ctx.Done():
+			case <-time.After(30 * time.Second): // the second never came: the test fails on the answer
+			}
+			done("", fmt.Errorf("%w: the test's broker is away", ErrUnavailable))
+		}()
 		return
+	}
+	if i == 1 {
+		close(p.second)
 	}
 	p.wg.Add(1)
 	go func() {
@@ -101,7 +117,7 @@ func rawPublish(path string, body []byte, streaming bool) string {
 func TestAKeptAliveConnectionServesTheNextRequestAfterAStreamStoppedReading(t *testing.T) {
 	for _, streaming := range []bool{false, true} {
 		t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
-			pub := &unavailableFirst{heldFor: 2 * time.Second} // 20 × stopGrace
+			pub := &unavailableFirst{heldFor: 2 * time.Second, second: make(chan struct{})} // 20 × stopGrace
 			t.Cleanup(pub.wg.Wait)
 			s := New(pub, nil, nil, nil)
 			s.Update(table(t, oneRoute), limits)
