@@ -521,7 +521,8 @@ func report(parallel, rounds, satRounds, nPaced, nSat, size, rate int, bridges [
 // exported, and those ended but not exported (lost). With drain, it waits (at most
 // 10 s) until the export queue has drained, so lost are those dropped or failed.
 func spanCounts(opsURL string, drain bool) (ended, exported, lost int64) {
-	re := regexp.MustCompile(`(?m)^bridge_trace_spans_total\{[^}]*result="(\w+)"[^}]*\} (\d+)`)
+	// A counter past a million is written in exponent form (1.050009e+06).
+	re := regexp.MustCompile(`(?m)^bridge_trace_spans_total\{[^}]*result="(\w+)"[^}]*\} (\S+)`)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		resp, err := http.Get(opsURL + "/metrics")
 		if err != nil {
@@ -531,7 +532,11 @@ func spanCounts(opsURL string, drain bool) (ended, exported, lost int64) {
 		resp.Body.Close()
 		n := map[string]int64{}
 		for _, m := range re.FindAllStringSubmatch(string(b), -1) {
-			n[m[1]], _ = strconv.ParseInt(m[2], 10, 64)
+			f, err := strconv.ParseFloat(m[2], 64)
+			if err != nil {
+				log.Fatalf("bridge_trace_spans_total{result=%q}: %v", m[1], err)
+			}
+			n[m[1]] = int64(f)
 		}
 		if lost = n["ended"] - n["exported"]; !drain || lost == 0 || time.Now().After(deadline) {
 			return n["ended"], n["exported"], lost
