@@ -15,7 +15,7 @@
 //
 //   - Every mode has its own bridge, started once and kept running (a sidecar's bridge
 //     runs for days), each on a topic of its own. A cycle gives each bridge one slice, in
-//     a random order (seeded: the same orders in every run); -rounds paced cycles, then
+//     a random order (seeded by -seed: the same orders in every run with the same seed); -rounds paced cycles, then
 //     -sat-rounds saturated ones, per shape; one cycle first, not counted.
 //   - A slice is a lead (untimed: a quarter of the slice, at least -bsp-delay's worth,
 //     so the bridge is busy and its exporter's timer going), then the window: -records
@@ -103,6 +103,7 @@ func main() {
 	fast := flag.Bool("fast", false, "also run each sampling rate with the -fast-keys tracing keys (modes \"fast 1 %\"...), in the same cycles")
 	fastKeys := flag.String("fast-keys", "recordSpans=direct,exporter=wire", "the tracing section's keys of the -fast modes, key=value,... (for example recordSpans=direct alone)")
 	ratios := flag.String("ratios", "0.01,0.1,1", "the sampling ratios measured, each a mode (empty, with -aa: only the noise floor)")
+	seed := flag.Uint64("seed", 1, "the seed of the slices' random orders (runs with the same seed use the same orders; another seed shows whether an order favours a mode)")
 	aa := flag.Bool("aa", true, "also run \"off again\", a second bridge with tracing off, measured as a traced one: its cost is the noise floor")
 	flag.Parse()
 	var fastYAML string
@@ -214,7 +215,7 @@ func main() {
 		// The topic created, the producer connected.
 		post(br.DataURL, bridges[i].topic, &stream{record: record, n: 1}, m.name)
 	}
-	rng := rand.New(rand.NewPCG(1, 2)) // the slices' orders: the same in every run of the benchmark
+	rng := rand.New(rand.NewPCG(*seed, 2)) // the slices' orders: the same in every run with the same -seed
 	progress := func(parallel int, what string, c int, name string, w window) {
 		us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(w.records) }
 		fmt.Fprintf(os.Stderr, "p%d %s %d %-10s %6.0f records/s: bridge %.3f µs/record (broker %.2f over the slice)\n", parallel, what, c, name, w.perSec(), us(w.cpu), us(w.broker))
