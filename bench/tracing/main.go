@@ -52,10 +52,13 @@
 //   - After the cycles, the traced bridges' spans ended but never exported (dropped: the
 //     queue full, or failed) are counted: a mode that drops spans is cheaper than it is.
 //
-// The quiet machine's command (both shapes, about 12 minutes; from the bench directory,
-// with a broker at the URL and the bridge built by make build):
+// The quiet machine's command (what make bench-tracing runs: one shape per broker, as a
+// standalone's bookie refuses writes once its disk is 95 % full and both shapes' slices
+// write ~35 GB; about 4 minutes a shape; from the bench directory, with a broker at the
+// URL and the bridge built by make build):
 //
-//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -fast
+//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -fast -parallel 1 -rounds 20 -sat-rounds 10
+//	(and again with -parallel 8, on a fresh broker)
 //
 // and a short check on a busy machine: -rounds 6 -sat-rounds 3 -records 20000
 // -sat-records 10000 -parallel 1.
