@@ -105,10 +105,8 @@ func (r *RecordSpan) Inject(props map[string]string) {
 	for i, c := range r.sid {
 		*(*[2]byte)(b[36+2*i:]) = hexPairs[c]
 	}
-	b[52], b[53], b[54] = '-', '0', '0'
-	if r.flags.IsSampled() {
-		b[54] = '1'
-	}
+	// The flags a W3C traceparent of version 00 carries: sampled and random.
+	b[52], b[53], b[54] = '-', '0', '0'+byte(r.flags&(trace.FlagsSampled|trace.FlagsRandom))
 	props["traceparent"] = string(b[:])
 	if ts := r.state; ts.Len() > 0 {
 		props["tracestate"] = ts.String()
@@ -165,7 +163,13 @@ func (t *Tracing) startRecord(r *RecordSpan) {
 	} else {
 		r.newRootIDs()
 	}
-	r.flags, r.state = 0, trace.TraceState{}
+	// The record's flags are its parent's (the W3C random flag kept), the sampled flag
+	// the decision's, as the SDK's tracer sets a child's (and endDirect the span's).
+	var inherited trace.TraceFlags
+	if hasParent {
+		inherited = r.parent.TraceFlags() &^ trace.FlagsSampled
+	}
+	r.flags, r.state = inherited, trace.TraceState{}
 	if t.fast != nil {
 		// A sampler OTEL_TRACES_SAMPLER names: its decision, computed (sampler.go).
 		var sampled bool
@@ -175,7 +179,7 @@ func (t *Tracing) startRecord(r *RecordSpan) {
 			sampled = t.fast.decideRoot(&r.tid)
 		}
 		if sampled {
-			r.flags = trace.FlagsSampled
+			r.flags |= trace.FlagsSampled
 		}
 		r.record = sampled
 		return
@@ -192,7 +196,7 @@ func (t *Tracing) startRecord(r *RecordSpan) {
 	}
 	res := t.sampler.ShouldSample(sdktrace.SamplingParameters{ParentContext: pctx, TraceID: r.tid, Kind: kind})
 	if res.Decision == sdktrace.RecordAndSample {
-		r.flags = trace.FlagsSampled
+		r.flags |= trace.FlagsSampled
 	}
 	r.record, r.state = res.Decision != sdktrace.Drop, res.Tracestate
 }

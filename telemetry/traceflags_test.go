@@ -1,0 +1,98 @@
+package telemetry
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TestInjectKeepsTheSpansFlags: a record continuing a message's traceparent whose flags carry the W3C random
+// bit (0x02, kept by ParseTraceparent since 184fa03, as the propagator keeps it): the
+// span exported has the parent's flags (random kept, as the SDK sets them), and the
+// traceparent the record's message carries should be what OpenTelemetry's propagator
+// writes for that span.
+func TestInjectKeepsTheSpansFlags(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		tr, exp := testTracingMode(t, sdktrace.ParentBased(sdktrace.AlwaysSample()), bigSegments, direct)
+		parent, ok := ParseTraceparent(map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03"})
+		if !ok || parent.TraceFlags() != trace.FlagsSampled|trace.FlagsRandom {
+			t.Fatalf("parent %v ok %v", parent, ok)
+		}
+		var r RecordSpan
+		tr.StartPublish(&r, parent, trace.SpanContext{}, "t", 1, time.Now())
+		props := map[string]string{}
+		r.Inject(props)
+		tr.EndRecord(&r, "1:1:-1:0", nil)
+		spans := flushed(t, tr, exp)
+		if len(spans) != 1 {
+			t.Fatalf("direct %v: %d spans", direct, len(spans))
+		}
+		want := map[string]string{}
+		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), spans[0].SpanContext), propagation.MapCarrier(want))
+		if props["traceparent"] != want["traceparent"] {
+			t.Errorf("direct %v: the message carries traceparent %s; the exported span's flags are %s, which the propagator writes as %s",
+				direct, props["traceparent"], spans[0].SpanContext.TraceFlags(), want["traceparent"])
+		}
+	}
+}
+
+// FuzzParseTraceparent: ParseTraceparent against the propagator on any traceparent and tracestate.
+func FuzzParseTraceparent(f *testing.F) {
+	const tid, sid = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	f.Add("00-"+tid+"-"+sid+"-01", "a=b")
+	f.Add("00-"+tid+"-"+sid+"-03-", "")
+	f.Add("fe-"+tid+"-"+sid+"-ff-zz", "a=b,c=d")
+	f.Add("01-"+tid+"-"+sid+"-01", "bad state!")
+	f.Fuzz(func(t *testing.T, tp, ts string) {
+		for _, props := range []map[string]string{{"traceparent": tp}, {"traceparent": tp, "tracestate": ts}} {
+			want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(props)))
+			got, ok := ParseTraceparent(props)
+			if ok != want.IsValid() || (ok && !got.Equal(want)) || (ok && got.TraceState().String() != want.TraceState().String()) {
+				t.Fatalf("%q: %v (ok %v); the propagator: %v", props, got, ok, want)
+			}
+		}
+	})
+}
+
+// TestParseTraceparentRandomDifferential: a structured randomized differential: traceparents of 50 to 60 bytes built
+// from hex digits, dashes at the W3C places or not, any byte now and then, versions and
+// flags of every value, and tracestates good and bad.
+func TestParseTraceparentRandomDifferential(t *testing.T) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
+	const hexd = "0123456789abcdefABCDEF"
+	states := []string{"", "a=b", "a=b,c=d", "A=b", "a=b,,c=d", "k=" + strings.Repeat("v", 300), "x@y=z"}
+	for range 300000 {
+		n := 50 + rng.IntN(11)
+		b := make([]byte, n)
+		for i := range b {
+			switch {
+			case rng.IntN(200) == 0:
+				b[i] = byte(rng.IntN(256))
+			case (i == 2 || i == 35 || i == 52 || i == 55) && rng.IntN(50) != 0:
+				b[i] = '-'
+			case rng.IntN(8) == 0:
+				b[i] = hexd[rng.IntN(len(hexd))]
+			default:
+				b[i] = hexd[rng.IntN(16)]
+			}
+		}
+		if rng.IntN(4) == 0 {
+			b[0], b[1] = '0', '0'
+		}
+		props := map[string]string{"traceparent": string(b)}
+		if rng.IntN(2) == 0 {
+			props["tracestate"] = states[rng.IntN(len(states))]
+		}
+		want := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(props)))
+		got, ok := ParseTraceparent(props)
+		if ok != want.IsValid() || (ok && !got.Equal(want)) || (ok && got.TraceState().String() != want.TraceState().String()) {
+			t.Fatalf("%q: %v (ok %v); the propagator: %v", props, got, ok, want)
+		}
+	}
+}
