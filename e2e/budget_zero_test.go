@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,13 +126,13 @@ streams:
 		t.Fatalf("GET client: %d", resp.StatusCode)
 	}
 	sid := resp.Header.Get("Stream-Id")
-	rd := recordio.NewReader(resp.Body, recordio.BufferSize(size+100))
+	rd := newTimedReader(resp.Body, recordio.BufferSize(size+100))
 	pos := 0
 	read := func(k int) []int {
 		var got []int
 		for range k {
-			if _, err := rd.Next(); err != nil {
-				t.Fatalf("client read at %d: %v", pos, err)
+			if _, err := rd.next(60 * time.Second); err != nil {
+				t.Fatalf("client read at %d: %v (%s)", pos, err, grepLines(scrape(t, p.OpsURL), "bridge_memory_budget"))
 			}
 			got = append(got, pos)
 			pos++
@@ -197,6 +199,122 @@ streams:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestARedeliveredUnacknowledgedMessageLeavesNoChargeBehind: an ack=client stream
+// under a memory budget has written messages the client has not acknowledged yet when
+// its topic is unloaded; the consumer reconnects and the broker delivers them again,
+// with the same ids. The client acknowledges every id it read, and the deliveries'
+// budget charge goes back to zero while the stream stays open. The first delivery of
+// each such message used to stay charged until the stream ended (its entry was
+// replaced by the redelivery's and never settled): a stream holding them was never
+// idle again, and once its own consumer queue filled the budget it delivered nothing
+// more (the hang TestMemoryBudgetReturnsToZero met).
+func TestARedeliveredUnacknowledgedMessageLeavesNoChargeBehind(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "redelivered")
+	const n = 30
+	publishUnbatched(t, b, topic, n)
+	p := startBridge(t, fmt.Sprintf(`
+memory:
+  budget: 1MiB
+pulsar:
+  url: %s
+streams:
+  - name: out
+    topics: [%s]
+    position: earliest
+    type: shared
+    ack: client
+    envelope: json
+    ackTimeout: 10m
+`, b.URL, topic))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/out", map[string]string{"Message-Accept": "application/json"})
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET: %d", resp.StatusCode)
+	}
+	sid := resp.Header.Get("Stream-Id")
+	rd := newTimedReader(resp.Body)
+	seen := map[string]int{}
+	next := func() string {
+		rec, err := rd.next(60 * time.Second)
+		if err != nil {
+			t.Fatalf("read after %d ids: %v", len(seen), err)
+		}
+		var e struct {
+			MessageID string `json:"messageId"`
+		}
+		if err := json.Unmarshal(rec, &e); err != nil || e.MessageID == "" {
+			t.Fatalf("envelope %q: %v", rec, err)
+		}
+		seen[e.MessageID]++
+		return e.MessageID
+	}
+	for range n {
+		next()
+	}
+	// Nothing acknowledged: the unload makes the broker deliver all n again.
+	b.MustAdmin(t, http.MethodPut, "/admin/v2/"+strings.Replace(topic, "://", "/", 1)+"/unload", nil)
+	again := 0
+	for again < n {
+		if seen[next()] > 1 {
+			again++
+		}
+	}
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	js, _ := json.Marshal(ids)
+	if st, m := postAck(t, p.DataURL+"/v1/streams/out/ack", sid, "application/json", js); st != 200 || m["acked"] != float64(len(ids)) {
+		t.Fatalf("ack of the %d ids read: %d %v", len(ids), st, m)
+	}
+	const egressCharge = `bridge_memory_budget_charged_bytes{user="egress"}`
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m := scrape(t, p.OpsURL)
+		v := metricValue(t, m, egressCharge)
+		if v < 0 {
+			t.Fatalf("/metrics lacks %s", egressCharge)
+		}
+		if v == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("every id read (%d, each delivered twice) acknowledged, the stream still open: egress still holds %.0f bytes (%s)",
+				len(ids), v, grepLines(m, "bridge_memory_budget"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// timedReader reads RecordIO records with a deadline on each: a bridge that stops
+// delivering fails the test (closing the body) instead of hanging it.
+type timedReader struct {
+	body io.Closer
+	rd   *recordio.Reader
+}
+
+func newTimedReader(body io.ReadCloser, opts ...recordio.Option) *timedReader {
+	return &timedReader{body: body, rd: recordio.NewReader(body, opts...)}
+}
+
+// next returns the next record, or an error naming the wait if none came within d.
+func (r *timedReader) next(d time.Duration) ([]byte, error) {
+	var late atomic.Bool
+	t := time.AfterFunc(d, func() {
+		late.Store(true)
+		r.body.Close()
+	})
+	rec, err := r.rd.Next()
+	t.Stop()
+	if late.Load() {
+		return nil, fmt.Errorf("no record within %s", d)
+	}
+	return rec, err
 }
 
 // TestMemoryBudgetReturnsToZeroAfterChunkedMessages: the same on the real broker with

@@ -157,6 +157,17 @@ type DeadLetterer interface {
 	DeadLetter(ctx context.Context, d *Delivery, topic string) error
 }
 
+// Releaser is what a Subscription implements when it holds something per delivery until
+// the delivery is settled (the bridge's memory budget charge): Release settles d without
+// telling the broker. An ack=client stream calls it for a delivery superseded by a
+// redelivery of the same message before the client answered (the broker sends again
+// what a consumer that reconnected had not acknowledged): the new delivery is the one
+// the client's ack, nack or ack timeout settles, so without Release the old one would
+// be held until the stream ends.
+type Releaser interface {
+	Release(d *Delivery)
+}
+
 // The bridge's metrics count redeliveries and dead letters.
 var _ RetryObserver = (*telemetry.Metrics)(nil)
 var _ RateObserver = (*telemetry.Metrics)(nil)

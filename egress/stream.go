@@ -165,13 +165,29 @@ type unackedEntry struct {
 	pos int64 // the record's position in the response: 0, 1, 2, ...
 }
 
-// putLocked records e as awaiting its acknowledgement.
-func (st *stream) putLocked(e *unackedEntry) {
+// putLocked records e as awaiting its acknowledgement. It returns the delivery e
+// supersedes, if the same message was delivered before and is not settled yet; the
+// caller releases it (release) once the lock is let go.
+func (st *stream) putLocked(e *unackedEntry) (superseded *Delivery) {
 	if old := st.unacked[e.d.ID]; old != nil {
 		delete(st.byPos, old.pos) // delivered again: its new position counts
+		if old.d != e.d {
+			superseded = old.d
+		}
 	}
 	st.unacked[e.d.ID] = e
 	st.byPos[e.pos] = e.d.ID
+	return superseded
+}
+
+// release settles a delivery superseded by a redelivery of its message (see Releaser).
+func (st *stream) release(d *Delivery) {
+	if d == nil {
+		return
+	}
+	if r, ok := st.sub.(Releaser); ok {
+		r.Release(d)
+	}
 }
 
 // take removes and returns the entry of id under the lock; an id that is not there is
@@ -196,14 +212,22 @@ func (st *stream) takeLocked(id string) *unackedEntry {
 	return e
 }
 
-// putBack returns entries whose acknowledgement failed, unless delivered again meanwhile.
+// putBack returns entries whose acknowledgement failed, unless delivered again meanwhile:
+// those are released, superseded by their redelivery (a failed cumulative
+// acknowledgement settled nothing).
 func (st *stream) putBack(es []*unackedEntry) {
+	var superseded []*Delivery
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	for _, e := range es {
-		if _, again := st.unacked[e.d.ID]; !again {
+		if again := st.unacked[e.d.ID]; again == nil {
 			st.putLocked(e)
+		} else if again.d != e.d {
+			superseded = append(superseded, e.d)
 		}
+	}
+	st.mu.Unlock()
+	for _, d := range superseded {
+		st.release(d)
 	}
 }
 
@@ -397,8 +421,9 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		if st.opts.ack == "client" {
 			st.mu.Lock()
 			delete(st.retrying, d.ID)
-			st.putLocked(&unackedEntry{d: d, at: now, pos: st.next})
+			superseded := st.putLocked(&unackedEntry{d: d, at: now, pos: st.next})
 			st.mu.Unlock()
+			st.release(superseded)
 		} else {
 			flushed = append(flushed, d)
 		}

@@ -252,6 +252,10 @@ func (s *subscription) TryReceive() (*egress.Delivery, bool) {
 
 func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(s.settle(d)) }
 
+// Release implements egress.Releaser: d's charge goes back, and the broker is told
+// nothing (a redelivery of the same message superseded it).
+func (s *subscription) Release(d *egress.Delivery) { s.settle(d) }
+
 // ackTimeout bounds a cumulative acknowledgement, which waits for the broker's answer.
 const ackTimeout = 10 * time.Second
 
