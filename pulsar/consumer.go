@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +39,10 @@ type Consumer struct {
 	partitioned map[string]int
 	stop        chan struct{} // ends watchPartitions
 	wg          sync.WaitGroup
+
+	// unsettled counts the messages taken with KeepMemoryCharge whose charge the
+	// application has not given back (Settled).
+	unsettled atomic.Int64
 
 	mu     sync.Mutex
 	queue  []*Message
@@ -269,6 +274,8 @@ func (c *Consumer) TryReceive() (*Message, bool) {
 		// which its bytes are counted nowhere.
 		m.handedCharge, m.charged = m.charged, 0
 		charged = 0
+		m.owner = c
+		c.unsettled.Add(1) // before taken(m) grants: no permit beyond the limiter for it
 	}
 	m.charged = 0
 	c.mu.Unlock()
@@ -279,6 +286,38 @@ func (c *Consumer) TryReceive() (*Message, bool) {
 	m.pc.taken(m)
 	return m, true
 }
+
+// Settled gives back the MemoryLimiter charge of m, a message taken with
+// KeepMemoryCharge (Message.MemoryCharge: released here), once the application is done
+// with it; a second call for the same message does nothing.
+//
+// While a taken message is unsettled, a partition holding nothing is granted permits
+// only as far as the limiter covers them, not the one permit beyond it that otherwise
+// keeps a partition flowing through a budget others spent: taken and held, each such
+// message would let the partition go beyond the limit again, without bound. Once
+// nothing taken is unsettled, a partition left without permits gets that permit at once
+// (and one waiting for room gets its permits as room comes, checked every tick).
+func (c *Consumer) Settled(m *Message) {
+	if m == nil || m.owner != c || !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
+		return
+	}
+	if n := m.handedCharge; n > 0 && c.opts.MemoryLimiter != nil {
+		c.opts.MemoryLimiter.Release(int64(n))
+	}
+	if c.unsettled.Add(-1) == 0 {
+		for _, pc := range c.partitions() {
+			pc.mu.Lock()
+			if pc.byteMode() {
+				pc.grantLocked()
+			}
+			pc.mu.Unlock()
+		}
+	}
+}
+
+// holding reports whether the application holds a message taken with KeepMemoryCharge
+// and not yet Settled.
+func (c *Consumer) holding() bool { return c.unsettled.Load() > 0 }
 
 // Receive waits for the next message. It returns ErrEndOfTopic once every topic was
 // terminated and drained, ErrConsumerFailed (wrapping the broker's error) once a

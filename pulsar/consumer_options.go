@@ -99,9 +99,11 @@ type ConsumerOptions struct {
 	// flight, each of which may bring its excess over the assumed size [nil: none].
 	MemoryLimiter MemoryLimiter
 	// KeepMemoryCharge: a message taken from the queue keeps its MemoryLimiter charge,
-	// which passes to the application (Message.MemoryCharge says how much) to release when
-	// it is done with the message; the permits freed by the take are granted only as far
-	// as the limiter covers them. Without it the consumer releases the charge at the take.
+	// which passes to the application (Message.MemoryCharge says how much) to give back
+	// with Consumer.Settled when it is done with the message; the permits freed by the
+	// take are granted only as far as the limiter covers them. While a taken message is
+	// unsettled, a partition holding nothing gets no permit beyond the limiter either
+	// (see Consumer.Settled). Without it the consumer releases the charge at the take.
 	KeepMemoryCharge bool
 	// AckGroupTime and AckGroupMax: individual acknowledgements are sent in groups, after
 	// this long or this many [100 ms, 1000]; AckSync sends at once and waits.
@@ -195,8 +197,11 @@ type Message struct {
 	gen     uint64 // its registration's generation (see partitionConsumer.gen)
 	size    int
 	charged int // bytes charged to the MemoryLimiter while it is queued (under the Consumer's mu once queued)
-	// With KeepMemoryCharge: the charge handed to the application with the message.
+	// With KeepMemoryCharge: the charge handed to the application with the message,
+	// the consumer it is settled with, and whether it was (Consumer.Settled).
 	handedCharge int
+	owner        *Consumer
+	settled      uint32 // 1 once settled (atomic: a Message is copied as a template before it is queued)
 }
 
 // MemoryCharge is the bytes of the message still charged to the consumer's

@@ -299,16 +299,21 @@ func TestKeepMemoryChargeHandsTheChargeOver(t *testing.T) {
 	if used := bud.Stats().Used; used != before || used > limit+size {
 		t.Fatalf("after two takes the budget counts %d bytes (before %d, limit %d)", used, before, limit)
 	}
+	held := bud.Stats().Used
 	for _, m := range taken {
-		bud.Release(m.MemoryCharge())
+		cons.Settled(m)
+		cons.Settled(m) // a second settlement releases nothing more
 		_ = cons.Ack(m)
+	}
+	if used := bud.Stats().Used; used < held-2*int64(size) {
+		t.Fatalf("settling the two taken messages twice each took the budget from %d to %d bytes, want at most %d released", held, used, 2*size)
 	}
 	for i := range 8 { // the rest still comes
 		m, err := cons.Receive(ctx)
 		if err != nil {
 			t.Fatalf("after %d of the other 8: %v", i, err)
 		}
-		bud.Release(m.MemoryCharge())
+		cons.Settled(m)
 		_ = cons.Ack(m)
 	}
 	cons.Close()

@@ -386,11 +386,14 @@ func (p *partitionConsumer) grantLocked() {
 		// message: its chunks' permits go back as they arrive, so a message larger than
 		// the budget still completes. One reassembling more gets its permit only as far
 		// as the limiter covers it, and waits for room otherwise (see chargeChunkLocked).
+		// Nor, between messages, while the application holds one taken with
+		// KeepMemoryCharge (Consumer.Settled): what each such permit brought would be
+		// taken and held, and the partition idle again.
 		unit := max(per, 1)
 		switch lim := p.opts.MemoryLimiter; {
 		case lim == nil:
 			k = 1
-		case len(p.chunks) <= 1:
+		case len(p.chunks) == 1 || len(p.chunks) == 0 && !p.c.holding():
 			lim.Charge(int64(unit))
 			k = 1
 		case lim.TryReserve(int64(unit)):
@@ -408,6 +411,12 @@ func (p *partitionConsumer) grantLocked() {
 	p.flowLocked(g)
 	p.permitsTaken -= g
 	p.inFlight += g
+}
+
+// starvedLocked: the partition holds nothing, has no permits in flight and withholds
+// some, so only a grant can bring it anything.
+func (p *partitionConsumer) starvedLocked() bool {
+	return p.cn != nil && p.heldBytes == 0 && p.inFlight <= 0 && p.permitsTaken > 0
 }
 
 // landedLocked accounts an entry that used n permits: beyond them, the broker's count
@@ -1076,12 +1085,14 @@ func (p *partitionConsumer) run() {
 			for len(p.chunkOrder) > 0 && now.Sub(p.chunks[p.chunkOrder[0]].created) > p.opts.ChunkExpiry {
 				p.dropChunksLocked(p.chunkOrder[0], "expired")
 			}
-			if reassembling && p.byteMode() {
-				// A partition reassembling messages waits for room with nothing queued,
-				// so no message taken grants its permits again: the budget may have room
-				// now, or the expiry above left it idle. (Only then: a quiet partition's
-				// withheld permits wait for its messages to be taken, or a grant on every
-				// tick would take the room others wait for, see reservationIdle.)
+			if p.byteMode() && (reassembling || p.starvedLocked()) {
+				// A partition reassembling messages, or left without permits while the
+				// application holds what it took (see Consumer.Settled), waits for room
+				// with nothing queued, so no message taken grants its permits again: the
+				// budget may have room now, or the expiry above left it idle. (Only
+				// then: a quiet partition's withheld permits wait for its messages to be
+				// taken, or a grant on every tick would take the room others wait for,
+				// see reservationIdle.)
 				p.grantLocked()
 			}
 			p.mu.Unlock()

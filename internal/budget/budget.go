@@ -101,17 +101,6 @@ func (b *Budget) TryReserve(n int64) bool {
 	return true
 }
 
-// Full reports whether the budget is spent (used at or over its limit); false for an
-// unlimited budget.
-func (b *Budget) Full() bool {
-	if b == nil {
-		return false
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used >= b.limit
-}
-
 // Charge takes n bytes whether they fit or not: for bytes already in hand that cannot be
 // refused (the overshoot is bounded by the caller). Later acquisitions wait until the
 // budget is back under its limit.
@@ -139,46 +128,6 @@ func (b *Budget) Release(n int64) {
 	close(b.room)
 	b.room = make(chan struct{})
 	b.mu.Unlock()
-}
-
-// WaitUnlessIdle waits while the budget is spent (used at or over its limit), unless
-// idle reports that the caller holds nothing of it (so a budget spent by others never
-// stalls that caller for good). idle is asked again whenever its channel closes or
-// bytes are released.
-func (b *Budget) WaitUnlessIdle(ctx context.Context, idle func() (bool, <-chan struct{})) error {
-	if b == nil {
-		return nil
-	}
-	waited := false
-	for {
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
-			return ErrClosed
-		}
-		if b.used < b.limit {
-			b.mu.Unlock()
-			return nil
-		}
-		room := b.room
-		b.mu.Unlock()
-		holdsNothing, changed := idle()
-		if holdsNothing {
-			return nil
-		}
-		if !waited {
-			waited = true
-			b.mu.Lock()
-			b.waits++
-			b.mu.Unlock()
-		}
-		select {
-		case <-room:
-		case <-changed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }
 
 // Close makes every waiting and later Acquire fail with ErrClosed; Release still works.

@@ -3,8 +3,6 @@ package budget
 import (
 	"context"
 	"errors"
-	"runtime"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -116,58 +114,5 @@ func TestTryReserveNeverPassesTheLimit(t *testing.T) {
 	lim.Release(5)
 	if st := b.Stats(); st.Used != 0 {
 		t.Fatalf("stats %+v", st)
-	}
-}
-
-// TestWaitUnlessIdle: while the budget is spent WaitUnlessIdle waits as long as its
-// caller holds something, returns once it holds nothing (told through its channel) or
-// bytes are released below the limit, and fails with ErrClosed after Close.
-func TestWaitUnlessIdle(t *testing.T) {
-	b := New(100)
-	b.Charge(100) // spent by others
-	var mu sync.Mutex
-	holding, changed := true, make(chan struct{})
-	idle := func() (bool, <-chan struct{}) {
-		mu.Lock()
-		defer mu.Unlock()
-		return !holding, changed
-	}
-	got := make(chan error, 1)
-	go func() { got <- b.WaitUnlessIdle(context.Background(), idle) }()
-	for b.Stats().Waits == 0 {
-		select {
-		case err := <-got:
-			t.Fatalf("did not wait on a spent budget while holding (err %v)", err)
-		default:
-			runtime.Gosched()
-		}
-	}
-	mu.Lock()
-	holding = false
-	close(changed)
-	changed = make(chan struct{})
-	mu.Unlock()
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	holding = true
-	mu.Unlock()
-	go func() { got <- b.WaitUnlessIdle(context.Background(), idle) }()
-	for b.Stats().Waits == 1 {
-		runtime.Gosched()
-	}
-	b.Release(1) // room again
-	if err := <-got; err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
-	if err := b.WaitUnlessIdle(context.Background(), idle); !errors.Is(err, ErrClosed) {
-		t.Fatalf("after Close: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := New(1).WaitUnlessIdle(ctx, idle); err != nil {
-		t.Fatalf("a budget with room: %v", err)
 	}
 }

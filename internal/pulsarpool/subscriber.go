@@ -21,10 +21,12 @@ import (
 // consumer's pulsar.MemoryLimiter, so the consumer charges what it queues and withholds
 // flow permits the budget cannot cover, and with KeepMemoryCharge the charge passes with
 // the message to the delivery (transferred, never counted twice nor dropped for a
-// moment). While the budget is spent, a stream holding unsettled deliveries takes
-// nothing more from its consumer (Receive waits for room or a settlement), so a spent
-// budget pauses egress as it pauses ingress reads; a stream holding none always takes
-// its message, so a budget spent elsewhere cannot stall it for good.
+// moment), and goes back through the consumer (pulsar.Consumer.Settled) when the
+// delivery is settled. A stream always takes what its consumer has queued (those bytes
+// are charged already); while it holds unsettled deliveries its consumer grants permits
+// only as far as the budget covers them, so a spent budget pauses egress as it pauses
+// ingress reads; a stream holding none always gets a message per partition, so a
+// budget spent elsewhere cannot stall it for good.
 type Subscriber struct {
 	client *pulsar.Client
 	budget *budget.Budget
@@ -126,7 +128,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		// temporary, as it is for producers.
 		return nil, fmt.Errorf("%w: %w", egress.ErrUnavailable, err)
 	}
-	sub := &subscription{c: c, owner: s, held: map[*handle]struct{}{}, settled: make(chan struct{})}
+	sub := &subscription{c: c, owner: s, held: map[*handle]struct{}{}}
 	s.mu.Lock()
 	s.open[sub] = struct{}{}
 	s.mu.Unlock()
@@ -140,7 +142,6 @@ type subscription struct {
 	mu        sync.Mutex
 	held      map[*handle]struct{} // delivered, charged to the budget, not yet settled
 	heldBytes int64
-	settled   chan struct{} // closed and replaced when a delivery is settled
 	closed    bool
 }
 
@@ -148,21 +149,29 @@ type subscription struct {
 // reassembled chunked message is then written from its chunks, never joined in memory.
 const streamFrom = 32 << 10
 
-// handle is a Delivery's Handle: the message and what it was charged.
+// handle is a Delivery's Handle: the message and what it was charged: size in all,
+// extra of it by the subscription (the rest passed from the consumer's queue, given
+// back with Consumer.Settled).
 type handle struct {
-	m    *pulsar.Message
-	size int64
+	m           *pulsar.Message
+	size, extra int64
 }
 
-func (s *subscription) delivery(m *pulsar.Message, size int64) *egress.Delivery {
-	h := &handle{m: m, size: size}
+// release gives back what h was charged.
+func (s *subscription) release(h *handle) {
+	s.owner.budget.Release(h.extra)
+	s.c.Settled(h.m)
+}
+
+func (s *subscription) delivery(m *pulsar.Message) *egress.Delivery {
+	h := s.transfer(m)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		s.owner.budget.Release(size)
+		s.release(h)
 	} else {
 		s.held[h] = struct{}{}
-		s.heldBytes += size
+		s.heldBytes += h.size
 		s.mu.Unlock()
 	}
 	d := &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
@@ -183,23 +192,20 @@ func (s *subscription) settle(d *egress.Delivery) *pulsar.Message {
 	if ok {
 		delete(s.held, h)
 		s.heldBytes -= h.size
-		close(s.settled)
-		s.settled = make(chan struct{})
 	}
 	s.mu.Unlock()
 	if ok {
-		s.owner.budget.Release(h.size)
+		s.release(h)
 	}
 	return h.m
 }
 
+// Receive waits for the next message; its charge passes from the consumer's queue to
+// the delivery. Taking a queued message never waits for room: its bytes are charged
+// already. What keeps a stream that holds its deliveries from going beyond the budget
+// is the consumer, which grants no permit beyond it while a message taken is unsettled
+// (pulsar.Consumer.Settled).
 func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {
-	if err := s.owner.budget.WaitUnlessIdle(ctx, s.idle); err != nil {
-		if errors.Is(err, budget.ErrClosed) {
-			return nil, fmt.Errorf("%w: the bridge is shutting down", egress.ErrUnavailable)
-		}
-		return nil, err
-	}
 	m, err := s.c.Receive(ctx)
 	if err != nil {
 		if errors.Is(err, pulsar.ErrEndOfTopic) {
@@ -207,47 +213,26 @@ func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {
 		}
 		return nil, err
 	}
-	return s.delivery(m, s.transfer(m)), nil
-}
-
-// idle reports whether the stream holds no unsettled delivery, and a channel closed
-// when one is settled.
-func (s *subscription) idle() (bool, <-chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.held) == 0, s.settled
+	return s.delivery(m), nil
 }
 
 // transfer makes m's budget charge the delivery's: the consumer hands over what it
 // charged while m was queued (KeepMemoryCharge), and the rest, if any (a message taken
-// after its consumer closed), is charged here. It returns the delivery's charge.
-func (s *subscription) transfer(m *pulsar.Message) int64 {
-	size := int64(m.Size())
-	switch c := m.MemoryCharge(); {
-	case c < size:
-		s.owner.budget.Charge(size - c)
-	case c > size:
-		s.owner.budget.Release(c - size)
-	}
-	return size
+// after its consumer closed), is charged here.
+func (s *subscription) transfer(m *pulsar.Message) *handle {
+	size, c := int64(m.Size()), m.MemoryCharge()
+	h := &handle{m: m, size: max(size, c), extra: max(size-c, 0)}
+	s.owner.budget.Charge(h.extra)
+	return h
 }
 
-// TryReceive returns a buffered message without waiting; its charge passes from the
-// consumer's queue to the delivery. While the budget is spent and the stream holds
-// unsettled deliveries it returns nothing, so the stream goes to Receive and waits
-// there: the stream takes nothing more, its consumer's queue stays full and grants no
-// permits, so nothing piles up beyond the budget.
+// TryReceive returns a buffered message without waiting (see Receive).
 func (s *subscription) TryReceive() (*egress.Delivery, bool) {
-	if s.owner.budget.Full() {
-		if idle, _ := s.idle(); !idle {
-			return nil, false
-		}
-	}
 	m, ok := s.c.TryReceive()
 	if !ok {
 		return nil, false
 	}
-	return s.delivery(m, s.transfer(m)), true
+	return s.delivery(m), true
 }
 
 func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(s.settle(d)) }
@@ -280,13 +265,12 @@ func (s *subscription) Close() error {
 	err := s.c.Close()
 	s.mu.Lock()
 	s.closed = true
-	var held int64
-	for h := range s.held {
-		held += h.size
-	}
+	held := s.held
 	s.held, s.heldBytes = nil, 0
 	s.mu.Unlock()
-	s.owner.budget.Release(held)
+	for h := range held {
+		s.release(h)
+	}
 	cs := s.c.Stats()
 	o := s.owner
 	o.mu.Lock()

@@ -73,7 +73,10 @@ func TestSubscriberAgainstAnUnreachableBrokerIsUnavailable(t *testing.T) {
 	}
 }
 
-// A spent budget pauses deliveries; what a closing subscription still held goes back.
+// TestSubscriberWaitsForTheBudgetAndReturnsItOnClose: a spent budget pauses
+// deliveries while the stream holds one: its consumer grants no permit the budget
+// cannot cover, so the next message stays on the broker; settling the delivery lets it
+// come; what a closing subscription still held goes back.
 func TestSubscriberWaitsForTheBudgetAndReturnsItOnClose(t *testing.T) {
 	b := fakeBroker(t)
 	bud := budget.New(10)
@@ -85,32 +88,28 @@ func TestSubscriberWaitsForTheBudgetAndReturnsItOnClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.DeliverPayloads(topic, []byte("eight..."), []byte("eight..."))
+	b.DeliverPayloads(topic, []byte("eight..."), []byte("eight..."), []byte("eight..."))
 	first, err := sub.Receive(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiting, stopWaiting := context.WithCancel(ctx)
-	got := make(chan error, 1)
-	go func() {
-		_, err := sub.Receive(waiting)
-		got <- err
-	}()
-	for bud.Stats().Waits == 0 { // the second delivery is over the budget: it waits
-		select {
-		case err := <-got:
-			t.Fatalf("a delivery over the budget was handed over (err %v)", err)
-		case <-ctx.Done():
-			t.Fatal("the second delivery never waited for the budget")
-		case <-time.After(time.Millisecond):
-		}
+	// The second message is 8 bytes over a 10-byte budget that holds 8: not granted.
+	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+	d, err := sub.Receive(short)
+	stop()
+	if err == nil {
+		t.Fatalf("%s was delivered beyond a spent budget while the first delivery was held (budget %+v)", d.ID, bud.Stats())
 	}
-	stopWaiting()
-	if err := <-got; !errors.Is(err, context.Canceled) {
+	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v", err)
 	}
-	if q, r, d := s.Memory(); d != 8 || bud.Stats().Used != q+r+d {
+	if q, r, d := s.Memory(); d != 8 || bud.Stats().Used != q+r+d || q != 0 {
 		t.Fatalf("budget holds %d bytes: %d queued, %d reserved, %d delivered; want the first delivery's 8", bud.Stats().Used, q, r, d)
+	}
+	sub.Nack(first, time.Hour) // settled: the next message may come, beyond the budget
+	second, err := sub.Receive(ctx)
+	if err != nil {
+		t.Fatalf("nothing delivered once the only delivery was settled: %v", err)
 	}
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
@@ -118,7 +117,7 @@ func TestSubscriberWaitsForTheBudgetAndReturnsItOnClose(t *testing.T) {
 	if used := bud.Stats().Used; used != 0 {
 		t.Fatalf("a closed subscription still holds %d bytes", used)
 	}
-	sub.Nack(first, 0) // after Close: nothing more to release
+	sub.Nack(second, 0) // after Close: nothing more to release
 	if used := bud.Stats().Used; used != 0 {
 		t.Fatalf("budget %d after a late nack", used)
 	}
@@ -197,13 +196,29 @@ func TestSubscriberQueuesAreInTheBudget(t *testing.T) {
 			t.Fatalf("a delivery taken: budget %d bytes (before %d): %d queued, %d reserved, %d delivered; want %d delivered, nothing counted twice",
 				after, used, q, r, d, size)
 		}
-		// The budget is spent and the stream holds a delivery: it takes nothing more.
-		if used >= limit {
-			if dl, ok := sub.TryReceive(); ok {
-				t.Fatalf("took %s beyond a spent budget while holding a delivery", dl.ID)
+		// The queue spends the budget and the stream holds what it takes: it still takes
+		// every queued message (charged already: the total does not move), and while it
+		// holds them nothing more comes beyond the budget.
+		peak := used
+		for {
+			dl, ok := sub.TryReceive()
+			if !ok {
+				break
 			}
+			held = append(held, dl)
+			peak = max(peak, bud.Stats().Used)
 		}
-		_ = sub.Ack(held[0])
+		settledQueue0(t, b, topic, s)
+		if st := bud.Stats(); st.Used > limit+size || peak > limit+size {
+			t.Fatalf("holding %d deliveries: budget %d bytes, peak %d (limit %d): beyond the limit by more than one message",
+				len(held), st.Used, peak, limit)
+		}
+		if len(held) < limit/size-1 {
+			t.Fatalf("took %d of the queued messages while holding them, want every one queued (about %d)", len(held), limit/size)
+		}
+		for _, dl := range held {
+			_ = sub.Ack(dl)
+		}
 		if err := sub.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -256,11 +271,13 @@ func TestSubscriberQueuesAreInTheBudget(t *testing.T) {
 	})
 }
 
-// TestSubscriberTakesNothingMoreWhileTheBudgetIsSpent: with the budget spent by others
-// and a delivery unsettled, TryReceive leaves the queued message where it is (Receive
-// waits for room), so messages an idle partition gets beyond the budget do not pile up
-// in egress; once the delivery is settled the stream takes the next one.
-func TestSubscriberTakesNothingMoreWhileTheBudgetIsSpent(t *testing.T) {
+// TestSubscriberGrowsNothingBeyondASpentBudgetWhileItHoldsDeliveries: with the budget
+// spent by others and a delivery unsettled, the stream still takes what its consumer
+// has queued (those bytes are charged already), but no permit goes beyond the budget
+// for more: a stream that holds what it takes cannot pile messages up past the budget
+// one at a time. Once it holds nothing, one message comes again (a budget spent
+// elsewhere cannot stall it for good).
+func TestSubscriberGrowsNothingBeyondASpentBudgetWhileItHoldsDeliveries(t *testing.T) {
 	b := fakeBroker(t)
 	bud := budget.New(64 << 10)
 	s := NewSubscriber(newClient(t, b.URL()), bud)
@@ -280,14 +297,53 @@ func TestSubscriberTakesNothingMoreWhileTheBudgetIsSpent(t *testing.T) {
 	}
 	settledQueue(t, b, topic, s, 2)
 	bud.Charge(64 << 10) // ingress spends the rest
-	if d, ok := sub.TryReceive(); ok {
-		t.Fatalf("took %s beyond a spent budget while a delivery is unsettled", d.ID)
+	held := []*egress.Delivery{first}
+	for range 2 {
+		d, ok := sub.TryReceive()
+		if !ok {
+			t.Fatalf("a queued message (charged already) was not taken while a delivery is unsettled (budget %+v)", bud.Stats())
+		}
+		held = append(held, d)
 	}
-	if err := sub.Ack(first); err != nil {
+	// Permits granted while the budget had room are on the broker: what they bring
+	// comes, and nothing more.
+	granted, avail := b.Permits(topic)
+	more := make([][]byte, avail+2)
+	for i := range more {
+		more[i] = p
+	}
+	b.DeliverPayloads(topic, more...)
+	for i := range avail {
+		d, err := sub.Receive(ctx)
+		if err != nil {
+			t.Fatalf("message %d of the %d permits granted within the budget: %v", i, avail, err)
+		}
+		held = append(held, d)
+	}
+	used := bud.Stats().Used
+	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+	d, err := sub.Receive(short)
+	stop()
+	if err == nil {
+		t.Fatalf("%s came beyond a spent budget while %d deliveries are unsettled (budget %+v)", d.ID, len(held), bud.Stats())
+	}
+	if g, _ := b.Permits(topic); g != granted || bud.Stats().Used != used {
+		t.Fatalf("while holding: permits granted %d -> %d, budget %d -> %d; want neither to grow", granted, g, used, bud.Stats().Used)
+	}
+	last := held[len(held)-1]
+	for _, d := range held[:len(held)-1] {
+		if err := sub.Ack(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g, _ := b.Permits(topic); g != granted {
+		t.Fatalf("one delivery still unsettled, yet %d permits went beyond the spent budget", g-granted)
+	}
+	if err := sub.Ack(last); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := sub.TryReceive(); !ok {
-		t.Fatal("nothing taken once the stream held nothing")
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatalf("nothing taken once the stream held nothing: %v", err)
 	}
 	bud.Release(64 << 10)
 	if err := sub.Close(); err != nil {
@@ -295,6 +351,29 @@ func TestSubscriberTakesNothingMoreWhileTheBudgetIsSpent(t *testing.T) {
 	}
 	if used := bud.Stats().Used; used != 0 {
 		t.Fatalf("%d bytes charged after Close", used)
+	}
+}
+
+// settledQueue0 waits until the consumer's queue is empty and no permit it granted is
+// unused on the broker nor reserved: nothing more can arrive until it grants again.
+func settledQueue0(t *testing.T, b interface{ Permits(string) (int, int) }, topic string, s *Subscriber) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		_, avail := b.Permits(topic)
+		s.mu.Lock()
+		buffered := 0
+		for sub := range s.open {
+			buffered += sub.c.Buffered()
+		}
+		s.mu.Unlock()
+		if _, reserved, _ := s.Memory(); buffered == 0 && avail == 0 && reserved == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the consumer never settled empty (%d queued, %d permits unused)", buffered, avail)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
