@@ -307,7 +307,7 @@ func (c *Consumer) Settled(m *Message) {
 	if c.unsettled.Add(-1) == 0 {
 		for _, pc := range c.partitions() {
 			pc.mu.Lock()
-			if pc.byteMode() {
+			if pc.byteMode() && pc.starvedLocked() {
 				pc.grantLocked()
 			}
 			pc.mu.Unlock()

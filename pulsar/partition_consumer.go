@@ -102,6 +102,7 @@ type partitionConsumer struct {
 	chunks           map[string]*chunkCtx
 	chunkBytes       int // payload bytes held by chunks, bounded by MaxChunkedMessageSize (and charged to the MemoryLimiter)
 	chunkOrder       []string
+	midChunk         bool // the last entry that landed was a non-final chunk
 	trackers         map[entryKey]*batchTracker
 	acks             map[entryKey]*pb.MessageIdData // grouped individual acks
 	nacks            map[entryKey]time.Time
@@ -386,21 +387,30 @@ func (p *partitionConsumer) grantLocked() {
 		// message: its chunks' permits go back as they arrive, so a message larger than
 		// the budget still completes. One reassembling more gets its permit only as far
 		// as the limiter covers it, and waits for room otherwise (see chargeChunkLocked).
-		// Nor, between messages, while the application holds one taken with
-		// KeepMemoryCharge (Consumer.Settled): what each such permit brought would be
-		// taken and held, and the partition idle again.
+		// While the application holds a message taken with KeepMemoryCharge
+		// (Consumer.Settled), only in the middle of one chunked message (the last entry
+		// to land was its non-final chunk): between messages, what each such permit
+		// brought would be taken and held, the partition idle again, without bound (a
+		// chunked message whose producer died keeps len(p.chunks) at 1 for ChunkExpiry).
+		// Otherwise one permit as far as the limiter covers it: at the estimate, or at
+		// the smallest one when that does not fit (one large message raised the
+		// estimate, and only arrivals bring it down: none would come).
 		unit := max(per, 1)
+		res := unit
+		holding := p.c.holding()
 		switch lim := p.opts.MemoryLimiter; {
 		case lim == nil:
 			k = 1
-		case len(p.chunks) == 1 || len(p.chunks) == 0 && !p.c.holding():
+		case len(p.chunks) == 1 && (!holding || p.midChunk) || len(p.chunks) == 0 && !holding:
 			lim.Charge(int64(unit))
 			k = 1
 		case lim.TryReserve(int64(unit)):
 			k = 1
+		case len(p.chunks) == 0 && lim.TryReserve(int64(min(unit, minPermitBytes))):
+			res, k = min(unit, minPermitBytes), 1
 		}
 		if k == 1 && p.opts.MemoryLimiter != nil {
-			p.reserved += unit
+			p.reserved += res
 			p.reservedAt = time.Now()
 		}
 	}
@@ -560,9 +570,12 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		PublishTime: time.UnixMilli(int64(md.GetPublishTime())), pc: p,
 	}
 	mid := messageIDFromPB(id, p.partition)
+	p.midChunk = false
 	switch e.Kind {
 	case delivery.Chunk:
+		p.midChunk = true
 		msg := p.chunkLocked(cn, id, mid, &e, base)
+		p.midChunk = msg == nil && len(p.chunks) == 1
 		if msg != nil {
 			msg.gen = p.gen
 			p.chargeLocked(msg)
