@@ -390,7 +390,15 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 		}
 		if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries) >= int64(m) {
 			// Delivered maxDeliveries times already (its clients went away without an
-			// answer, or a dead-lettering failed): it goes aside instead of out.
+			// answer, or a dead-lettering failed): it goes aside instead of out. An
+			// earlier delivery of it that this stream still holds goes too: it is
+			// superseded, and left to its ack timeout it would be dead-lettered again.
+			st.mu.Lock()
+			old := st.takeLocked(d.ID)
+			st.mu.Unlock()
+			if old != nil && old.d != d {
+				st.release(old.d)
+			}
 			if !st.deadLetter(ctx, d) {
 				st.sub.Nack(d, st.def.Retry.Delay(d.Redeliveries, rand.Float64()))
 			}

@@ -189,3 +189,71 @@ func postIDs(t *testing.T, url, sid string, ids ...string) (int, map[string]any)
 	_ = json.NewDecoder(r.Body).Decode(&m)
 	return r.StatusCode, m
 }
+
+// settlingDLQSub is a settlingSub that dead-letters.
+type settlingDLQSub struct {
+	*settlingSub
+	dmu  sync.Mutex
+	dead []string
+}
+
+func (f *settlingDLQSub) Subscribe(ctx context.Context, o SubscribeOptions) (Subscription, error) {
+	return f, nil
+}
+
+func (f *settlingDLQSub) DeadLetter(ctx context.Context, d *Delivery, topic string) error {
+	f.dmu.Lock()
+	defer f.dmu.Unlock()
+	f.dead = append(f.dead, d.ID)
+	return nil
+}
+
+// TestARedeliveryPastMaxDeliveriesReleasesTheEarlierDelivery: a message the stream
+// holds unacknowledged comes again having reached retry.maxDeliveries; it is
+// dead-lettered, and the earlier delivery is released and forgotten (it used to stay
+// held and counted, until its ack timeout dead-lettered the message a second time).
+func TestARedeliveryPastMaxDeliveriesReleasesTheEarlierDelivery(t *testing.T) {
+	f := &settlingDLQSub{settlingSub: newSettlingSub()}
+	s, url := serveStreamsOn(t, f, "streams:\n  - name: s\n    topics: [t]\n    type: shared\n    ack: client\n    envelope: json\n    retry: {maxDeliveries: 3}\n")
+	resp, rd := get(t, url+"/v1/streams/s")
+	first := &Delivery{ID: "1:0:-1:-1", Payload: []byte(`{"n":0}`), Redeliveries: 1}
+	f.deliver(first)
+	if _, err := rd.Next(); err != nil {
+		t.Fatal(err)
+	}
+	f.deliver(&Delivery{ID: "1:0:-1:-1", Payload: []byte(`{"n":0}`), Redeliveries: 3})
+	f.deliver(&Delivery{ID: "1:1:-1:-1", Payload: []byte(`{"n":1}`)})
+	if _, err := rd.Next(); err != nil { // 1:1: the dead letter was handled before it
+		t.Fatal(err)
+	}
+	f.dmu.Lock()
+	dead := append([]string(nil), f.dead...)
+	f.dmu.Unlock()
+	if len(dead) != 1 || dead[0] != "1:0:-1:-1" {
+		t.Fatalf("dead-lettered %v, want 1:0:-1:-1 once", dead)
+	}
+	f.smu.Lock()
+	released := append([]*Delivery(nil), f.released...)
+	f.smu.Unlock()
+	if len(released) != 1 || released[0] != first {
+		t.Fatalf("released %v: want the earlier delivery of the dead-lettered message", released)
+	}
+	s.mu.Lock()
+	sm := s.open[resp.Header.Get("Stream-Id")]
+	s.mu.Unlock()
+	if sm == nil {
+		t.Fatal("no open stream")
+	}
+	sm.mu.Lock()
+	_, still := sm.unacked["1:0:-1:-1"]
+	sm.mu.Unlock()
+	if still {
+		t.Fatal("the dead-lettered message still awaits an acknowledgement on the stream")
+	}
+	if st, m := postIDs(t, url+"/v1/streams/s/ack", resp.Header.Get("Stream-Id"), "1:1:-1:-1"); st != 200 || m["acked"] != float64(1) {
+		t.Fatalf("ack: %d %v", st, m)
+	}
+	if left := f.unsettled(); len(left) > 0 {
+		t.Fatalf("deliveries of %v are still held", left)
+	}
+}
