@@ -44,6 +44,12 @@ type Message struct {
 	// producer name and the record's sequence number; Producer is "" otherwise.
 	Producer string
 	Sequence int64
+	// ExtraKey and ExtraValue, when ExtraKey is set, are one more property, replacing a
+	// pair of Properties with that key, its value as bytes the publisher reads before
+	// PublishAsync or PublishStream returns: the record's trace context, set per record
+	// without a map.
+	ExtraKey   string
+	ExtraValue []byte
 }
 
 // MetadataBytes is what the message's key and properties add to its payload: every
@@ -54,6 +60,9 @@ func (m *Message) MetadataBytes() int64 {
 	n := int64(len(m.Key) + len(m.Producer))
 	for k, v := range m.Properties {
 		n += int64(len(k) + len(v))
+	}
+	if m.ExtraKey != "" {
+		n += int64(len(m.ExtraKey) + len(m.ExtraValue))
 	}
 	return n
 }

@@ -68,6 +68,7 @@ type stream struct {
 	streamSpan        trace.SpanContext   // the POST span
 	segments          *telemetry.Segments // of a RecordIO stream, with tracing on
 	traceProps        map[string]string   // reused for records whose route sets no properties
+	traceBuf          []byte              // a record's traceparent, reused (the publisher copies it)
 	named             *namedStream        // Stream-Name; nil for an unnamed stream
 	duplicates        int64               // named: records the broker already had (counted in published)
 	resume            *int64              // named: the sequence number of the first record to resend
@@ -460,13 +461,21 @@ func (st *stream) publish(rec recordio.Record) error {
 		// Propagates says).
 		tr.StartPublish(&e.span, st.recordParent(m.Properties), st.segments.Next(rec.Size), tg.Topic, rec.Size, e.start)
 		if e.span.Propagates(m.Properties) {
-			if m.Properties == nil {
-				if st.traceProps == nil {
-					st.traceProps = make(map[string]string, 2)
+			// As a property given as bytes, in the stream's own buffer (the publisher
+			// reads it before it returns): no map written, walked and encoded per
+			// record. A context with a tracestate goes into the properties map.
+			if tp, ok := e.span.AppendTraceparent(st.traceBuf[:0], m.Properties); ok {
+				st.traceBuf = tp
+				m.ExtraKey, m.ExtraValue = "traceparent", tp
+			} else {
+				if m.Properties == nil {
+					if st.traceProps == nil {
+						st.traceProps = make(map[string]string, 2)
+					}
+					m.Properties = st.traceProps // the publisher does not keep it; Inject overwrites it
 				}
-				m.Properties = st.traceProps // the publisher does not keep it; Inject overwrites it
+				e.span.Inject(m.Properties)
 			}
-			e.span.Inject(m.Properties)
 		}
 	}
 	select {

@@ -22,7 +22,9 @@ import (
 	"github.com/recordio-bridge/bridge/telemetry/telemetrytest"
 )
 
-// propsPublisher persists every message at once and keeps a copy of its properties.
+// propsPublisher persists every message at once and keeps a copy of the properties the
+// producer writes: Properties, with ExtraKey's pair put in (a copy of its bytes, which
+// ingress reuses).
 type propsPublisher struct {
 	mu    sync.Mutex
 	props []map[string]string
@@ -33,6 +35,9 @@ func (p *propsPublisher) PublishAsync(_ context.Context, m *Message, done func(s
 	c := map[string]string{}
 	for k, v := range m.Properties {
 		c[k] = v
+	}
+	if m.ExtraKey != "" {
+		c[m.ExtraKey] = string(m.ExtraValue)
 	}
 	p.props = append(p.props, c)
 	n := len(p.props)

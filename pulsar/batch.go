@@ -13,7 +13,7 @@ import (
 func appendSingleMessage(dst []byte, seq uint64, m *ProducerMessage) []byte {
 	at := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
-	dst = appendProperties(dst, 1, m.Properties)
+	dst = appendProperties(dst, 1, m.Properties, m.Extra)
 	if m.Key != "" {
 		dst = protowire.AppendTag(dst, 2, protowire.BytesType)
 		dst = protowire.AppendString(dst, m.Key)
@@ -35,18 +35,39 @@ func appendSingleMessage(dst []byte, seq uint64, m *ProducerMessage) []byte {
 }
 
 // appendProperties appends repeated KeyValue field num, in key order so that the
-// encoding is deterministic. It runs for every message that has properties: the pairs
+// encoding is deterministic: props' pairs and extra (when its key is set; it replaces
+// props' pair of that key). It runs for every message that has properties: the pairs
 // are collected in one pass over the map (on the stack for up to 8, insertion-sorted).
-func appendProperties(dst []byte, num protowire.Number, props map[string]string) []byte {
+func appendProperties(dst []byte, num protowire.Number, props map[string]string, extra Property) []byte {
 	if len(props) == 0 {
+		if extra.Key != "" {
+			dst = appendProperty(dst, num, extra.Key, extra.Value)
+		}
 		return dst
 	}
 	var few [8]property
-	kvs := few[:0]
-	for k, v := range props {
-		kvs = append(kvs, property{k, v})
+	kvs := sortedProperties(few[:0], props, extra.Key)
+	pending := extra.Key != ""
+	for _, kv := range kvs {
+		if pending && extra.Key < kv.key {
+			dst, pending = appendProperty(dst, num, extra.Key, extra.Value), false
+		}
+		dst = appendProperty(dst, num, kv.key, kv.value)
 	}
-	if len(kvs) > len(few) {
+	if pending {
+		dst = appendProperty(dst, num, extra.Key, extra.Value)
+	}
+	return dst
+}
+
+// sortedProperties appends props' pairs but the one of key skip to kvs, in key order.
+func sortedProperties(kvs []property, props map[string]string, skip string) []property {
+	for k, v := range props {
+		if skip == "" || k != skip {
+			kvs = append(kvs, property{k, v})
+		}
+	}
+	if len(kvs) > 8 {
 		slices.SortFunc(kvs, func(a, b property) int { return strings.Compare(a.key, b.key) })
 	} else {
 		for i := 1; i < len(kvs); i++ {
@@ -55,16 +76,19 @@ func appendProperties(dst []byte, num protowire.Number, props map[string]string)
 			}
 		}
 	}
-	for _, kv := range kvs {
-		size := protowire.SizeTag(1) + protowire.SizeBytes(len(kv.key)) + protowire.SizeTag(2) + protowire.SizeBytes(len(kv.value))
-		dst = protowire.AppendTag(dst, num, protowire.BytesType)
-		dst = protowire.AppendVarint(dst, uint64(size))
-		dst = protowire.AppendTag(dst, 1, protowire.BytesType)
-		dst = protowire.AppendString(dst, kv.key)
-		dst = protowire.AppendTag(dst, 2, protowire.BytesType)
-		dst = protowire.AppendString(dst, kv.value)
-	}
-	return dst
+	return kvs
+}
+
+// appendProperty appends one KeyValue as field num.
+func appendProperty[V string | []byte](dst []byte, num protowire.Number, key string, value V) []byte {
+	size := protowire.SizeTag(1) + protowire.SizeBytes(len(key)) + protowire.SizeTag(2) + protowire.SizeBytes(len(value))
+	dst = protowire.AppendTag(dst, num, protowire.BytesType)
+	dst = protowire.AppendVarint(dst, uint64(size))
+	dst = protowire.AppendTag(dst, 1, protowire.BytesType)
+	dst = protowire.AppendString(dst, key)
+	dst = protowire.AppendTag(dst, 2, protowire.BytesType)
+	dst = protowire.AppendVarint(dst, uint64(len(value)))
+	return append(dst, value...)
 }
 
 type property struct{ key, value string }

@@ -133,9 +133,20 @@ type ProducerMessage struct {
 	// OrderingKey, when set, orders Key_Shared delivery instead of Key.
 	OrderingKey []byte
 	Properties  map[string]string
+	// Extra is one more property, its value given as bytes (read before SendAsync or
+	// SendStream returns, kept nowhere): for a property every message of a hot path
+	// carries, a trace context for example, without the cost of a map per message. It
+	// replaces a pair of Properties with the same key [none: Extra.Key empty].
+	Extra Property
 	// EventTime is the application's time of the event (zero: unset).
 	EventTime time.Time
 	// SequenceID is the message's sequence id, given by the caller of a producer with
 	// Deduplication (and only there): 0 to 2^63-1.
 	SequenceID *int64
+}
+
+// Property is a message property whose value is bytes (ProducerMessage.Extra).
+type Property struct {
+	Key   string
+	Value []byte
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +27,9 @@ func messageOverhead(m *ProducerMessage, producerName string) int {
 	n := 160 + len(producerName) + len(m.Key) + len(m.OrderingKey)
 	for k, v := range m.Properties {
 		n += len(k) + len(v) + 12
+	}
+	if m.Extra.Key != "" {
+		n += len(m.Extra.Key) + len(m.Extra.Value) + 12
 	}
 	return n
 }
@@ -708,10 +710,11 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 	p.mu.Lock()
 	maxSize, name := p.maxMsgSize, p.name
 	p.mu.Unlock()
-	if len(m.Payload)+messageOverhead(m, name) > maxSize {
+	overhead := messageOverhead(m, name) // once: it walks the properties
+	if len(m.Payload)+overhead > maxSize {
 		if p.opts.DisableChunking {
 			p.complete(cb, direct, fmt.Errorf("%w: %d bytes and %d of metadata, the broker's limit is %d and chunking is off",
-				ErrMessageTooLarge, len(m.Payload), messageOverhead(m, name), maxSize))
+				ErrMessageTooLarge, len(m.Payload), overhead, maxSize))
 			return
 		}
 		// Queued here and now, chunk by chunk (each copied into its frame), so the
@@ -758,7 +761,10 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		p.mu.Unlock()
 		return
 	}
-	if len(p.batch.reqs) > 0 && (p.batch.size()+len(m.Payload)+messageOverhead(m, p.name) > min(p.opts.BatchingMaxBytes, p.maxMsgSize-1024) ||
+	if p.name != name {
+		overhead = messageOverhead(m, p.name) // renamed by a reconnect meanwhile
+	}
+	if len(p.batch.reqs) > 0 && (p.batch.size()+len(m.Payload)+overhead > min(p.opts.BatchingMaxBytes, p.maxMsgSize-1024) ||
 		(p.opts.BatchingByKey && m.Key != p.batch.key)) {
 		p.flushBatchLocked()
 	}
@@ -897,14 +903,24 @@ func setMessageFields(md *pb.MessageMetadata, m *ProducerMessage) {
 	if !m.EventTime.IsZero() {
 		md.EventTime = proto.Uint64(uint64(m.EventTime.UnixMilli()))
 	}
-	if len(m.Properties) > 0 {
-		keys := make([]string, 0, len(m.Properties))
-		for k := range m.Properties {
-			keys = append(keys, k)
+	if len(m.Properties) > 0 || m.Extra.Key != "" {
+		var few [8]property
+		kvs := sortedProperties(few[:0], m.Properties, m.Extra.Key)
+		md.Properties = make([]*pb.KeyValue, 0, len(kvs)+1)
+		pending := m.Extra.Key != ""
+		extra := func() {
+			// A copy: the caller may reuse Value once the call returns.
+			md.Properties = append(md.Properties, &pb.KeyValue{Key: proto.String(m.Extra.Key), Value: proto.String(string(m.Extra.Value))})
+			pending = false
 		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			md.Properties = append(md.Properties, &pb.KeyValue{Key: proto.String(k), Value: proto.String(m.Properties[k])})
+		for _, kv := range kvs {
+			if pending && m.Extra.Key < kv.key {
+				extra()
+			}
+			md.Properties = append(md.Properties, &pb.KeyValue{Key: proto.String(kv.key), Value: proto.String(kv.value)})
+		}
+		if pending {
+			extra()
 		}
 	}
 }

@@ -97,6 +97,34 @@ func (r *RecordSpan) Inject(props map[string]string) {
 		return
 	}
 	var b [55]byte
+	r.traceparent(&b)
+	props["traceparent"] = string(b[:])
+	if ts := r.state; ts.Len() > 0 {
+		props["tracestate"] = ts.String()
+	} else if len(props) > 1 {
+		delete(props, "tracestate") // a reused map may hold an earlier record's
+	}
+}
+
+// AppendTraceparent appends the record's traceparent to dst, for a message that carries
+// it as a property given as bytes rather than in a map: what Inject writes, when props
+// (the message's other properties) hold no tracestate and the record's context has
+// none. ok is false otherwise, and with tracing off: Inject is then the way. Callers
+// append only when Propagates says so.
+func (r *RecordSpan) AppendTraceparent(dst []byte, props map[string]string) (b []byte, ok bool) {
+	if !r.sid.IsValid() || r.state.Len() > 0 {
+		return dst, false
+	}
+	if _, stale := props["tracestate"]; stale {
+		return dst, false // Inject removes it
+	}
+	var tp [55]byte
+	r.traceparent(&tp)
+	return append(dst, tp[:]...), true
+}
+
+// traceparent writes the record's context as a W3C traceparent (version 00) into b.
+func (r *RecordSpan) traceparent(b *[55]byte) {
 	b[0], b[1], b[2] = '0', '0', '-'
 	for i, c := range r.tid {
 		*(*[2]byte)(b[3+2*i:]) = hexPairs[c] // a pair a byte: hex.Encode's nibble loop cost ~4x this
@@ -107,12 +135,6 @@ func (r *RecordSpan) Inject(props map[string]string) {
 	}
 	// The flags a W3C traceparent of version 00 carries: sampled and random.
 	b[52], b[53], b[54] = '-', '0', '0'+byte(r.flags&(trace.FlagsSampled|trace.FlagsRandom))
-	props["traceparent"] = string(b[:])
-	if ts := r.state; ts.Len() > 0 {
-		props["tracestate"] = ts.String()
-	} else if len(props) > 1 {
-		delete(props, "tracestate") // a reused map may hold an earlier record's
-	}
 }
 
 // hexPairs[c] is c in lower-case hex.

@@ -380,7 +380,8 @@ func (ps *Pool) publishAsync(ctx context.Context, m *ingress.Message, done func(
 	pm := messagePool.Get().(*pulsar.ProducerMessage)
 	// SendAsync keeps nothing of the message, chunked or not: ingress may reuse its read
 	// buffer and properties as soon as it returns.
-	*pm = pulsar.ProducerMessage{Payload: m.Payload, Key: m.Key, Properties: m.Properties}
+	*pm = pulsar.ProducerMessage{Payload: m.Payload, Key: m.Key, Properties: m.Properties,
+		Extra: pulsar.Property{Key: m.ExtraKey, Value: m.ExtraValue}}
 	var seq *int64
 	if m.Producer != "" {
 		seq = &m.Sequence
@@ -443,7 +444,7 @@ func (ps *Pool) publishStream(ctx context.Context, m *ingress.Message, size int6
 		return "", ps.stopNamed(m, err)
 	}
 	defer ps.release(e)
-	pm := &pulsar.ProducerMessage{Key: m.Key, Properties: m.Properties}
+	pm := &pulsar.ProducerMessage{Key: m.Key, Properties: m.Properties, Extra: pulsar.Property{Key: m.ExtraKey, Value: m.ExtraValue}}
 	if m.Producer != "" {
 		seq := m.Sequence
 		pm.SequenceID = &seq
