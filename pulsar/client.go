@@ -280,8 +280,19 @@ func (c *Client) lookup(ctx context.Context, topic string) (brokerConn, error) {
 	return brokerConn{}, fmt.Errorf("%w: %s: more than 20 redirects", ErrLookup, topic)
 }
 
-// partitions returns the number of partitions of topic (0 for a non-partitioned topic).
+// partitions returns the number of partitions of topic (0 for a non-partitioned topic),
+// asking again after a transient refusal while ctx leaves time.
 func (c *Client) partitions(ctx context.Context, topic string) (int, error) {
+	var n int
+	err := creationRetry(ctx, Backoff{}, func() error {
+		var err error
+		n, err = c.partitionsOnce(ctx, topic)
+		return err
+	})
+	return n, err
+}
+
+func (c *Client) partitionsOnce(ctx context.Context, topic string) (int, error) {
 	cn, err := c.serviceConn(ctx)
 	if err != nil {
 		return 0, err

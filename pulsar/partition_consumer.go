@@ -134,14 +134,11 @@ func newPartitionConsumer(c *Consumer, topic string, partition int32) *partition
 }
 
 func (p *partitionConsumer) start(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
-		err := p.connect(ctx, true)
-		if err == nil {
-			break
-		}
-		if !lostToClose(err) || attempt == maxRegistrationRaces {
-			return err
-		}
+	// A connection that closed right after the broker accepted us is a race, and a
+	// broker whose metadata is moving refuses for moments: both are tried again, not
+	// reported as the creation's failure.
+	if err := creationRetry(ctx, p.c.opts.Backoff, func() error { return p.connect(ctx, true) }); err != nil {
+		return err
 	}
 	p.wg.Add(1)
 	go p.run()

@@ -167,16 +167,11 @@ func newPartitionProducer(c *Client, topic string, partition int32, opts Produce
 
 // start registers the producer with the broker (failing fast) and starts its goroutines.
 func (p *partitionProducer) start(ctx context.Context) error {
-	for attempt := 1; ; attempt++ {
-		err := p.connect(ctx, true)
-		if err == nil {
-			break
-		}
-		// A connection that closed right after the broker accepted us is a race, not a
-		// refusal: try again on a new connection (a few times), not fail the creation.
-		if !lostToClose(err) || attempt == maxRegistrationRaces {
-			return err
-		}
+	// A connection that closed right after the broker accepted us is a race, and a
+	// broker whose metadata is moving refuses for moments: both are tried again, not
+	// reported as the creation's failure.
+	if err := creationRetry(ctx, p.opts.Backoff, func() error { return p.connect(ctx, true) }); err != nil {
+		return err
 	}
 	p.cbs = newDispatcher()
 	p.wg.Add(1)

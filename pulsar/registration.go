@@ -1,6 +1,7 @@
 package pulsar
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -62,6 +63,62 @@ func lostToClose(err error) bool {
 // maxRegistrationRaces is how many times creating a producer or consumer retries a
 // registration lost to a closing connection before it reports the error.
 const maxRegistrationRaces = 3
+
+// transientRefusal reports whether the broker refused a lookup or a registration for a
+// reason that passes by itself within moments: its metadata is changing (a namespace
+// bundle being unloaded, or re-acquired after the broker's metadata session expired, as
+// after a freeze), it is not ready to serve the topic yet, or it is rate-limiting. A
+// creation retries these within its deadline instead of failing at once.
+func transientRefusal(err error) bool {
+	var se *ServerError
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch pb.ServerError(se.Code) {
+	case pb.ServerError_ServiceNotReady, pb.ServerError_MetadataError, pb.ServerError_TooManyRequests:
+		return true
+	}
+	return false
+}
+
+// creationRetry runs one step of creating a producer or consumer (reading the
+// partitions, registering a partition) until it succeeds or fails otherwise: a
+// registration lost to a closing connection is tried again at once, up to
+// maxRegistrationRaces times; a transient refusal is tried again after b's backoff,
+// for as long as ctx leaves time for the wait. The error returned is the step's own
+// (the last refusal, not the deadline), so callers classify it as before.
+func creationRetry(ctx context.Context, b Backoff, step func() error) error {
+	b = b.withDefaults()
+	b.Max = min(b.Max, 2*time.Second) // within one operation timeout: retry often
+	races, refusals := 0, 0
+	for {
+		err := step()
+		switch {
+		case err == nil:
+			return nil
+		case lostToClose(err):
+			races++
+			if races == maxRegistrationRaces {
+				return err
+			}
+			continue
+		case !transientRefusal(err):
+			return err
+		}
+		wait := b.delay(refusals)
+		refusals++
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
 
 // stableAfter is how long a registration must last before a later loss restarts the
 // backoff from its initial delay. Shorter-lived registrations (a broker that closes the
