@@ -218,7 +218,7 @@ func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler
 		o := batchOptions(bsp)
 		proc := otlpwire.NewProcessor(sender, otlpwire.ProcessorOptions{MaxQueueSize: o.MaxQueueSize, MaxExportBatchSize: o.MaxExportBatchSize,
 			ScheduleDelay: o.BatchTimeout, ExportTimeout: o.ExportTimeout, Cut: cut, Exported: counts.exportDone})
-		counts.dropped = proc.Dropped
+		counts.dropped, counts.endedBy = proc.Dropped, proc.Ended
 		batcher = proc
 	} else {
 		batcher = sdktrace.NewBatchSpanProcessor(countingExporter{exp, counts, cut}, bsp...)
@@ -226,7 +226,11 @@ func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler
 	if e, ok := exp.(*otlpwire.Exporter); ok {
 		counts.rejected = e.Rejected
 	}
-	procs := []sdktrace.SpanProcessor{countEnded{counts}, batcher}
+	procs := []sdktrace.SpanProcessor{batcher}
+	if counts.endedBy == nil {
+		// otlpwire's processor counts the spans it is given; the SDK's does not.
+		procs = []sdktrace.SpanProcessor{countEnded{counts}, batcher}
+	}
 	if rs.observe != nil {
 		procs = append(procs, rs.observe)
 	}
@@ -402,6 +406,9 @@ type SpanCounts struct {
 	// spans its processor dropped because its queue was full, and spans collectors
 	// rejected in partial successes.
 	dropped, rejected func() int64
+	// endedBy, when set, is otlpwire's processor's own count of the spans ended (no
+	// countEnded processor then).
+	endedBy func() int64
 }
 
 // Dropped is how many sampled spans were dropped because the export queue was full; ok
@@ -425,7 +432,12 @@ func (c *SpanCounts) Rejected() (n int64, ok bool) {
 }
 
 // Ended is how many sampled spans have ended.
-func (c *SpanCounts) Ended() int64 { return c.ended.Load() }
+func (c *SpanCounts) Ended() int64 {
+	if c.endedBy != nil {
+		return c.endedBy()
+	}
+	return c.ended.Load()
+}
 
 // Exported is how many spans the exporter accepted.
 func (c *SpanCounts) Exported() int64 { return c.exported.Load() }

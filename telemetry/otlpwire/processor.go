@@ -75,17 +75,22 @@ type Processor struct {
 	held   atomic.Int64
 	closed atomic.Bool
 
-	dropped  atomic.Int64
-	wake     chan struct{} // cap 1: the export goroutine has work
-	stop     chan struct{} // closed by Shutdown
-	done     chan struct{} // closed when the export goroutine ends
-	ctx      context.Context
-	cancel   context.CancelFunc
-	unhook   func() bool
-	once     sync.Once
-	shutErr  error
-	out      []byte // the export goroutine's request buffer
-	exported func(int, error)
+	dropped atomic.Int64
+	// ended counts the sampled spans OnEnd was given: endedLocked those that reached the
+	// lock (a plain count under mu, on the lock's cache line: no line of its own to move
+	// between cores per span), endedEarly those turned away before it.
+	endedLocked int64
+	endedEarly  atomic.Int64
+	wake        chan struct{} // cap 1: the export goroutine has work
+	stop        chan struct{} // closed by Shutdown
+	done        chan struct{} // closed when the export goroutine ends
+	ctx         context.Context
+	cancel      context.CancelFunc
+	unhook      func() bool
+	once        sync.Once
+	shutErr     error
+	out         []byte // the export goroutine's request buffer
+	exported    func(int, error)
 }
 
 var _ sdktrace.SpanProcessor = (*Processor)(nil)
@@ -146,16 +151,31 @@ func (*Processor) EndKeepsNoSpan() {}
 // Dropped is how many sampled spans were dropped because MaxQueueSize spans waited.
 func (p *Processor) Dropped() int64 { return p.dropped.Load() }
 
+// Ended is how many sampled spans have ended (were given to OnEnd), whether taken,
+// dropped, or turned away after Shutdown: a count the SDK's pipeline keeps in a
+// processor of its own, kept here without one more shared write per span.
+func (p *Processor) Ended() int64 {
+	p.mu.Lock()
+	n := p.endedLocked
+	p.mu.Unlock()
+	return n + p.endedEarly.Load()
+}
+
 // OnStart does nothing.
 func (*Processor) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
 // OnEnd encodes s into the pending batch, if it is sampled and there is room.
 func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
-	if s == nil || !s.SpanContext().IsSampled() || p.closed.Load() {
+	if s == nil || !s.SpanContext().IsSampled() {
+		return
+	}
+	if p.closed.Load() {
+		p.endedEarly.Add(1)
 		return
 	}
 	if p.held.Load() >= int64(p.o.MaxQueueSize) {
 		p.dropped.Add(1)
+		p.endedEarly.Add(1)
 		return
 	}
 	// Encoded outside the lock (so goroutines ending spans at once do not wait for each
@@ -164,6 +184,7 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 	sp := spanScratch.Get().(*scratch)
 	enc := appendSpanField(sp.buf[:0], s, &sp.kvs)
 	p.mu.Lock()
+	p.endedLocked++
 	switch {
 	case p.closed.Load():
 	case p.held.Load() >= int64(p.o.MaxQueueSize):

@@ -289,6 +289,9 @@ func TestProcessorDropsWhenTheQueueIsFull(t *testing.T) {
 	if d := p.Dropped(); d != 5 {
 		t.Fatalf("%d spans dropped, want 5 (4 held)", d)
 	}
+	if n := p.Ended(); n != 9 {
+		t.Fatalf("%d spans counted ended, want 9 (taken or dropped)", n)
+	}
 	f.release()
 	if err := p.ForceFlush(exportCtx(t)); err != nil {
 		t.Fatal(err)
@@ -304,6 +307,23 @@ func TestProcessorDropsWhenTheQueueIsFull(t *testing.T) {
 	if d, e := p.Dropped(), exported.Load(); d != 5 || e != 5 {
 		t.Fatalf("after the queue emptied: dropped %d, exported %d; want 5, 5", d, e)
 	}
+	// An unsampled span is not counted; a span ended after Shutdown is, though not taken.
+	p.OnEnd(unsampled(t))
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p.OnEnd(spans[1])
+	if n, e := p.Ended(), exported.Load(); n != 11 || e != 5 {
+		t.Fatalf("after Shutdown: %d ended, %d exported; want 11, 5", n, e)
+	}
+}
+
+// unsampled is a span that ended without the sampled flag.
+func unsampled(t *testing.T) sdktrace.ReadOnlySpan {
+	t.Helper()
+	stub := tracetest.SpanStub{Name: "unsampled", SpanContext: trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}})}
+	return stub.Snapshot()
 }
 
 // ForceFlush returns ctx's error when an export does not end by then.
