@@ -28,28 +28,48 @@ const maxListedFailures = 100
 // stream is one ingress request: the handler goroutine reads and publishes records, a
 // collector goroutine settles them in input order and writes the receipts.
 type stream struct {
-	srv       *Server
-	c         echo.Context
-	rc        *http.ResponseController
-	route     string
-	req       *mapping.Request
-	limits    Limits
-	streaming bool // receipts are streamed; otherwise one answer at the end
-	recordio  bool // the body is a RecordIO stream; otherwise one record
+	// Set by newStream, read-only after it (by the reader, the collector and the handler).
+	srv        *Server
+	c          echo.Context
+	rc         *http.ResponseController
+	route      string
+	req        *mapping.Request
+	limits     Limits
+	streaming  bool                // receipts are streamed; otherwise one answer at the end
+	recordio   bool                // the body is a RecordIO stream; otherwise one record
+	streamSpan trace.SpanContext   // the POST span
+	segments   *telemetry.Segments // of a RecordIO stream, with tracing on
+	named      *namedStream        // Stream-Name; nil for an unnamed stream
 
 	ctx    context.Context // ends when the stream is abandoned or the client goes away
 	cancel context.CancelFunc
 
-	pending chan *entry // records awaiting their outcome, in input order
-	budget  byteBudget
+	// Shared by the goroutines, each under its own lock or atomic.
+	pending     chan *entry // records awaiting their outcome, in input order
+	budget      byteBudget
+	bodyMu      sync.Mutex
+	stopErr     error // why reading stopped early (drain), set under bodyMu
+	abandonC    chan struct{}
+	abandonO    sync.Once
+	wdMu        sync.Mutex
+	cutAt       time.Time // set by abandon: no write of this stream waits past it
+	unavailable atomic.Bool
+	abandoned   atomic.Bool
+	sawEOF      atomic.Bool // the request body was read to its end
 
-	bodyMu   sync.Mutex
-	stopErr  error // why reading stopped early (drain), set under bodyMu
-	abandonC chan struct{}
-	abandonO sync.Once
+	// The reader's and the collector's own fields, each written per record, are kept on
+	// cache lines apart (the gaps): on lines they shared, each side's writes made the
+	// other's next access to its own fields miss, so every record cost both a transfer
+	// of the line between cores.
+	_ [64]byte
 
-	wdMu  sync.Mutex
-	cutAt time.Time // set by abandon: no write of this stream waits past it
+	// Written by the reader, read by the handler after the reader is done.
+	accepted   int64             // records with an entry: published + failed, once settled
+	msg        Message           // reused for every record (the publisher does not keep it)
+	traceProps map[string]string // reused for records whose route sets no properties
+	traceBuf   []byte            // a record's traceparent, reused (the publisher copies it)
+
+	_ [64]byte
 
 	// Written by the collector, read by the handler after the collector is done.
 	published, failed int64
@@ -58,20 +78,12 @@ type stream struct {
 	omitted           int64
 	firstFailure      *failure
 	writeErr          error
-	unavailable       atomic.Bool
-	accepted          int64 // records with an entry: published + failed, once settled
-	abandoned         atomic.Bool
-	sawEOF            atomic.Bool         // the request body was read to its end
-	msg               Message             // reused for every record (the publisher does not keep it)
-	tallies           []tally             // by status, flushed to the Observer
-	idle              bool                // the collector waited before the record it settles
-	streamSpan        trace.SpanContext   // the POST span
-	segments          *telemetry.Segments // of a RecordIO stream, with tracing on
-	traceProps        map[string]string   // reused for records whose route sets no properties
-	traceBuf          []byte              // a record's traceparent, reused (the publisher copies it)
-	named             *namedStream        // Stream-Name; nil for an unnamed stream
-	duplicates        int64               // named: records the broker already had (counted in published)
-	resume            *int64              // named: the sequence number of the first record to resend
+	tallies           []tally // by status, flushed to the Observer
+	idle              bool    // the collector waited before the record it settles
+	duplicates        int64   // named: records the broker already had (counted in published)
+	resume            *int64  // named: the sequence number of the first record to resend
+
+	_ [64]byte // nor with whatever the allocator puts after the stream
 }
 
 type failure struct {
