@@ -63,6 +63,10 @@ type Client struct {
 	producerID atomic.Uint64
 	consumerID atomic.Uint64
 
+	// closing is closed when Close begins: creations waiting out a refusal's backoff
+	// stop then.
+	closing chan struct{}
+
 	mu        sync.Mutex
 	closed    bool
 	producers map[*Producer]struct{}
@@ -89,7 +93,8 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Client{opts: opts, serviceURL: u, serviceAddr: hostPort(u), tls: useTLS, log: opts.Logger, producers: map[*Producer]struct{}{}, consumers: map[*Consumer]struct{}{}}
+	c := &Client{opts: opts, serviceURL: u, serviceAddr: hostPort(u), tls: useTLS, log: opts.Logger, producers: map[*Producer]struct{}{}, consumers: map[*Consumer]struct{}{},
+		closing: make(chan struct{})}
 	base := conn.Options{
 		ClientVersion:  "recordio-bridge",
 		ConnectTimeout: opts.ConnectTimeout,
@@ -189,6 +194,7 @@ func (c *Client) CloseContext(ctx context.Context) error {
 		return nil
 	}
 	c.closed = true
+	close(c.closing)
 	producers, consumers := c.producers, c.consumers
 	c.producers, c.consumers = nil, nil
 	c.mu.Unlock()
@@ -281,10 +287,10 @@ func (c *Client) lookup(ctx context.Context, topic string) (brokerConn, error) {
 }
 
 // partitions returns the number of partitions of topic (0 for a non-partitioned topic),
-// asking again after a transient refusal while ctx leaves time.
-func (c *Client) partitions(ctx context.Context, topic string) (int, error) {
+// asking again after a transient refusal, with backoff b, while ctx leaves time.
+func (c *Client) partitions(ctx context.Context, topic string, b Backoff) (int, error) {
 	var n int
-	err := creationRetry(ctx, Backoff{}, func() error {
+	err := creationRetry(ctx, c.closing, b, func() error {
 		var err error
 		n, err = c.partitionsOnce(ctx, topic)
 		return err

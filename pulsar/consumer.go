@@ -76,7 +76,7 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 			cons.Close()
 			return nil, err
 		}
-		n, err := c.partitions(ctx, topic)
+		n, err := c.partitions(ctx, topic, opts.Backoff)
 		if err != nil {
 			cons.Close()
 			return nil, err
@@ -145,7 +145,7 @@ func (c *Consumer) grow(topic string, known int) int {
 	defer cancel()
 	ctx, cancelOp := context.WithTimeout(ctx, c.client.opts.OperationTimeout)
 	defer cancelOp()
-	n, err := c.client.partitions(ctx, topic)
+	n, err := c.client.partitions(ctx, topic, c.opts.Backoff)
 	if err != nil {
 		c.client.log.Warn("re-reading the partitions failed", "topic", topic, "error", err)
 		return known

@@ -137,7 +137,7 @@ func (p *partitionConsumer) start(ctx context.Context) error {
 	// A connection that closed right after the broker accepted us is a race, and a
 	// broker whose metadata is moving refuses for moments: both are tried again, not
 	// reported as the creation's failure.
-	if err := creationRetry(ctx, p.c.opts.Backoff, func() error { return p.connect(ctx, true) }); err != nil {
+	if err := creationRetry(ctx, p.c.client.closing, p.c.opts.Backoff, func() error { return p.connect(ctx, true) }); err != nil {
 		return err
 	}
 	p.wg.Add(1)

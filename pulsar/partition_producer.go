@@ -170,7 +170,7 @@ func (p *partitionProducer) start(ctx context.Context) error {
 	// A connection that closed right after the broker accepted us is a race, and a
 	// broker whose metadata is moving refuses for moments: both are tried again, not
 	// reported as the creation's failure.
-	if err := creationRetry(ctx, p.opts.Backoff, func() error { return p.connect(ctx, true) }); err != nil {
+	if err := creationRetry(ctx, p.client.closing, p.opts.Backoff, func() error { return p.connect(ctx, true) }); err != nil {
 		return err
 	}
 	p.cbs = newDispatcher()

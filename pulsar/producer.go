@@ -49,7 +49,7 @@ func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Pro
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.OperationTimeout)
 	defer cancel()
-	n, err := c.partitions(ctx, topic)
+	n, err := c.partitions(ctx, topic, opts.Backoff)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ func (p *Producer) grow() {
 	defer cancel()
 	ctx, cancelOp := context.WithTimeout(ctx, p.client.opts.OperationTimeout)
 	defer cancelOp()
-	n, err := p.client.partitions(ctx, p.topic)
+	n, err := p.client.partitions(ctx, p.topic, p.opts.Backoff)
 	old := p.partitions()
 	if err != nil || n <= len(old) {
 		if err != nil {

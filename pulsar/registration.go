@@ -3,6 +3,7 @@ package pulsar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
@@ -84,12 +85,13 @@ func transientRefusal(err error) bool {
 // creationRetry runs one step of creating a producer or consumer (reading the
 // partitions, registering a partition) until it succeeds or fails otherwise: a
 // registration lost to a closing connection is tried again at once, up to
-// maxRegistrationRaces times; a transient refusal is tried again after b's backoff,
-// for as long as ctx leaves time for the wait. The error returned is the step's own
-// (the last refusal, not the deadline), so callers classify it as before.
-func creationRetry(ctx context.Context, b Backoff, step func() error) error {
+// maxRegistrationRaces times; a transient refusal is tried again after b's backoff
+// (each wait at most maxCreationWait), for as long as ctx leaves time for the wait.
+// When the deadline comes first, the error is the step's own (the last refusal), so
+// callers classify it as before; when ctx is cancelled or the client closes (closing)
+// during a wait, it is context.Canceled or ErrClientClosed, wrapping the last refusal.
+func creationRetry(ctx context.Context, closing <-chan struct{}, b Backoff, step func() error) error {
 	b = b.withDefaults()
-	b.Max = min(b.Max, 2*time.Second) // within one operation timeout: retry often
 	races, refusals := 0, 0
 	for {
 		err := step()
@@ -105,7 +107,7 @@ func creationRetry(ctx context.Context, b Backoff, step func() error) error {
 		case !transientRefusal(err):
 			return err
 		}
-		wait := b.delay(refusals)
+		wait := min(b.delay(refusals), maxCreationWait)
 		refusals++
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			return err
@@ -114,11 +116,21 @@ func creationRetry(ctx context.Context, b Backoff, step func() error) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			if cerr := ctx.Err(); !errors.Is(cerr, context.DeadlineExceeded) {
+				return fmt.Errorf("%w (the broker's last answer: %w)", cerr, err)
+			}
 			return err
+		case <-closing:
+			t.Stop()
+			return fmt.Errorf("%w (the broker's last answer: %w)", ErrClientClosed, err)
 		case <-t.C:
 		}
 	}
 }
+
+// maxCreationWait bounds each wait of a creation's retries: they all fit in one
+// operation timeout, so they come often.
+const maxCreationWait = 2 * time.Second
 
 // stableAfter is how long a registration must last before a later loss restarts the
 // backoff from its initial delay. Shorter-lived registrations (a broker that closes the
