@@ -107,6 +107,8 @@ func main() {
 	fastKeys := flag.String("fast-keys", "recordSpans=direct,exporter=wire", "the tracing section's keys of the -fast modes, key=value,... (for example recordSpans=direct alone)")
 	ratios := flag.String("ratios", "0.01,0.1,1", "the sampling ratios measured, each a mode (empty, with -aa: only the noise floor)")
 	seed := flag.Uint64("seed", 1, "the seed of the slices' random orders (runs with the same seed use the same orders; another seed shows whether an order favours a mode)")
+	sdk := flag.Bool("sdk", true, "with -fast, also run the SDK's path at each rate (false: only the fast modes, for comparing binaries)")
+	altBins := flag.String("alt-bins", "", "with -fast, more bridge binaries (comma-separated) whose fast modes run in the same cycles, each mode named by its file (A/B of a change, paired cycle by cycle)")
 	aa := flag.Bool("aa", true, "also run \"off again\", a second bridge with tracing off, measured as a traced one: its cost is the noise floor")
 	flag.Parse()
 	var fastYAML string
@@ -177,9 +179,17 @@ func main() {
 		env := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=" + *protocol,
 			"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=" + ratio,
 			fmt.Sprintf("OTEL_BSP_SCHEDULE_DELAY=%d", bspDelay.Milliseconds())}
-		traced = append(traced, mode{name: fmt.Sprintf("%g %%", pct*100), env: env, target: target})
+		if *sdk || !*fast {
+			traced = append(traced, mode{name: fmt.Sprintf("%g %%", pct*100), env: env, target: target})
+		}
 		if *fast {
 			traced = append(traced, mode{name: fmt.Sprintf("fast %g %%", pct*100), env: env, tracing: fastYAML, target: target})
+			for _, alt := range strings.Split(*altBins, ",") {
+				if alt = strings.TrimSpace(alt); alt != "" {
+					traced = append(traced, mode{name: fmt.Sprintf("fast %g %% %s", pct*100, filepath.Base(alt)), env: env, tracing: fastYAML,
+						target: target, bin: alt})
+				}
+			}
 		}
 	}
 	off := mode{name: "off"}
@@ -209,7 +219,11 @@ func main() {
 		if m.tracing != "" {
 			cfg += "tracing:\n" + m.tracing
 		}
-		br, err := harness.StartBridge(*bin, cfg, m.env...)
+		binary := *bin
+		if m.bin != "" {
+			binary = m.bin
+		}
+		br, err := harness.StartBridge(binary, cfg, m.env...)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -258,7 +272,7 @@ func main() {
 					b := bridges[i]
 					var profiles sync.WaitGroup
 					if *profile != "" && what == "paced" && c == n-1 {
-						name := fmt.Sprintf("%s-p%d-%s", strings.TrimSuffix(strings.ReplaceAll(b.name, " ", ""), "%"), parallel, "%s.pprof")
+						name := strings.ReplaceAll(strings.ReplaceAll(b.name, " ", ""), "%", "") + fmt.Sprintf("-p%d-", parallel) + "%s.pprof"
 						for _, kind := range []string{"profile", "allocs"} {
 							profiles.Go(func() {
 								fetchProfile(b.br.OpsURL, kind, *profileSeconds, filepath.Join(*profile, fmt.Sprintf(name, kind)))
@@ -355,6 +369,7 @@ type mode struct {
 	env     []string
 	tracing string  // the configuration file's tracing section's keys
 	target  float64 // the budget for its costs, in percent (0: none)
+	bin     string  // the bridge binary, when not -bin's (-alt-bins)
 }
 
 // stat is a sample's median with a distribution-free confidence interval for it and
