@@ -464,6 +464,11 @@ func (st *stream) publish(rec recordio.Record) error {
 	if err := st.budget.acquire(st.ctx, charge, st.abandonC); err != nil {
 		return err
 	}
+	// The record's segment is taken before the entry is written: its lock is then the
+	// first atomic after the budget's, with nothing to wait for. Taken after, it waited
+	// for the entry's stores to reach memory last written by the other core (a pooled
+	// entry was settled there), a wait the handover to the collector below pays anyway.
+	link := st.segments.Next(rec.Size)
 	e := entryPool.Get().(*entry)
 	e.seq, e.size, e.charge, e.start, e.topic, e.id, e.err = rec.Index, rec.Size, charge, time.Now(), tg.Topic, "", nil
 	e.sequence, e.dup = sequence, false
@@ -471,7 +476,7 @@ func (st *stream) publish(rec recordio.Record) error {
 		// Each record is sampled on its own; a sampled record's message carries its
 		// context, so consumers continue the trace (an unsampled one's only as
 		// Propagates says).
-		tr.StartPublish(&e.span, st.recordParent(m.Properties), st.segments.Next(rec.Size), tg.Topic, rec.Size, e.start)
+		tr.StartPublish(&e.span, st.recordParent(m.Properties), link, tg.Topic, rec.Size, e.start)
 		if e.span.Propagates(m.Properties) {
 			// As a property given as bytes, in the stream's own buffer (the publisher
 			// reads it before it returns): no map written, walked and encoded per

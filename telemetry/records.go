@@ -36,25 +36,63 @@ import (
 // the sampler said.
 //
 // The zero RecordSpan (tracing off) is no span.
+//
+// It is written by the goroutine that reads a record and read by the one that settles
+// it, most often on another core, so every cache line of it crosses between cores once
+// each way per record: it holds the contexts it continues and links to as their parts
+// (ids, flags, remote), not as two whole SpanContexts (64 bytes each, most of it a
+// tracestate neither has), 152 bytes in all rather than 256.
 type RecordSpan struct {
 	// The record's context, sampled or not: its ids (zero with tracing off), flags
 	// and tracestate, kept apart (SpanContext makes it) so starting a record writes
 	// no more than it must.
-	tid     trace.TraceID
-	sid     trace.SpanID
-	flags   trace.TraceFlags
-	state   trace.TraceState
-	parent  trace.SpanContext // the context the record continues, if any
-	link    trace.SpanContext // the stream's segment span
-	start   time.Time
-	size    int64
-	topic   string
-	group   string // process spans: the subscription
-	process bool
-	record  bool // the sampler said record: EndRecord makes the span
+	tid   trace.TraceID
+	sid   trace.SpanID
+	psid  trace.SpanID  // the span id of the context the record continues (zero: none); its trace is tid
+	ltid  trace.TraceID // the stream's segment span's context (zero: none)
+	lsid  trace.SpanID
+	state trace.TraceState
+	start time.Time
+	size  int64
+	topic string
+	group string // process spans: the subscription
+	flags trace.TraceFlags
+	// The flags of the parent and of the link, and whether each is remote.
+	pflags, lflags   trace.TraceFlags
+	premote, lremote bool
+	process          bool
+	record           bool // the sampler said record: EndRecord makes the span
 	// propagate: an unsampled record's context goes into its message too
 	// (tracing.propagateUnsampled).
 	propagate bool
+}
+
+// parent is the context the record continues (invalid: none). Its tracestate is the
+// record's own, which a child's sampler takes from it (sampler.go).
+func (r *RecordSpan) parent() trace.SpanContext {
+	if !r.psid.IsValid() {
+		return trace.SpanContext{}
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: r.tid, SpanID: r.psid, TraceFlags: r.pflags, TraceState: r.state,
+		Remote: r.premote})
+}
+
+// link is the stream's segment span's context (invalid: none).
+func (r *RecordSpan) link() trace.SpanContext {
+	if !r.lsid.IsValid() {
+		return trace.SpanContext{}
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: r.ltid, SpanID: r.lsid, TraceFlags: r.lflags, Remote: r.lremote})
+}
+
+// setLink keeps link's parts (a segment's context has no tracestate; a link's is not
+// exported).
+func (r *RecordSpan) setLink(link trace.SpanContext) {
+	if !link.IsValid() {
+		r.ltid, r.lsid, r.lflags, r.lremote = trace.TraceID{}, trace.SpanID{}, 0, false
+		return
+	}
+	r.ltid, r.lsid, r.lflags, r.lremote = link.TraceID(), link.SpanID(), link.TraceFlags(), link.IsRemote()
 }
 
 // SpanContext is the record's context (invalid with tracing off).
@@ -155,8 +193,9 @@ func (t *Tracing) StartPublish(r *RecordSpan, parent, link trace.SpanContext, to
 	}
 	// Field by field: every field is set (a reused RecordSpan keeps nothing), with no
 	// temporary copy of the struct.
-	r.parent, r.link, r.start, r.size, r.topic, r.group, r.process = parent, link, start, size, topic, "", false
-	t.startRecord(r)
+	r.start, r.size, r.topic, r.group, r.process = start, size, topic, "", false
+	r.setLink(link)
+	t.startRecord(r, parent)
 }
 
 // StartProcess begins the process span of a message delivered to an egress client: a
@@ -168,35 +207,37 @@ func (t *Tracing) StartProcess(r *RecordSpan, props map[string]string, link trac
 		return
 	}
 	parent, _ := ParseTraceparent(props)
-	r.parent, r.link, r.start, r.size, r.topic, r.group, r.process = parent, link, start, size, topic, subscription, true
-	t.startRecord(r)
+	r.start, r.size, r.topic, r.group, r.process = start, size, topic, subscription, true
+	r.setLink(link)
+	t.startRecord(r, parent)
 }
 
-func (t *Tracing) startRecord(r *RecordSpan) {
+func (t *Tracing) startRecord(r *RecordSpan, parent trace.SpanContext) {
 	r.propagate = t.propagateUnsampled
-	hasParent := r.parent.IsValid()
+	hasParent := parent.IsValid()
 	if hasParent {
-		r.tid = r.parent.TraceID()
+		r.tid, r.psid, r.pflags, r.premote = parent.TraceID(), parent.SpanID(), parent.TraceFlags(), parent.IsRemote()
 		v := rand.Uint64()
 		for v == 0 {
 			v = rand.Uint64()
 		}
 		binary.LittleEndian.PutUint64(r.sid[:], v)
 	} else {
+		r.psid, r.pflags, r.premote = trace.SpanID{}, 0, false
 		r.newRootIDs()
 	}
 	// The record's flags are its parent's (the W3C random flag kept), the sampled flag
 	// the decision's, as the SDK's tracer sets a child's (and endDirect the span's).
 	var inherited trace.TraceFlags
 	if hasParent {
-		inherited = r.parent.TraceFlags() &^ trace.FlagsSampled
+		inherited = parent.TraceFlags() &^ trace.FlagsSampled
 	}
 	r.flags, r.state = inherited, trace.TraceState{}
 	if t.fast != nil {
 		// A sampler OTEL_TRACES_SAMPLER names: its decision, computed (sampler.go).
 		var sampled bool
 		if hasParent {
-			sampled, r.state = t.fast.decideChild(r.parent)
+			sampled, r.state = t.fast.decideChild(parent)
 		} else {
 			sampled = t.fast.decideRoot(&r.tid)
 		}
@@ -210,7 +251,7 @@ func (t *Tracing) startRecord(r *RecordSpan) {
 	// the span it decided on.
 	pctx := context.Background()
 	if hasParent {
-		pctx = trace.ContextWithSpanContext(pctx, r.parent)
+		pctx = trace.ContextWithSpanContext(pctx, parent)
 	}
 	kind := trace.SpanKindProducer
 	if r.process {
@@ -248,15 +289,13 @@ func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
 	} else {
 		end = r.start.Add(time.Since(r.start)) // as the SDK's End: monotonic from the start
 	}
+
 	kind := trace.SpanKindProducer
 	if r.process {
 		kind = trace.SpanKindConsumer
 	}
 	name := t.names.of(r.process, r.topic)
-	var parent trace.SpanContext
-	if r.parent.IsValid() {
-		parent = r.parent
-	}
+	parent := r.parent()
 	if t.direct != nil {
 		t.endDirect(r, name, kind, parent, decision, end, messageID, err)
 		return
@@ -273,8 +312,8 @@ func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
 	}
 	_, span := t.Tracer.Start(ctx, name, k, trace.WithTimestamp(r.start))
 	span.SetAttributes(attrs...)
-	if r.link.IsValid() {
-		span.AddLink(trace.Link{SpanContext: r.link})
+	if link := r.link(); link.IsValid() {
+		span.AddLink(trace.Link{SpanContext: link})
 	}
 	if err != nil {
 		span.RecordError(err, trace.WithTimestamp(end))
@@ -374,8 +413,8 @@ func (t *Tracing) endDirect(r *RecordSpan, name string, kind trace.SpanKind, par
 	ds := directspan.Span{Name: name, Parent: parent, Kind: kind, Start: r.start, End: end, Err: err,
 		SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: r.tid, SpanID: r.sid, TraceFlags: flags, TraceState: r.state})}
 	var ls []trace.Link
-	if r.link.IsValid() {
-		links[0].SpanContext = r.link
+	if r.lsid.IsValid() {
+		links[0].SpanContext = r.link()
 		ls = links[:]
 	}
 	// The values of the shape's keys (directspan copies them: no allocation here).
