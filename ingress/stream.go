@@ -78,10 +78,11 @@ type stream struct {
 	omitted           int64
 	firstFailure      *failure
 	writeErr          error
-	tallies           []tally // by status, flushed to the Observer
-	idle              bool    // the collector waited before the record it settles
-	duplicates        int64   // named: records the broker already had (counted in published)
-	resume            *int64  // named: the sequence number of the first record to resend
+	tallies           []tally         // by status, flushed to the Observer
+	idle              bool            // the collector waited before the record it settles
+	duplicates        int64           // named: records the broker already had (counted in published)
+	resume            *int64          // named: the sequence number of the first record to resend
+	clock             telemetry.Clock // the time records' spans end at, read once per run settled together
 
 	_ [64]byte // nor with whatever the allocator puts after the stream
 }
@@ -598,6 +599,7 @@ func (st *stream) collect() {
 	res := st.c.Response()
 	var buf []byte
 	flush := func() {
+		st.clock.Stale() // a write may wait
 		st.flushTallies()
 		if len(buf) == 0 || st.writeErr != nil {
 			buf = buf[:0]
@@ -621,6 +623,7 @@ func (st *stream) collect() {
 			flush()
 			st.idle = true
 			e, ok = <-st.pending
+			st.clock.Stale()
 		}
 		if !ok {
 			flush()
@@ -632,6 +635,7 @@ func (st *stream) collect() {
 			flush()
 			select {
 			case <-e.done:
+				st.clock.Stale()
 			case <-st.abandonC:
 				// The drain timeout passed: the outcome is unknown. The publisher's
 				// callback will still come; the entry is not reused.
@@ -701,7 +705,7 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 		}
 	}
 	if st.srv.tr.Enabled {
-		st.srv.tr.EndRecord(&e.span, e.id, e.err)
+		st.srv.tr.EndRecordAt(&e.span, e.id, e.err, &st.clock)
 		st.segments.Settled(e.err != nil)
 	}
 	st.count(status, e.size)

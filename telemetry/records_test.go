@@ -488,3 +488,54 @@ func TestInjectAgreesWithThePropagator(t *testing.T) {
 		}
 	}
 }
+
+// Records settled in one run with a Clock end at one reading of the time, for up to
+// clockRecords of them; Stale (the settling goroutine waited) makes the next read the
+// time again; a reading taken before a record began is not its end (a span never ends
+// before it starts); each end is monotonic from its start.
+func TestRecordsSettledInARunEndAtOneReading(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
+			tr, exp := testTracingMode(t, sdktrace.AlwaysSample(), bigSegments, direct)
+			var c Clock
+			begin := time.Now()
+			end := func(topic string, start time.Time) {
+				var r RecordSpan
+				tr.StartPublish(&r, trace.SpanContext{}, trace.SpanContext{}, topic, 1, start)
+				tr.EndRecordAt(&r, "1:2:-1:0", nil, &c)
+			}
+			for i := range clockRecords + 1 { // the last: a reading of its own
+				end(fmt.Sprintf("run/%02d", i), begin)
+				time.Sleep(50 * time.Microsecond)
+			}
+			c.Stale()
+			end("stale", begin)
+			time.Sleep(50 * time.Microsecond)
+			late := time.Now() // after the clock's last reading ("stale"'s end)
+			end("late", late)
+			ends := map[string]time.Time{}
+			for _, s := range flushed(t, tr, exp) {
+				ends[strings.TrimPrefix(s.Name, "publish ")] = s.EndTime
+				if s.EndTime.Before(s.StartTime) {
+					t.Errorf("%s ends at %v, before its start %v", s.Name, s.EndTime, s.StartTime)
+				}
+			}
+			first := ends["run/00"]
+			for i := 1; i < clockRecords; i++ {
+				if got := ends[fmt.Sprintf("run/%02d", i)]; !got.Equal(first) {
+					t.Errorf("record %d of the run ends at %v, the run's first at %v: want one reading", i, got, first)
+				}
+			}
+			next := ends[fmt.Sprintf("run/%02d", clockRecords)]
+			if !next.After(first) {
+				t.Errorf("record %d ends at %v, not after the first reading %v: want a new one", clockRecords, next, first)
+			}
+			if stale := ends["stale"]; !stale.After(next) {
+				t.Errorf("after Stale a record ends at %v, not after %v: want a new reading", stale, next)
+			}
+			if l := ends["late"]; l.Before(late) || !l.After(ends["stale"]) {
+				t.Errorf("a record begun at %v ends at %v", late, l)
+			}
+		})
+	}
+}
