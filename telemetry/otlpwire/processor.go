@@ -62,35 +62,38 @@ type Processor struct {
 	// maxBytes is a batch's encoded spans' limit.
 	maxBytes int
 
-	mu    sync.Mutex
-	cur   *batch   // being filled (nil: none yet)
-	queue []item   // full batches and flush marks, oldest first
-	free  []*batch // emptied batches for reuse (they hold no chunk): at most maxFreeBatches
+	mu sync.Mutex
+	// held is the spans in cur and queue, on mu's cache line: the one shared line a
+	// span writes besides its batch's. full says held reached MaxQueueSize, and closed
+	// that Shutdown began: both written under mu only when they change (rarely: a line
+	// each core keeps a copy of), read without it by OnEnd to skip encoding a span it
+	// would not take.
+	held int
+	// endedLocked counts the sampled spans that reached the lock (a plain count under mu,
+	// on its line), endedEarly those turned away before it: Ended.
+	endedLocked int64
+	cur         *batch   // being filled (nil: none yet)
+	queue       []item   // full batches and flush marks, oldest first
+	free        []*batch // emptied batches for reuse (they hold no chunk): at most maxFreeBatches
 	// chunks are emptied span chunks for reuse, each chunkBytes: at most
 	// keptBufferBytes in all.
 	chunks [][]byte
 	made   int64 // bytes of chunks made, not reused (tests look)
-	// held is the spans in cur and queue, and closed says Shutdown began: both written
-	// under mu, read without it by OnEnd to skip encoding a span it would not take.
-	held   atomic.Int64
+	full   atomic.Bool
 	closed atomic.Bool
 
-	dropped atomic.Int64
-	// ended counts the sampled spans OnEnd was given: endedLocked those that reached the
-	// lock (a plain count under mu, on the lock's cache line: no line of its own to move
-	// between cores per span), endedEarly those turned away before it.
-	endedLocked int64
-	endedEarly  atomic.Int64
-	wake        chan struct{} // cap 1: the export goroutine has work
-	stop        chan struct{} // closed by Shutdown
-	done        chan struct{} // closed when the export goroutine ends
-	ctx         context.Context
-	cancel      context.CancelFunc
-	unhook      func() bool
-	once        sync.Once
-	shutErr     error
-	out         []byte // the export goroutine's request buffer
-	exported    func(int, error)
+	dropped    atomic.Int64
+	endedEarly atomic.Int64
+	wake       chan struct{} // cap 1: the export goroutine has work
+	stop       chan struct{} // closed by Shutdown
+	done       chan struct{} // closed when the export goroutine ends
+	ctx        context.Context
+	cancel     context.CancelFunc
+	unhook     func() bool
+	once       sync.Once
+	shutErr    error
+	out        []byte // the export goroutine's request buffer
+	exported   func(int, error)
 }
 
 var _ sdktrace.SpanProcessor = (*Processor)(nil)
@@ -173,7 +176,7 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 		p.endedEarly.Add(1)
 		return
 	}
-	if p.held.Load() >= int64(p.o.MaxQueueSize) {
+	if p.full.Load() {
 		p.dropped.Add(1)
 		p.endedEarly.Add(1)
 		return
@@ -187,7 +190,7 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 	p.endedLocked++
 	switch {
 	case p.closed.Load():
-	case p.held.Load() >= int64(p.o.MaxQueueSize):
+	case p.held >= p.o.MaxQueueSize:
 		p.dropped.Add(1)
 	default:
 		b := p.cur
@@ -196,7 +199,9 @@ func (p *Processor) OnEnd(s sdktrace.ReadOnlySpan) {
 			p.cur = b
 		}
 		p.addLocked(b, res, scope, enc)
-		p.held.Add(1)
+		if p.held++; p.held >= p.o.MaxQueueSize {
+			p.full.Store(true)
+		}
 		if b.n >= p.o.MaxExportBatchSize || b.bytes >= p.maxBytes {
 			p.cutLocked()
 		}
@@ -392,7 +397,9 @@ func (p *Processor) send(b *batch) {
 		p.exported(n, err)
 	}
 	p.mu.Lock()
-	p.held.Add(int64(-n))
+	if p.held -= n; p.held < p.o.MaxQueueSize && p.full.Load() {
+		p.full.Store(false)
+	}
 	p.mu.Unlock()
 }
 
