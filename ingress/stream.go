@@ -78,10 +78,12 @@ type stream struct {
 	omitted           int64
 	firstFailure      *failure
 	writeErr          error
-	tallies           []tally         // by status, flushed to the Observer
-	idle              bool            // the collector waited before the record it settles
-	duplicates        int64           // named: records the broker already had (counted in published)
-	resume            *int64          // named: the sequence number of the first record to resend
+	tallies           []tally // by status, flushed to the Observer
+	idle              bool    // the collector waited before the record it settles
+	duplicates        int64   // named: records the broker already had (counted in published)
+	resume            *int64  // named: the sequence number of the first record to resend
+	segPublished      int64   // settled records not yet counted into the segments (flushSettled)
+	segFailed         int64
 	clock             telemetry.Clock // the time records' spans end at, read once per run settled together
 
 	_ [64]byte // nor with whatever the allocator puts after the stream
@@ -601,6 +603,7 @@ func (st *stream) collect() {
 	flush := func() {
 		st.clock.Stale() // a write may wait
 		st.flushTallies()
+		st.flushSettled()
 		if len(buf) == 0 || st.writeErr != nil {
 			buf = buf[:0]
 			return
@@ -706,7 +709,14 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 	}
 	if st.srv.tr.Enabled {
 		st.srv.tr.EndRecordAt(&e.span, e.id, e.err, &st.clock)
-		st.segments.Settled(e.err != nil)
+		if e.err != nil {
+			st.segFailed++
+		} else {
+			st.segPublished++
+		}
+		if st.segPublished+st.segFailed >= settledRun {
+			st.flushSettled()
+		}
 	}
 	st.count(status, e.size)
 	if status == http.StatusOK && (st.idle || e.seq%8 == 0) {
@@ -723,6 +733,17 @@ func (st *stream) count(status int, bytes int64) {
 		}
 	}
 	st.tallies = append(st.tallies, tally{status: status, n: 1, bytes: bytes})
+}
+
+// settledRun is how many settled records the collector counts into the stream's
+// segments at once, at most (and whenever it waits or writes).
+const settledRun = 64
+
+func (st *stream) flushSettled() {
+	if st.segPublished+st.segFailed > 0 {
+		st.segments.Settled(st.segPublished, st.segFailed)
+		st.segPublished, st.segFailed = 0, 0
+	}
 }
 
 func (st *stream) flushTallies() {

@@ -149,6 +149,16 @@ routes:
 	if len(seg) != 1 {
 		t.Fatalf("%d segment spans; spans %v", len(seg), byName)
 	}
+	// Its counts: five records read, four published, one failed (the collector counts
+	// them in runs: all of them before the stream's segment ends).
+	counts := map[string]int64{}
+	for _, kv := range seg[0].Attributes {
+		counts[kv.Key] = kv.Value.GetIntValue()
+	}
+	if counts["bridge.segment.records"] != 5 || counts["bridge.stream.records"] != 5 || counts["bridge.stream.published"] != 4 ||
+		counts["bridge.stream.failed"] != 1 {
+		t.Errorf("the segment's counts %v; want 5 records, 4 published, 1 failed", counts)
+	}
 	var failed, child, single *tracepb.Span
 	for _, sp := range append(byName["publish"], byName["publish persistent://public/default/t-3"]...) {
 		switch {

@@ -682,15 +682,18 @@ func (s *Segments) Next(size int64) trace.SpanContext {
 	return sc
 }
 
-// Settled counts one of the stream's records as published or failed.
-func (s *Segments) Settled(failed bool) {
+// Settled counts published and failed more of the stream's records as settled. A
+// collector that settles records in runs counts a run at once (ingress: up to
+// settledRun records, and whenever it waits), not an atomic add per record.
+func (s *Segments) Settled(published, failed int64) {
 	if s == nil {
 		return
 	}
-	if failed {
-		s.failed.Add(1)
-	} else {
-		s.published.Add(1)
+	if failed != 0 {
+		s.failed.Add(failed)
+	}
+	if published != 0 {
+		s.published.Add(published)
 	}
 }
 

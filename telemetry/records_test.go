@@ -231,7 +231,7 @@ func TestSegmentsEndByCountTimeAndClose(t *testing.T) {
 	var ids []trace.SpanID
 	for range 7 {
 		ids = append(ids, segs.Next(10).SpanID())
-		segs.Settled(false)
+		segs.Settled(1, 0)
 	}
 	segs.Close()
 	spans := flushed(t, tr, exp)

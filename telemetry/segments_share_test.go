@@ -22,7 +22,7 @@ func BenchmarkSegmentsNextBesideSettled(b *testing.B) {
 	go func() {
 		defer wg.Done()
 		for !stop.Load() {
-			s.Settled(false)
+			s.Settled(1, 0)
 		}
 	}()
 	for b.Loop() {
