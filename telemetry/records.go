@@ -41,7 +41,7 @@ import (
 // it, most often on another core, so every cache line of it crosses between cores once
 // each way per record: it holds the contexts it continues and links to as their parts
 // (ids, flags, remote), not as two whole SpanContexts (64 bytes each, most of it a
-// tracestate neither has), 152 bytes in all rather than 256.
+// tracestate neither has), 160 bytes in all rather than 256.
 type RecordSpan struct {
 	// The record's context, sampled or not: its ids (zero with tracing off), flags
 	// and tracestate, kept apart (SpanContext makes it) so starting a record writes
@@ -52,11 +52,14 @@ type RecordSpan struct {
 	ltid  trace.TraceID // the stream's segment span's context (zero: none)
 	lsid  trace.SpanID
 	state trace.TraceState
-	start time.Time
-	size  int64
-	topic string
-	group string // process spans: the subscription
-	flags trace.TraceFlags
+	// pstate is the parent's tracestate when a sampler gave the record another one (nil:
+	// the record's own, as every sampler OTEL_TRACES_SAMPLER names gives it).
+	pstate *trace.TraceState
+	start  time.Time
+	size   int64
+	topic  string
+	group  string // process spans: the subscription
+	flags  trace.TraceFlags
 	// The flags of the parent and of the link, and whether each is remote.
 	pflags, lflags   trace.TraceFlags
 	premote, lremote bool
@@ -67,13 +70,16 @@ type RecordSpan struct {
 	propagate bool
 }
 
-// parent is the context the record continues (invalid: none). Its tracestate is the
-// record's own, which a child's sampler takes from it (sampler.go).
+// parent is the context the record continues (invalid: none).
 func (r *RecordSpan) parent() trace.SpanContext {
 	if !r.psid.IsValid() {
 		return trace.SpanContext{}
 	}
-	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: r.tid, SpanID: r.psid, TraceFlags: r.pflags, TraceState: r.state,
+	ts := r.state
+	if r.pstate != nil {
+		ts = *r.pstate
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: r.tid, SpanID: r.psid, TraceFlags: r.pflags, TraceState: ts,
 		Remote: r.premote})
 }
 
@@ -232,7 +238,7 @@ func (t *Tracing) startRecord(r *RecordSpan, parent trace.SpanContext) {
 	if hasParent {
 		inherited = parent.TraceFlags() &^ trace.FlagsSampled
 	}
-	r.flags, r.state = inherited, trace.TraceState{}
+	r.flags, r.state, r.pstate = inherited, trace.TraceState{}, nil
 	if t.fast != nil {
 		// A sampler OTEL_TRACES_SAMPLER names: its decision, computed (sampler.go).
 		var sampled bool
@@ -262,6 +268,12 @@ func (t *Tracing) startRecord(r *RecordSpan, parent trace.SpanContext) {
 		r.flags |= trace.FlagsSampled
 	}
 	r.record, r.state = res.Decision != sdktrace.Drop, res.Tracestate
+	if hasParent {
+		if ps := parent.TraceState(); (ps.Len() > 0 || r.state.Len() > 0) && ps.String() != r.state.String() {
+			r.pstate = new(trace.TraceState) // a sampler that changed it: the parent keeps its own
+			*r.pstate = ps
+		}
+	}
 }
 
 // The span kinds, made once.
@@ -280,15 +292,17 @@ func (t *Tracing) EndRecord(r *RecordSpan, messageID string, err error) {
 
 // Clock is the time as a goroutine that settles records in runs (a receipt's records
 // at once) reads it: once, when the first traced record of a run ends, for up to
-// clockRecords records, until Stale says the goroutine waited. A run's spans end at one
-// reading, a few microseconds early at most, rather than each reading the clock (its
-// ~25 ns were a twentieth of a traced record's cost). The zero Clock is stale.
+// clockRecords records settled with it (traced or not: the bound is the goroutine's
+// work since the reading, not the spans), until Stale says the goroutine waited. A
+// run's spans end at one reading, a few microseconds early at most, rather than each
+// reading the clock (its ~25 ns were a twentieth of a traced record's cost). The zero
+// Clock is stale.
 type Clock struct {
 	now time.Time
 	n   int
 }
 
-// clockRecords is how many records' spans one reading ends.
+// clockRecords is how many settled records one reading serves.
 const clockRecords = 16
 
 // Stale says the goroutine waited (or wrote): the next span reads the clock again.
@@ -305,6 +319,9 @@ func (c *Clock) read() time.Time {
 // EndRecordAt is EndRecord, its span ending at c's reading (nil: the clock's own).
 func (t *Tracing) EndRecordAt(r *RecordSpan, messageID string, err error, c *Clock) {
 	if !r.record && (err == nil || !t.Enabled || !r.sid.IsValid()) {
+		if c != nil {
+			c.n++ // settled in the run all the same: the bound is records, not spans
+		}
 		return
 	}
 	decision := sdktrace.RecordAndSample

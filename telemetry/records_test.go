@@ -539,3 +539,75 @@ func TestRecordsSettledInARunEndAtOneReading(t *testing.T) {
 		})
 	}
 }
+
+// A Clock's bound counts every record settled with it, traced or not: at 1 % a reading
+// would otherwise serve a hundred times more records, and a span settled late in a long
+// run would end at its start.
+func TestAClocksBoundCountsUnsampledRecords(t *testing.T) {
+	tr, exp := testTracingMode(t, sdktrace.ParentBased(sdktrace.NeverSample()), bigSegments, true)
+	parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{7}, SpanID: trace.SpanID{8},
+		TraceFlags: trace.FlagsSampled, Remote: true})
+	begin := time.Now()
+	var c Clock
+	var a, b RecordSpan
+	tr.StartPublish(&a, parent, trace.SpanContext{}, "a", 1, begin)
+	tr.StartPublish(&b, parent, trace.SpanContext{}, "b", 1, begin)
+	tr.EndRecordAt(&a, "1:1:-1:0", nil, &c) // the run's reading
+	for range clockRecords {
+		var u RecordSpan // unsampled: no span, but settled in the run
+		tr.StartPublish(&u, trace.SpanContext{}, trace.SpanContext{}, "u", 1, begin)
+		if u.Recording() {
+			t.Fatal("an unsampled record is recording")
+		}
+		tr.EndRecordAt(&u, "1:2:-1:0", nil, &c)
+	}
+	time.Sleep(time.Millisecond)
+	tr.EndRecordAt(&b, "1:3:-1:0", nil, &c)
+	ends := map[string]time.Time{}
+	for _, s := range flushed(t, tr, exp) {
+		ends[s.Name] = s.EndTime
+	}
+	if ea, eb := ends["publish a"], ends["publish b"]; ea.IsZero() || eb.Sub(ea) < time.Millisecond {
+		t.Fatalf("b, settled %d records and 1 ms after a, ends at %v, a at %v: want a reading of its own", clockRecords, eb, ea)
+	}
+}
+
+// A sampler that gives a child another tracestate leaves its parent's as it was: the
+// span's parent context is the one the record continued.
+func TestARecordsParentKeepsItsOwnTracestate(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
+			tr, exp := testTracingMode(t, restating{}, bigSegments, direct)
+			ts, err := trace.ParseTraceState("vendor=x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			parent := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{7}, SpanID: trace.SpanID{8},
+				TraceFlags: trace.FlagsSampled | trace.FlagsRandom, TraceState: ts, Remote: true})
+			var r RecordSpan
+			tr.StartPublish(&r, parent, trace.SpanContext{}, "t", 1, time.Now())
+			tr.EndRecord(&r, "1:1:-1:0", nil)
+			spans := flushed(t, tr, exp)
+			if len(spans) != 1 {
+				t.Fatalf("%d spans, want 1", len(spans))
+			}
+			s := spans[0]
+			if got := s.Parent; !got.Equal(parent) {
+				t.Errorf("the span's parent %v (tracestate %q), want %v (%q)", got, got.TraceState(), parent, parent.TraceState())
+			}
+			if got := s.SpanContext.TraceState().Get("me"); got != "child" {
+				t.Errorf("the span's tracestate %q: want the sampler's (me=child)", s.SpanContext.TraceState())
+			}
+		})
+	}
+}
+
+// restating samples every span and adds me=child to its parent's tracestate.
+type restating struct{}
+
+func (restating) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	ts, _ := trace.SpanContextFromContext(p.ParentContext).TraceState().Insert("me", "child")
+	return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample, Tracestate: ts}
+}
+
+func (restating) Description() string { return "restating" }
