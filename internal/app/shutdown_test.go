@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/recordio-bridge/bridge/internal/tcptest"
 	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
 	"github.com/recordio-bridge/bridge/recordio"
 )
@@ -23,37 +23,8 @@ import (
 // an OTLP collector that hangs. stop closes it and its connections.
 func blackHole(t *testing.T) (addr string, stop func()) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
-	return ln.Addr().String(), func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	}
+	srv := tcptest.Serve(t, func(_ *tcptest.Server, c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	return srv.Addr(), srv.Close
 }
 
 // Shutdown must return at its deadline whatever hangs: a broker that stopped reading

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/recordio-bridge/bridge/egress"
 	"github.com/recordio-bridge/bridge/ingress"
+	"github.com/recordio-bridge/bridge/internal/tcptest"
 )
 
 // stalledBroker accepts connections and never completes a handshake on them: it reads
@@ -18,45 +18,13 @@ import (
 // restarting, a proxy resetting).
 func stalledBroker(t *testing.T, closeAtOnce bool) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if closeAtOnce {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, _ = io.Copy(io.Discard, c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
+	return "pulsar://" + tcptest.Serve(t, func(_ *tcptest.Server, c net.Conn) {
+		if closeAtOnce {
 			c.Close()
+			return
 		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return "pulsar://" + ln.Addr().String()
+		_, _ = io.Copy(io.Discard, c)
+	}).Addr()
 }
 
 // TestABrokerThatDoesNotFinishTheHandshakeIsUnavailable: a broker that accepts the

@@ -7,13 +7,13 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/recordio-bridge/bridge/internal/tcptest"
 	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
@@ -22,43 +22,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // stub is a minimal peer: it answers CONNECT, then hands every frame it reads to onFrame.
 type stub struct {
-	ln      net.Listener
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   []net.Conn
+	srv     *tcptest.Server
 	onFrame func(c net.Conn, cmd *pb.BaseCommand)
 }
 
 func newStub(t *testing.T, onFrame func(net.Conn, *pb.BaseCommand)) *stub {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &stub{ln: ln, onFrame: onFrame}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns = append(s.conns, c)
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go s.serve(c)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		s.mu.Lock()
-		for _, c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	})
+	s := &stub{onFrame: onFrame}
+	s.srv = tcptest.Serve(t, func(_ *tcptest.Server, c net.Conn) { s.serve(c) })
 	return s
 }
 
@@ -68,7 +38,6 @@ func write(c net.Conn, cmd *pb.BaseCommand) {
 }
 
 func (s *stub) serve(c net.Conn) {
-	defer s.wg.Done()
 	br := bufio.NewReader(c)
 	for {
 		var f frame.Frame
@@ -92,7 +61,7 @@ func lookup(id uint64) *pb.BaseCommand {
 
 func TestHandshakeReadsBrokerLimits(t *testing.T) {
 	s := newStub(t, nil)
-	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String()})
+	c, err := Dial(context.Background(), Options{Addr: s.srv.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +73,7 @@ func TestHandshakeReadsBrokerLimits(t *testing.T) {
 
 func TestCloseFailsEveryWaiterWithOneError(t *testing.T) {
 	s := newStub(t, nil) // never answers requests
-	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String()})
+	c, err := Dial(context.Background(), Options{Addr: s.srv.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +111,7 @@ func TestRequestGivesUpOnItsContextAndServesTheAnswerToOthers(t *testing.T) {
 			}
 		}
 	})
-	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String()})
+	c, err := Dial(context.Background(), Options{Addr: s.srv.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +145,7 @@ func TestKeepAliveDeclaresASilentPeerDead(t *testing.T) {
 			pings <- struct{}{} // noted, never answered
 		}
 	})
-	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String(), KeepAlive: 30 * time.Millisecond})
+	c, err := Dial(context.Background(), Options{Addr: s.srv.Addr(), KeepAlive: 30 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,14 +172,12 @@ func TestAnswersPingWithPong(t *testing.T) {
 			pong <- struct{}{}
 		}
 	})
-	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String()})
+	c, err := Dial(context.Background(), Options{Addr: s.srv.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	s.mu.Lock()
-	peer := s.conns[0]
-	s.mu.Unlock()
+	peer := s.srv.Conns()[0]
 	write(peer, &pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
 	select {
 	case <-pong:
@@ -265,7 +232,7 @@ func fillWith(t *testing.T, c *Conn) {
 
 func TestWriteDeadlineClosesAConnectionWhosePeerStoppedReading(t *testing.T) {
 	s := frozenStub(t)
-	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String(), KeepAlive: time.Hour, WriteTimeout: 100 * time.Millisecond})
+	c, err := Dial(context.Background(), Options{Addr: s.srv.Addr(), KeepAlive: time.Hour, WriteTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +256,7 @@ func TestWriteDeadlineClosesAConnectionWhosePeerStoppedReading(t *testing.T) {
 // writer stuck on a frozen peer does not stop it from closing the connection.
 func TestKeepAliveIsNotBlindedByABlockedWriter(t *testing.T) {
 	s := frozenStub(t)
-	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String(), KeepAlive: 50 * time.Millisecond, WriteTimeout: time.Hour})
+	c, err := Dial(context.Background(), Options{Addr: s.srv.Addr(), KeepAlive: 50 * time.Millisecond, WriteTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +281,7 @@ func TestKeepAliveIsNotBlindedByABlockedWriter(t *testing.T) {
 // it, and its silence counts from then although it goes on reading.
 func TestKeepAliveDeclaresDeadABrokerThatReadsButNeverAnswers(t *testing.T) {
 	s := newStub(t, nil) // reads every frame, answers none
-	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String(), KeepAlive: 100 * time.Millisecond})
+	c, err := Dial(context.Background(), Options{Addr: s.srv.Addr(), KeepAlive: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +324,7 @@ func TestKeepAliveDeclaresDeadABrokerThatReadsButNeverAnswers(t *testing.T) {
 // buffers fill (far more than this test writes).
 func TestKeepAliveDeclaresDeadASilentBrokerWhileATrickleOfWritesGoesOn(t *testing.T) {
 	s := newStub(t, nil) // reads every frame, answers none
-	c, err := Dial(context.Background(), Options{Addr: s.ln.Addr().String(), KeepAlive: 100 * time.Millisecond})
+	c, err := Dial(context.Background(), Options{Addr: s.srv.Addr(), KeepAlive: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/recordio-bridge/bridge/internal/tcptest"
 )
 
 // cappedProxy forwards a TCP connection to target as e2e/faultproxy does with
@@ -15,59 +16,28 @@ import (
 // each to the target, pacing itself to rate bytes a second; the reverse direction is
 // copied as is.
 func cappedProxy(t *testing.T, target string, rate int) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	return tcptest.Serve(t, func(srv *tcptest.Server, a net.Conn) {
+		b, err := net.Dial("tcp", target)
+		if err != nil {
+			a.Close()
+			return
+		}
+		srv.Track(b)
+		srv.Go(func() { _, _ = io.Copy(a, b) })
+		buf := make([]byte, 16<<10)
 		for {
-			a, err := ln.Accept()
+			n, err := a.Read(buf)
+			if n > 0 {
+				time.Sleep(time.Duration(float64(n) / float64(rate) * float64(time.Second)))
+				if _, err := b.Write(buf[:n]); err != nil {
+					return
+				}
+			}
 			if err != nil {
 				return
 			}
-			b, err := net.Dial("tcp", target)
-			if err != nil {
-				a.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, a, b)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); _, _ = io.Copy(a, b) }()
-			go func() {
-				defer wg.Done()
-				buf := make([]byte, 16<<10)
-				for {
-					n, err := a.Read(buf)
-					if n > 0 {
-						time.Sleep(time.Duration(float64(n) / float64(rate) * float64(time.Second)))
-						if _, err := b.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
+	}).Addr()
 }
 
 // quietLargeWrites writes one frame of size bytes every period until c ends or limit
@@ -103,7 +73,7 @@ func quietLargeWrites(t *testing.T, c *Conn, size int, period, limit time.Durati
 // kept this connection ~18 intervals. It must be dead within a few.
 func TestAFrozenBrokerBehindARateCappedProxyIsDeclaredDead(t *testing.T) {
 	s := frozenStub(t)
-	addr := cappedProxy(t, s.ln.Addr().String(), 250_000)
+	addr := cappedProxy(t, s.srv.Addr(), 250_000)
 	interval := time.Second
 	c, err := Dial(context.Background(), Options{Addr: addr, KeepAlive: interval, WriteTimeout: time.Minute})
 	if err != nil {
@@ -127,7 +97,7 @@ func TestAFrozenBrokerBehindARateCappedProxyIsDeclaredDead(t *testing.T) {
 // intervals.
 func TestABrokerThatReadsButNeverAnswersIsDeclaredDeadUnderAQuietProducer(t *testing.T) {
 	s := newStub(t, nil) // reads every frame, answers none
-	addr := cappedProxy(t, s.ln.Addr().String(), 250_000)
+	addr := cappedProxy(t, s.srv.Addr(), 250_000)
 	interval := time.Second
 	c, err := Dial(context.Background(), Options{Addr: addr, KeepAlive: interval, WriteTimeout: time.Minute})
 	if err != nil {
