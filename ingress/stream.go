@@ -601,7 +601,7 @@ func (st *stream) collect() {
 	res := st.c.Response()
 	var buf []byte
 	flush := func() {
-		st.clock.Stale() // a write may wait
+		st.clock.Stale() // it writes, or the collector waits next: the next span reads the clock again
 		st.flushTallies()
 		st.flushSettled()
 		if len(buf) == 0 || st.writeErr != nil {
@@ -626,7 +626,6 @@ func (st *stream) collect() {
 			flush()
 			st.idle = true
 			e, ok = <-st.pending
-			st.clock.Stale()
 		}
 		if !ok {
 			flush()
@@ -638,7 +637,6 @@ func (st *stream) collect() {
 			flush()
 			select {
 			case <-e.done:
-				st.clock.Stale()
 			case <-st.abandonC:
 				// The drain timeout passed: the outcome is unknown. The publisher's
 				// callback will still come; the entry is not reused.
