@@ -97,17 +97,19 @@ type ResponseFormat struct {
 	RecordType  string // Message-Content-Type when streaming; ContentType otherwise
 }
 
-// NegotiateResponse picks the response format from Accept and Message-Accept. A RecordIO
-// stream (records of one of streamTypes) is chosen only when Accept names
-// application/recordio explicitly; otherwise one of plainTypes, in the server's order of
-// preference among equal q-values. A missing Accept means */*, so JSON-first servers
-// stay compatible with clients that send none. Message-Accept without a streamed
-// response is refused, as Mesos does.
+// NegotiateResponse picks the response format from Accept and Message-Accept. When the
+// server also offers plainTypes, a RecordIO stream (records of one of streamTypes) is
+// chosen only when Accept names application/recordio explicitly, and otherwise one of
+// plainTypes in the server's order of preference among equal q-values: a missing Accept
+// means */*, so JSON-first servers stay compatible with clients that send none. When a
+// stream is all the server offers (no plainTypes), any range that covers
+// application/recordio with q > 0 accepts it, */* and a missing Accept included.
+// Message-Accept without a streamed response is refused, as Mesos does.
 func NegotiateResponse(accept, messageAccept string, streamTypes, plainTypes []string) (ResponseFormat, error) {
 	ranges := parseAccept(accept)
 	bestQ, best := 0.0, ResponseFormat{}
 	if len(streamTypes) > 0 {
-		if q, explicit := quality(ranges, MediaRecordIO); explicit && q > 0 {
+		if q, explicit := quality(ranges, MediaRecordIO); q > 0 && (explicit || len(plainTypes) == 0) {
 			bestQ, best = q, ResponseFormat{Streaming: true, ContentType: MediaRecordIO}
 		}
 	}

@@ -67,13 +67,17 @@ func TestNegotiateResponse(t *testing.T) {
 		{"q=0 refuses json", "application/json;q=0, application/recordio", "", stream, plain, ResponseFormat{true, MediaRecordIO, MediaJSON}, nil},
 		{"specific range beats wildcard", "*/*;q=0.1, application/json;q=0", "", nil, []string{MediaJSON, MediaProtobuf}, ResponseFormat{false, MediaProtobuf, MediaProtobuf}, nil},
 		{"egress: recordio only", "application/recordio", "application/json", []string{MediaJSON}, nil, ResponseFormat{true, MediaRecordIO, MediaJSON}, nil},
+		{"egress: no accept takes the stream", "", "", []string{MediaJSON}, nil, ResponseFormat{true, MediaRecordIO, MediaJSON}, nil},
+		{"egress: star takes the stream", "*/*", "", []string{MediaJSON}, nil, ResponseFormat{true, MediaRecordIO, MediaJSON}, nil},
+		{"egress: application/* takes the stream", "application/*", "application/json", []string{MediaJSON}, nil, ResponseFormat{true, MediaRecordIO, MediaJSON}, nil},
+		{"egress: curl's default with a q-valued star", "text/html, */*;q=0.8", "", []string{MediaJSON}, nil, ResponseFormat{true, MediaRecordIO, MediaJSON}, nil},
 
 		{"nothing usable", "text/html", "", stream, plain, ResponseFormat{}, ErrNotAcceptable},
 		{"egress: json accept refused", "application/json", "", []string{MediaJSON}, nil, ResponseFormat{}, ErrNotAcceptable},
-		{"egress: no accept refused", "", "", []string{MediaJSON}, nil, ResponseFormat{}, ErrNotAcceptable},
 		{"message-accept on a plain response", "application/json", "application/json", stream, plain, ResponseFormat{}, ErrNotAcceptable},
 		{"message-accept allows no record type", "application/recordio", "text/plain", stream, plain, ResponseFormat{}, ErrNotAcceptable},
 		{"recordio refused with q=0", "application/recordio;q=0", "", stream, nil, ResponseFormat{}, ErrNotAcceptable},
+		{"egress: star refused when recordio has q=0", "application/recordio;q=0, */*", "", []string{MediaJSON}, nil, ResponseFormat{}, ErrNotAcceptable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
