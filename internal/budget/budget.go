@@ -16,16 +16,27 @@ import (
 // ErrClosed is returned by Acquire after Close: the process is shutting down.
 var ErrClosed = errors.New("budget: closed")
 
-// Budget counts bytes against a limit. A nil *Budget is unlimited: every method is a
-// no-op that succeeds.
+// Budget counts bytes against a limit. Waiters are served first come, first served:
+// bytes released go to the oldest waiter first, and nothing (a later Acquire, a
+// TryAcquire, a TryReserve) takes room ahead of a waiter, so a large request is never
+// starved by a stream of small ones. A nil *Budget is unlimited: every method is a no-op
+// that succeeds.
 type Budget struct {
-	mu     sync.Mutex
-	limit  int64
-	used   int64
-	peak   int64
-	waits  int64
-	room   chan struct{} // closed and replaced whenever bytes are released
-	closed bool
+	mu      sync.Mutex
+	limit   int64
+	used    int64
+	peak    int64
+	waits   int64
+	waiters []*waiter // in arrival order
+	closed  bool
+}
+
+// waiter is one blocked Acquire; ready is closed once it has its bytes (granted) or
+// the budget was closed.
+type waiter struct {
+	n       int64
+	ready   chan struct{}
+	granted bool
 }
 
 // New returns a budget of limit bytes; limit <= 0 returns nil (unlimited).
@@ -33,71 +44,107 @@ func New(limit int64) *Budget {
 	if limit <= 0 {
 		return nil
 	}
-	return &Budget{limit: limit, room: make(chan struct{})}
+	return &Budget{limit: limit}
 }
 
-// Acquire takes n bytes, blocking until they fit or ctx ends. A request larger than the
-// whole budget is admitted when nothing else is held, so it cannot wait for ever.
+// fitsLocked says whether n bytes may be taken now by the head of the line: a request
+// larger than the whole budget is admitted when nothing else is held.
+func (b *Budget) fitsLocked(n int64) bool { return b.used == 0 || b.used+n <= b.limit }
+
+// Acquire takes n bytes, blocking until they fit and every earlier waiter has been
+// served, or until ctx ends (then it holds nothing). A request larger than the whole
+// budget is admitted when nothing else is held, so it cannot wait for ever.
 func (b *Budget) Acquire(ctx context.Context, n int64) error {
 	if b == nil || n <= 0 {
 		return nil
 	}
-	waited := false
-	for {
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	if len(b.waiters) == 0 && b.fitsLocked(n) {
+		b.takeLocked(n)
+		b.mu.Unlock()
+		return nil
+	}
+	w := &waiter{n: n, ready: make(chan struct{})}
+	b.waiters = append(b.waiters, w)
+	b.waits++
+	b.mu.Unlock()
+	select {
+	case <-w.ready:
+		if !w.granted {
 			return ErrClosed
 		}
-		if b.used == 0 || b.used+n <= b.limit {
-			b.used += n
-			b.peak = max(b.peak, b.used)
-			b.mu.Unlock()
-			return nil
+		return nil
+	case <-ctx.Done():
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.granted {
+		// Served while ctx ended: give the bytes back to whoever is next.
+		b.used -= n
+		b.grantLocked()
+		return ctx.Err()
+	}
+	for i, o := range b.waiters {
+		if o == w {
+			b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+			break
 		}
-		if !waited {
-			waited = true
-			b.waits++
+	}
+	b.grantLocked() // the head may have been the one that did not fit
+	return ctx.Err()
+}
+
+func (b *Budget) takeLocked(n int64) {
+	b.used += n
+	b.peak = max(b.peak, b.used)
+}
+
+// grantLocked serves the waiters in order while the head fits.
+func (b *Budget) grantLocked() {
+	for len(b.waiters) > 0 && !b.closed {
+		w := b.waiters[0]
+		if !b.fitsLocked(w.n) {
+			return
 		}
-		room := b.room
-		b.mu.Unlock()
-		select {
-		case <-room:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		b.takeLocked(w.n)
+		w.granted = true
+		close(w.ready)
+		b.waiters[0] = nil
+		b.waiters = b.waiters[1:]
 	}
 }
 
-// TryAcquire takes n bytes if they fit now.
+// TryAcquire takes n bytes if they fit now and nobody is waiting.
 func (b *Budget) TryAcquire(n int64) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed || !(b.used == 0 || b.used+n <= b.limit) {
+	if b.closed || len(b.waiters) > 0 || !b.fitsLocked(n) {
 		return false
 	}
-	b.used += n
-	b.peak = max(b.peak, b.used)
+	b.takeLocked(n)
 	return true
 }
 
-// TryReserve takes n bytes only if used + n stays within the limit now: unlike
-// TryAcquire, an empty budget does not admit more than its limit. Consumers reserve
-// their permits in flight with it (see pulsar.MemoryLimiter).
+// TryReserve takes n bytes only if used + n stays within the limit now and nobody is
+// waiting: unlike TryAcquire, an empty budget does not admit more than its limit.
+// Consumers reserve their permits in flight with it (see pulsar.MemoryLimiter).
 func (b *Budget) TryReserve(n int64) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed || b.used+n > b.limit {
+	if b.closed || len(b.waiters) > 0 || b.used+n > b.limit {
 		return false
 	}
-	b.used += n
-	b.peak = max(b.peak, b.used)
+	b.takeLocked(n)
 	return true
 }
 
@@ -109,12 +156,11 @@ func (b *Budget) Charge(n int64) {
 		return
 	}
 	b.mu.Lock()
-	b.used += n
-	b.peak = max(b.peak, b.used)
+	b.takeLocked(n)
 	b.mu.Unlock()
 }
 
-// Release returns n bytes taken by Acquire or TryAcquire.
+// Release returns n bytes taken by Acquire, TryAcquire, TryReserve or Charge.
 func (b *Budget) Release(n int64) {
 	if b == nil || n <= 0 {
 		return
@@ -125,8 +171,7 @@ func (b *Budget) Release(n int64) {
 		b.mu.Unlock()
 		panic("budget: released more than was acquired")
 	}
-	close(b.room)
-	b.room = make(chan struct{})
+	b.grantLocked()
 	b.mu.Unlock()
 }
 
@@ -138,8 +183,10 @@ func (b *Budget) Close() {
 	b.mu.Lock()
 	if !b.closed {
 		b.closed = true
-		close(b.room)
-		b.room = make(chan struct{})
+		for _, w := range b.waiters {
+			close(w.ready)
+		}
+		b.waiters = nil
 	}
 	b.mu.Unlock()
 }
@@ -147,8 +194,8 @@ func (b *Budget) Close() {
 // Stats are a budget's figures.
 type Stats struct {
 	Limit, Used, Peak int64
-	// Waits counts the acquisitions that had to wait for room.
-	Waits int64
+	// Waits counts the acquisitions that had to wait for room; Waiting is how many wait now.
+	Waits, Waiting int64
 }
 
 // Stats returns the current figures (zero for an unlimited budget).
@@ -158,5 +205,5 @@ func (b *Budget) Stats() Stats {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return Stats{Limit: b.limit, Used: b.used, Peak: b.peak, Waits: b.waits}
+	return Stats{Limit: b.limit, Used: b.used, Peak: b.peak, Waits: b.waits, Waiting: int64(len(b.waiters))}
 }

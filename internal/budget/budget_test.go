@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -113,6 +114,78 @@ func TestTryReserveNeverPassesTheLimit(t *testing.T) {
 	lim.Charge(5)
 	lim.Release(5)
 	if st := b.Stats(); st.Used != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// waitFor blocks until n acquisitions have had to wait in all.
+func waitFor(t *testing.T, b *Budget, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for b.Stats().Waits < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %d waiters after 10 s: %+v", n, b.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A large request waiting for room is served before any later request, small ones
+// included: freed bytes go to it, not to whoever asks next.
+func TestALargeAcquireIsNotStarvedBySmallOnes(t *testing.T) {
+	b := New(1000)
+	if err := b.Acquire(context.Background(), 600); err != nil {
+		t.Fatal(err)
+	}
+	large := make(chan error, 1)
+	go func() { large <- b.Acquire(context.Background(), 500) }()
+	waitFor(t, b, 1)
+	// Room for 10 bytes, but the 500-byte request came first.
+	if b.TryAcquire(10) || b.TryReserve(10) {
+		t.Fatal("a small try took room ahead of the waiting large request")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := b.Acquire(ctx, 10); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a small Acquire went ahead of the waiting large request: %v", err)
+	}
+	// Small holders come and go; every byte they free goes towards the large request.
+	small := make(chan error, 1)
+	go func() { small <- b.Acquire(context.Background(), 10) }()
+	waitFor(t, b, 3)
+	b.Release(600)
+	if err := <-large; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-small; err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.Used != 510 || st.Waiting != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A waiter whose context ends leaves the line, and those behind it that now fit are served.
+func TestAWaiterThatGivesUpLetsTheNextIn(t *testing.T) {
+	b := New(1000)
+	if err := b.Acquire(context.Background(), 600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() { first <- b.Acquire(ctx, 500) }()
+	waitFor(t, b, 1)
+	second := make(chan error, 1)
+	go func() { second <- b.Acquire(context.Background(), 100) }()
+	waitFor(t, b, 2)
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first: %v", err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if st := b.Stats(); st.Used != 700 || st.Waiting != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
