@@ -2,6 +2,7 @@ package mapping
 
 import (
 	"fmt"
+	"github.com/recordio-bridge/bridge/internal/backoff"
 	"mime"
 	"slices"
 	"strings"
@@ -48,18 +49,11 @@ type Retry struct {
 }
 
 // Delay is how long a message waits before its next delivery after failing with
-// redeliveries earlier redeliveries: Initial × Multiplier^redeliveries, at most Max,
-// then spread by ±Jitter; u, in [0,1), picks the point in the spread.
+// redeliveries earlier redeliveries: Initial × Multiplier^redeliveries spread by
+// ±Jitter, never more than Max (see backoff.Schedule); u, in [0,1), picks the point in
+// the spread.
 func (r Retry) Delay(redeliveries uint32, u float64) time.Duration {
-	d := float64(r.Initial)
-	for range min(redeliveries, 64) {
-		d *= r.Multiplier
-		if d >= float64(r.Max) {
-			break
-		}
-	}
-	d = min(d, float64(r.Max))
-	return time.Duration(d * (1 + r.Jitter*(2*u-1)))
+	return backoff.Schedule{Initial: r.Initial, Multiplier: r.Multiplier, Jitter: r.Jitter, Max: r.Max}.Delay(int(min(redeliveries, 64)), u)
 }
 
 // Allows reports whether a client may override the query parameter name.

@@ -16,9 +16,14 @@ func TestRetryDelayGrowsIsCappedAndJittered(t *testing.T) {
 		if diff := mid - c.want; diff < -time.Millisecond || diff > time.Millisecond {
 			t.Errorf("after %d redeliveries: %v, want %v", c.n, mid, c.want)
 		}
-		lo, hi := r.Delay(c.n, 0), r.Delay(c.n, 0.999999)
-		if lo < mid*8/10-time.Millisecond || lo > mid*8/10+time.Millisecond || hi < mid*12/10-time.Millisecond || hi > mid*12/10 {
-			t.Errorf("after %d redeliveries the jitter spans %v..%v around %v, want ±20%%", c.n, lo, hi, mid)
+		// ±20 %, but never past the 120 s cap (the documented maximum).
+		lo, hi := r.Delay(c.n, 0), time.Duration(0)
+		for i := range 1000 {
+			hi = max(hi, r.Delay(c.n, float64(i)/1000))
+		}
+		wantHi := min(mid*12/10, r.Max)
+		if lo < mid*8/10-time.Millisecond || lo > mid*8/10+time.Millisecond || hi < wantHi-200*time.Millisecond || hi > wantHi {
+			t.Errorf("after %d redeliveries the jitter spans %v..%v around %v, want -20%%..%v", c.n, lo, hi, mid, wantHi)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/recordio-bridge/bridge/internal/backoff"
 )
 
 // contextUntil returns a context that ends when done is closed or cancel is called:
@@ -21,7 +23,7 @@ func contextUntil(done <-chan struct{}) (context.Context, context.CancelFunc) {
 }
 
 // Backoff is the reconnect schedule: Initial, multiplied by Multiplier after each
-// failure up to Max, each wait varied by +-Jitter (a fraction).
+// failure up to Max, each wait varied by +-Jitter (a fraction) and never above Max.
 type Backoff struct {
 	Initial    time.Duration // default 100 ms
 	Multiplier float64       // default 1.6
@@ -45,16 +47,7 @@ func (b Backoff) withDefaults() Backoff {
 	return b
 }
 
-// delay returns the wait before retry number attempt (0-based).
+// delay returns the wait before retry number attempt (0-based), never above Max.
 func (b Backoff) delay(attempt int) time.Duration {
-	d := float64(b.Initial)
-	for range attempt {
-		d *= b.Multiplier
-		if d >= float64(b.Max) {
-			d = float64(b.Max)
-			break
-		}
-	}
-	d *= 1 + b.Jitter*(2*rand.Float64()-1)
-	return time.Duration(d)
+	return backoff.Schedule{Initial: b.Initial, Multiplier: b.Multiplier, Jitter: b.Jitter, Max: b.Max}.Delay(attempt, rand.Float64())
 }
