@@ -5,9 +5,12 @@ package compress
 
 import (
 	"bytes"
+	"compress/flate"
 	"compress/zlib"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/adler32"
 	"io"
 	"math/bits"
 	"sync"
@@ -78,21 +81,7 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 	case pb.CompressionType_LZ4:
 		n, err = lz4.UncompressBlock(src, out)
 	case pb.CompressionType_ZLIB:
-		var r io.ReadCloser
-		r, err = zlib.NewReader(bytes.NewReader(src))
-		if err == nil {
-			n, err = io.ReadFull(r, out)
-			if err == nil {
-				// The stream must end here: this also verifies zlib's checksum.
-				var one [1]byte
-				if m, err2 := r.Read(one[:]); m > 0 {
-					err = errors.New("more data than the announced size")
-				} else if err2 != io.EOF {
-					err = err2
-				}
-			}
-			r.Close()
-		}
+		n, err = inflate(src, out)
 	case pb.CompressionType_ZSTD:
 		var got []byte
 		got, err = zstdDecoder(limit).DecodeAll(src, out[:0])
@@ -123,6 +112,71 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 	return out, nil
 }
 
+// syncFlush is the empty stored block that ends a deflate stream flushed with
+// SYNC_FLUSH (or FULL_FLUSH) rather than finished.
+var syncFlush = []byte{0, 0, 0xff, 0xff}
+
+// inflate fills out from the zlib stream src, which must give exactly len(out) bytes. It
+// takes both forms the Pulsar clients write:
+//   - a finished stream (final block, then the adler32 of the data, which must match and
+//     end src), as the Go and C++ clients and Compress write it;
+//   - the Java client's, whose Deflater is flushed with SYNC_FLUSH and never finished: no
+//     final block, no adler32. It is taken when it stops exactly at the end of src, right
+//     after a flush marker, having given len(out) bytes and no more. For an empty payload
+//     the Java client writes nothing at all.
+func inflate(src, out []byte) (int, error) {
+	if len(src) == 0 && len(out) == 0 {
+		return 0, nil
+	}
+	if len(src) < 2 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	// RFC 1950: deflate (CM 8) with a window of at most 32 KiB, a header check, no preset
+	// dictionary (no Pulsar client uses one).
+	cmf, flg := src[0], src[1]
+	if cmf&0x0f != 8 || cmf>>4 > 7 || (uint16(cmf)<<8|uint16(flg))%31 != 0 || flg&0x20 != 0 {
+		return 0, errors.New("not a zlib header")
+	}
+	in := bytes.NewReader(src[2:])
+	var r io.ReadCloser
+	if pooled, _ := flateReaders.Get().(io.ReadCloser); pooled != nil {
+		r = pooled
+		if err := r.(flate.Resetter).Reset(in, nil); err != nil {
+			return 0, err
+		}
+	} else {
+		r = flate.NewReader(in)
+	}
+	defer func() {
+		in.Reset(nil) // the pooled reader keeps no payload alive
+		flateReaders.Put(r)
+	}()
+	n, err := io.ReadFull(r, out)
+	if err != nil {
+		return n, err
+	}
+	var one [1]byte
+	m, err := r.Read(one[:])
+	switch {
+	case m > 0:
+		return n, errors.New("more data than the announced size")
+	case err == io.EOF: // the final block: the adler32 follows, and nothing else
+		var sum [4]byte
+		if k, _ := in.Read(sum[:]); k != 4 || in.Len() != 0 {
+			return n, errors.New("the stream's checksum is missing, cut short or followed by other bytes")
+		}
+		if binary.BigEndian.Uint32(sum[:]) != adler32.Checksum(out) {
+			return n, zlib.ErrChecksum
+		}
+		return n, nil
+	case err == io.ErrUnexpectedEOF && in.Len() == 0 && bytes.HasSuffix(src, syncFlush):
+		return n, nil // flushed, not finished: what the Java client writes
+	case err == io.ErrUnexpectedEOF:
+		return n, errors.New("the stream stops short of a flush point")
+	}
+	return n, err
+}
+
 func grow(b []byte, n int) []byte {
 	if cap(b)-len(b) < n {
 		nb := make([]byte, len(b), len(b)+n)
@@ -134,6 +188,7 @@ func grow(b []byte, n int) []byte {
 
 var (
 	zlibWriters    = sync.Pool{New: func() any { return zlib.NewWriter(nil) }}
+	flateReaders   sync.Pool // of flate readers (io.ReadCloser and flate.Resetter), made on first need
 	zstdEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
 	// zstdDecoders[k] refuses to produce more than 1<<k bytes: a frame without a content
 	// size (or lying about it) must not grow the output beyond the caller's limit.
