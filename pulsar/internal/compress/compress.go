@@ -97,7 +97,8 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 		}
 		if err == nil {
 			var got []byte
-			got, err = snappy.Decode(out, src)
+			// Strict: the s2 extensions klauspost's Decode also takes are not Snappy.
+			got, err = snappy.DecodeStrict(out, src)
 			n = len(got)
 		}
 	default:
@@ -190,8 +191,9 @@ var (
 	zlibWriters    = sync.Pool{New: func() any { return zlib.NewWriter(nil) }}
 	flateReaders   sync.Pool // of flate readers (io.ReadCloser and flate.Resetter), made on first need
 	zstdEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
-	// zstdDecoders[k] refuses to produce more than 1<<k bytes: a frame without a content
-	// size (or lying about it) must not grow the output beyond the caller's limit.
+	// zstdDecoders[k] refuses a window above 1<<k bytes, and decodes only into the capacity
+	// of the buffer it is given (exactly the announced size): a frame without a content size,
+	// or lying about it, grows nothing.
 	zstdDecoders [64]struct {
 		once sync.Once
 		d    *zstd.Decoder
@@ -204,7 +206,8 @@ func zstdDecoder(limit int) *zstd.Decoder {
 	k := max(16, bits.Len64(uint64(max(limit, 1)-1)))
 	e := &zstdDecoders[k]
 	e.once.Do(func() {
-		e.d, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(1)<<k))
+		e.d, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(1)<<k),
+			zstd.WithDecodeAllCapLimit(true))
 	})
 	return e.d
 }

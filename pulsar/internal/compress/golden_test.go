@@ -156,7 +156,12 @@ func TestDecompressChecksTheChecksumOfAFinishedZlibStream(t *testing.T) {
 	}
 	wrong := bytes.Clone(c)
 	wrong[len(wrong)-1] ^= 1
-	for name, src := range map[string][]byte{"a wrong checksum": wrong, "no checksum": c[:len(c)-4], "half a checksum": c[:len(c)-2]} {
+	for name, src := range map[string][]byte{
+		"a wrong checksum":          wrong,
+		"no checksum":               c[:len(c)-4],
+		"half a checksum":           c[:len(c)-2],
+		"a byte after the checksum": append(bytes.Clone(c), 0),
+	} {
 		if _, err := Decompress(pb.CompressionType_ZLIB, src, len(in), len(in)); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s accepted: %v", name, err)
 		}
