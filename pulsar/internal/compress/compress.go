@@ -66,7 +66,8 @@ func Compress(kind pb.CompressionType, dst, src []byte) ([]byte, error) {
 // Decompress returns src decompressed into a buffer of exactly size bytes. size comes
 // from the wire: it is checked against limit (the broker's message size limit, or the
 // consumer's for a chunked message) before anything is allocated, and no codec is let
-// produce more than about limit bytes whatever src says.
+// produce more than size bytes whatever src says. Each codec takes what the Java client
+// writes (testdata/java): for ZLIB, a stream it flushed and never finished (see inflate).
 func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, error) {
 	if kind == pb.CompressionType_NONE {
 		return src, nil
@@ -87,7 +88,7 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 		got, err = zstdDecoder(limit).DecodeAll(src, out[:0])
 		n = len(got)
 		if err == nil && n == size && size > 0 {
-			out = got // DecodeAll may have reallocated
+			out = got // out's own array: the decoder is capped to its capacity
 		}
 	case pb.CompressionType_SNAPPY:
 		var l int
