@@ -5,9 +5,12 @@ package compress
 
 import (
 	"bytes"
+	"compress/flate"
 	"compress/zlib"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/adler32"
 	"io"
 	"math/bits"
 	"sync"
@@ -63,7 +66,8 @@ func Compress(kind pb.CompressionType, dst, src []byte) ([]byte, error) {
 // Decompress returns src decompressed into a buffer of exactly size bytes. size comes
 // from the wire: it is checked against limit (the broker's message size limit, or the
 // consumer's for a chunked message) before anything is allocated, and no codec is let
-// produce more than about limit bytes whatever src says.
+// produce more than size bytes whatever src says. Each codec takes what the Java client
+// writes (testdata/java): for ZLIB, a stream it flushed and never finished (see inflate).
 func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, error) {
 	if kind == pb.CompressionType_NONE {
 		return src, nil
@@ -78,27 +82,13 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 	case pb.CompressionType_LZ4:
 		n, err = lz4.UncompressBlock(src, out)
 	case pb.CompressionType_ZLIB:
-		var r io.ReadCloser
-		r, err = zlib.NewReader(bytes.NewReader(src))
-		if err == nil {
-			n, err = io.ReadFull(r, out)
-			if err == nil {
-				// The stream must end here: this also verifies zlib's checksum.
-				var one [1]byte
-				if m, err2 := r.Read(one[:]); m > 0 {
-					err = errors.New("more data than the announced size")
-				} else if err2 != io.EOF {
-					err = err2
-				}
-			}
-			r.Close()
-		}
+		n, err = inflate(src, out)
 	case pb.CompressionType_ZSTD:
 		var got []byte
 		got, err = zstdDecoder(limit).DecodeAll(src, out[:0])
 		n = len(got)
 		if err == nil && n == size && size > 0 {
-			out = got // DecodeAll may have reallocated
+			out = got // out's own array: the decoder is capped to its capacity
 		}
 	case pb.CompressionType_SNAPPY:
 		var l int
@@ -108,7 +98,8 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 		}
 		if err == nil {
 			var got []byte
-			got, err = snappy.Decode(out, src)
+			// Strict: the s2 extensions klauspost's Decode also takes are not Snappy.
+			got, err = snappy.DecodeStrict(out, src)
 			n = len(got)
 		}
 	default:
@@ -123,6 +114,71 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 	return out, nil
 }
 
+// syncFlush is the empty stored block that ends a deflate stream flushed with
+// SYNC_FLUSH (or FULL_FLUSH) rather than finished.
+var syncFlush = []byte{0, 0, 0xff, 0xff}
+
+// inflate fills out from the zlib stream src, which must give exactly len(out) bytes. It
+// takes both forms the Pulsar clients write:
+//   - a finished stream (final block, then the adler32 of the data, which must match and
+//     end src), as the Go and C++ clients and Compress write it;
+//   - the Java client's, whose Deflater is flushed with SYNC_FLUSH and never finished: no
+//     final block, no adler32. It is taken when it stops exactly at the end of src, right
+//     after a flush marker, having given len(out) bytes and no more. For an empty payload
+//     the Java client writes nothing at all.
+func inflate(src, out []byte) (int, error) {
+	if len(src) == 0 && len(out) == 0 {
+		return 0, nil
+	}
+	if len(src) < 2 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	// RFC 1950: deflate (CM 8) with a window of at most 32 KiB, a header check, no preset
+	// dictionary (no Pulsar client uses one).
+	cmf, flg := src[0], src[1]
+	if cmf&0x0f != 8 || cmf>>4 > 7 || (uint16(cmf)<<8|uint16(flg))%31 != 0 || flg&0x20 != 0 {
+		return 0, errors.New("not a zlib header")
+	}
+	in := bytes.NewReader(src[2:])
+	var r io.ReadCloser
+	if pooled, _ := flateReaders.Get().(io.ReadCloser); pooled != nil {
+		r = pooled
+		if err := r.(flate.Resetter).Reset(in, nil); err != nil {
+			return 0, err
+		}
+	} else {
+		r = flate.NewReader(in)
+	}
+	defer func() {
+		in.Reset(nil) // the pooled reader keeps no payload alive
+		flateReaders.Put(r)
+	}()
+	n, err := io.ReadFull(r, out)
+	if err != nil {
+		return n, err
+	}
+	var one [1]byte
+	m, err := r.Read(one[:])
+	switch {
+	case m > 0:
+		return n, errors.New("more data than the announced size")
+	case err == io.EOF: // the final block: the adler32 follows, and nothing else
+		var sum [4]byte
+		if k, _ := in.Read(sum[:]); k != 4 || in.Len() != 0 {
+			return n, errors.New("the stream's checksum is missing, cut short or followed by other bytes")
+		}
+		if binary.BigEndian.Uint32(sum[:]) != adler32.Checksum(out) {
+			return n, zlib.ErrChecksum
+		}
+		return n, nil
+	case err == io.ErrUnexpectedEOF && in.Len() == 0 && bytes.HasSuffix(src, syncFlush):
+		return n, nil // flushed, not finished: what the Java client writes
+	case err == io.ErrUnexpectedEOF:
+		return n, errors.New("the stream stops short of a flush point")
+	}
+	return n, err
+}
+
 func grow(b []byte, n int) []byte {
 	if cap(b)-len(b) < n {
 		nb := make([]byte, len(b), len(b)+n)
@@ -134,9 +190,11 @@ func grow(b []byte, n int) []byte {
 
 var (
 	zlibWriters    = sync.Pool{New: func() any { return zlib.NewWriter(nil) }}
+	flateReaders   sync.Pool // of flate readers (io.ReadCloser and flate.Resetter), made on first need
 	zstdEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
-	// zstdDecoders[k] refuses to produce more than 1<<k bytes: a frame without a content
-	// size (or lying about it) must not grow the output beyond the caller's limit.
+	// zstdDecoders[k] refuses a window above 1<<k bytes, and decodes only into the capacity
+	// of the buffer it is given (exactly the announced size): a frame without a content size,
+	// or lying about it, grows nothing.
 	zstdDecoders [64]struct {
 		once sync.Once
 		d    *zstd.Decoder
@@ -149,7 +207,8 @@ func zstdDecoder(limit int) *zstd.Decoder {
 	k := max(16, bits.Len64(uint64(max(limit, 1)-1)))
 	e := &zstdDecoders[k]
 	e.once.Do(func() {
-		e.d, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(1)<<k))
+		e.d, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(1)<<k),
+			zstd.WithDecodeAllCapLimit(true))
 	})
 	return e.d
 }
