@@ -321,7 +321,9 @@ func (c *Consumer) holding() bool { return c.unsettled.Load() > 0 }
 
 // Receive waits for the next message. It returns ErrEndOfTopic once every topic was
 // terminated and drained, ErrConsumerFailed (wrapping the broker's error) once a
-// partition was refused for good and the queue is drained, ErrConsumerClosed after
+// partition was refused for good and the queue is drained, an *UndecodableError
+// (ErrUndecodable) once an encrypted message stopped a partition (CryptoFail) and the
+// queue is drained, ErrConsumerClosed after
 // Close, or the context's error.
 func (c *Consumer) Receive(ctx context.Context) (*Message, error) {
 	for {
@@ -444,6 +446,11 @@ type ConsumerStats struct {
 	// out by MaxPendingChunkedMessages or MaxChunkedMessageSize, broken off by a chunk
 	// out of order); their chunks were acknowledged and are counted in Discarded.
 	ChunkedDropped int
+	// Undecodable counts the entries the consumer could not decode, by reason, each
+	// time one arrived (a redelivered one counts again), whatever became of it:
+	// acknowledged with a validation error, delivered as stored (DeliverUndecodable,
+	// CryptoConsume), or stopping its partition (CryptoFail). Only reasons seen are keys.
+	Undecodable map[UndecodableReason]int
 }
 
 // Stats returns the consumer's counters.
@@ -461,6 +468,14 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.ReservedBytes += pc.reserved
 		s.ReassemblyBytes += pc.chunkBytes
 		s.ChunkedDropped += pc.chunkedDropped
+		for r, n := range pc.undecodable {
+			if n > 0 {
+				if s.Undecodable == nil {
+					s.Undecodable = map[UndecodableReason]int{}
+				}
+				s.Undecodable[UndecodableReason(r)] += n
+			}
+		}
 		pc.mu.Unlock()
 	}
 	c.mu.Lock()
