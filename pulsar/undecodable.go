@@ -94,11 +94,18 @@ type StoredEntry struct {
 	// NumMessages is num_messages_in_batch: the payload (once decompressed) is a batch
 	// of this many; 0 when the entry is not a batch.
 	NumMessages int
-	// EncryptionKeys names the keys the message's data key was encrypted with;
-	// EncryptionAlgo and EncryptionParam are the cipher and its parameter (the IV).
-	EncryptionKeys  []string
+	// EncryptionKeys are the message's data key, encrypted with each of the public keys
+	// they name; EncryptionAlgo and EncryptionParam are the cipher and its parameter (the IV).
+	EncryptionKeys  []EncryptionKey
 	EncryptionAlgo  string
 	EncryptionParam []byte
+}
+
+// EncryptionKey is an encrypted message's data key, encrypted with the public key Name.
+type EncryptionKey struct {
+	Name     string
+	Value    []byte
+	Metadata map[string]string
 }
 
 func storedEntry(raw []byte, md *pb.MessageMetadata) *StoredEntry {
@@ -112,7 +119,14 @@ func storedEntry(raw []byte, md *pb.MessageMetadata) *StoredEntry {
 		s.NumMessages = int(md.GetNumMessagesInBatch())
 	}
 	for _, k := range md.GetEncryptionKeys() {
-		s.EncryptionKeys = append(s.EncryptionKeys, k.GetKey())
+		ek := EncryptionKey{Name: k.GetKey(), Value: k.GetValue()}
+		for _, kv := range k.GetMetadata() {
+			if ek.Metadata == nil {
+				ek.Metadata = map[string]string{}
+			}
+			ek.Metadata[kv.GetKey()] = kv.GetValue()
+		}
+		s.EncryptionKeys = append(s.EncryptionKeys, ek)
 	}
 	s.EncryptionAlgo, s.EncryptionParam = md.GetEncryptionAlgo(), md.GetEncryptionParam()
 	return s

@@ -238,7 +238,7 @@ func TestEncryptedMessageIsDeliveredAsStoredWithCryptoConsume(t *testing.T) {
 		t.Fatalf("payload %q undecodable %v stored %+v", m.Payload(), m.Undecodable, m.Stored)
 	}
 	st := m.Stored
-	if len(st.EncryptionKeys) != 1 || st.EncryptionKeys[0] != "bridge-test" || string(st.EncryptionParam) != "twelve bytes" || st.Compression != "LZ4" || st.NumMessages != 3 {
+	if len(st.EncryptionKeys) != 1 || st.EncryptionKeys[0].Name != "bridge-test" || string(st.EncryptionKeys[0].Value) != "wrapped data key" || string(st.EncryptionParam) != "twelve bytes" || st.Compression != "LZ4" || st.NumMessages != 3 {
 		t.Fatalf("stored %+v", st)
 	}
 	if m.ID.BatchIndex != -1 {
