@@ -432,8 +432,8 @@ type ConsumerStats struct {
 	Reconnects       int
 	PermitsGranted   int // FLOW permits sent
 	Discarded        int // messages dropped before delivery (corrupt, filtered, incomplete chunks)
-	ChecksumFailures int
-	Malformed        int // messages discarded because their metadata, batch or chunk fields do not validate
+	ChecksumFailures int // messages discarded (acknowledged) for a payload checksum mismatch
+	Malformed        int // messages discarded because their metadata, batch or chunk fields do not validate (not those DeliverUndecodable delivers)
 	BatchTrackers    int // batches partly acknowledged, whose remaining indexes this consumer tracks
 	HeldBytes        int // with ReceiverQueueBytes: payload bytes queued and not yet taken
 	// With a MemoryLimiter: the bytes charged to it for queued messages, and reserved

@@ -562,10 +562,8 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 	if frameErr != nil || errors.As(err, &de) {
 		why := pb.CommandAck_ChecksumMismatch
 		if frameErr != nil {
-			p.checksumFailures++
 			err = frameErr
 		} else {
-			p.malformed++
 			why = de.Reason
 		}
 		ue := &UndecodableError{Topic: p.topic, ID: mid, Reason: undecodableReason(frameErr, md, why), Err: err}
@@ -581,6 +579,11 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 			return
 		}
 		p.noteUndecodableLocked(ue, "acknowledged with a validation error")
+		if frameErr != nil {
+			p.checksumFailures++
+		} else {
+			p.malformed++
+		}
 		p.unreserveShareLocked(share)
 		p.discardLocked(cn, id, e.Permits, why, true)
 		p.mu.Unlock()

@@ -123,6 +123,9 @@ func TestUndecodableEntriesAreDeliveredAsStoredWhenAsked(t *testing.T) {
 		}
 	}
 	s := cons.Stats()
+	if s.Malformed != 0 || s.ChecksumFailures != 0 {
+		t.Errorf("Stats() counts delivered messages as discarded: %+v", s)
+	}
 	for _, c := range cases {
 		if s.Undecodable[c.reason] != 1 {
 			t.Errorf("Stats().Undecodable = %v, want 1 of %s", s.Undecodable, c.reason)
