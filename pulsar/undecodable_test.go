@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/recordio-bridge/bridge/internal/budget"
 	"github.com/recordio-bridge/bridge/pulsar"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
@@ -252,5 +253,43 @@ func TestEncryptedMessageIsDeliveredAsStoredWithCryptoConsume(t *testing.T) {
 	}
 	if got := receiveAll(t, cons, 1); got[0] != "after" {
 		t.Fatalf("%q", got)
+	}
+}
+
+// TestAnUndecodableEntryDeliveredAsStoredIsChargedLikeAnyMessage: its bytes count
+// against the MemoryLimiter while queued, and with ReceiverQueueBytes a flood of them
+// holds the queue to its bound like any messages.
+func TestAnUndecodableEntryDeliveredAsStoredIsChargedLikeAnyMessage(t *testing.T) {
+	const size, n, bound = 16 << 10, 40, 64 << 10
+	bud := budget.New(1 << 30)
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{DeliverUndecodable: true, MemoryLimiter: bud, ReceiverQueueBytes: bound})
+	var out []pulsartest.Outgoing
+	for range n {
+		m := zlibGarbage()
+		m.Payload = bytes.Repeat([]byte("z"), size)
+		out = append(out, m)
+	}
+	b.Deliver(faultTopic, out...)
+	waitFor(t, "the queue to fill", settled(b, cons, n))
+	s := cons.Stats()
+	if s.ChargedBytes != cons.Buffered()*size || s.HeldBytes != s.ChargedBytes {
+		t.Fatalf("%d queued: charged %d, held %d; want %d each", cons.Buffered(), s.ChargedBytes, s.HeldBytes, cons.Buffered()*size)
+	}
+	if s.HeldBytes > bound+size {
+		t.Fatalf("%d bytes queued, beyond the %d-byte bound and one message", s.HeldBytes, bound)
+	}
+	for range n {
+		m := receiveOne(t, cons)
+		if m.Undecodable == nil || m.Size() != size {
+			t.Fatalf("undecodable %v size %d", m.Undecodable, m.Size())
+		}
+		if err := cons.Ack(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the reservations to go back", func() bool { return cons.Stats().ReservedBytes == 0 })
+	if used := bud.Stats().Used; used != 0 {
+		t.Fatalf("%d bytes still charged after every message was taken", used)
 	}
 }
