@@ -49,6 +49,10 @@ type Consumer struct {
 	head   int
 	ended  int
 	failed error // the first partition's permanent failure
+	// stopIn, when not negative, is how many queued messages are still delivered
+	// before the consumer stops (an encrypted message stopped a partition: CryptoFail);
+	// what other partitions queue after it is not, so Receive reports it promptly.
+	stopIn int
 	closed bool
 	avail  chan struct{}
 	done   chan struct{}
@@ -68,7 +72,7 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	ctx, cancel := context.WithTimeout(ctx, c.opts.OperationTimeout)
 	defer cancel()
 	cons := &Consumer{client: c, opts: opts, avail: make(chan struct{}, 1), done: make(chan struct{}), events: newDispatcher(),
-		partitioned: map[string]int{}, stop: make(chan struct{})}
+		partitioned: map[string]int{}, stop: make(chan struct{}), stopIn: -1}
 	cons.cut, cons.cutNow = context.WithCancel(context.Background())
 	for _, name := range opts.Topics {
 		topic, err := TopicName(name)
@@ -236,6 +240,7 @@ func (c *Consumer) removeFrom(pc *partitionConsumer) (permits, bytes int) {
 	}
 	clear(c.queue[len(kept):])
 	c.queue = kept
+	c.stopIn = min(c.stopIn, len(c.queue)-c.head)
 	return permits, bytes
 }
 
@@ -243,6 +248,9 @@ func (c *Consumer) partitionFailed(err error) {
 	c.mu.Lock()
 	if c.failed == nil {
 		c.failed = err
+		if errors.Is(err, ErrUndecodable) {
+			c.stopIn = len(c.queue) - c.head
+		}
 	}
 	c.mu.Unlock()
 	c.signal()
@@ -258,9 +266,12 @@ func (c *Consumer) partitionEnded() {
 // TryReceive returns a queued message without waiting.
 func (c *Consumer) TryReceive() (*Message, bool) {
 	c.mu.Lock()
-	if c.head == len(c.queue) {
+	if c.head == len(c.queue) || c.stopIn == 0 {
 		c.mu.Unlock()
 		return nil, false
+	}
+	if c.stopIn > 0 {
+		c.stopIn--
 	}
 	m := c.queue[c.head]
 	c.queue[c.head] = nil

@@ -293,3 +293,29 @@ func TestAnUndecodableEntryDeliveredAsStoredIsChargedLikeAnyMessage(t *testing.T
 		t.Fatalf("%d bytes still charged after every message was taken", used)
 	}
 }
+
+// TestCryptoFailEndsReceiveWhileOtherTopicsStillDeliver: once an encrypted message
+// stopped its partition, Receive reports it after what was queued before it, not after
+// whatever the consumer's other partitions keep bringing (a busy partitioned topic
+// would put the error off for ever).
+func TestCryptoFailEndsReceiveWhileOtherTopicsStillDeliver(t *testing.T) {
+	const other = "persistent://public/default/other"
+	b := fakeBroker(t)
+	cons, err := client(t, b.URL()).Subscribe(context.Background(), pulsar.ConsumerOptions{Topics: []string{faultTopic, other}, Subscription: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	b.Deliver(faultTopic, single("before"), encrypted("ciphertext"))
+	if m := receiveOne(t, cons); string(m.Payload()) != "before" {
+		t.Fatalf("%q", m.Payload())
+	}
+	waitFor(t, "the encrypted message", func() bool { return cons.Stats().Undecodable[pulsar.ReasonEncrypted] == 1 })
+	b.Deliver(other, single("o1"), single("o2"), single("o3"))
+	waitFor(t, "the other topic's messages", func() bool { return cons.Buffered() == 3 })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if m, err := cons.Receive(ctx); !errors.Is(err, pulsar.ErrUndecodable) {
+		t.Fatalf("Receive: %v, %v; want the encrypted message's error before what came after it", m, err)
+	}
+}
