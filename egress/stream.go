@@ -121,6 +121,9 @@ type stream struct {
 	retrying map[string]string        // nacked, not delivered again yet: id -> topic
 	ackWake  chan struct{}
 	redelive int64
+	// setAsideFails counts the failed dead-letterings of undecodable messages by id, for
+	// their backoff where the broker counts no redeliveries (exclusive, failover).
+	setAsideFails map[string]uint32
 
 	next int64 // the position of the next record written (the loop's)
 	pace pacer // maxRate, maxByteRate (the loop's)
@@ -604,10 +607,26 @@ func (st *stream) setAside(ctx context.Context, d *Delivery) {
 		_ = st.sub.Ack(d)
 		return
 	}
-	if !st.deadLetter(ctx, d) {
-		st.sub.Nack(d, st.def.Retry.Delay(d.Redeliveries, rand.Float64()))
+	ok := st.deadLetter(ctx, d)
+	st.mu.Lock()
+	fails := st.setAsideFails[d.ID]
+	switch {
+	case ok:
+		delete(st.setAsideFails, d.ID)
+	case st.setAsideFails == nil:
+		st.setAsideFails = map[string]uint32{d.ID: 1}
+	case fails > 0 || len(st.setAsideFails) < maxSetAsideFails:
+		st.setAsideFails[d.ID] = fails + 1
+	}
+	st.mu.Unlock()
+	if !ok {
+		st.sub.Nack(d, st.def.Retry.Delay(max(d.Redeliveries, fails), rand.Float64()))
 	}
 }
+
+// maxSetAsideFails bounds the ids whose failed dead-letterings a stream counts; beyond,
+// a message's backoff is the broker's redelivery count alone.
+const maxSetAsideFails = 1024
 
 // deadLetterTopic is retry.deadLetterTopic, or Pulsar's convention
 // <topic>-<subscription>-DLQ (the topic without its partition suffix).

@@ -129,6 +129,24 @@ func TestEgressKeepsAnUndecodableMessageWhoseDeadLetteringFails(t *testing.T) {
 	}
 }
 
+// TestEgressBacksOffAnUndecodableMessageWhoseDeadLetteringKeepsFailing: on an exclusive
+// subscription, where the broker counts no redeliveries, each failed attempt still waits
+// longer than the one before (up to retry.max), and the message is never acknowledged.
+func TestEgressBacksOffAnUndecodableMessageWhoseDeadLetteringKeepsFailing(t *testing.T) {
+	f := newOrderedDLQSub(4)
+	url := serveStreams(t, f, "streams:\n  - name: s\n    topics: [t]\n    retry: {deadLetterTopic: dlq, initial: 1s, multiplier: 2, jitter: 0, max: 5s}\n")
+	for range 4 {
+		f.feed <- &Delivery{ID: "1:0:-1:-1", Topic: "persistent://public/default/t", Payload: []byte("zlib garbage"), Undecodable: errUndecodable}
+	}
+	close(f.feed)
+	readToEnd(t, url+"/v1/streams/s")
+	f.omu.Lock()
+	defer f.omu.Unlock()
+	if fmt.Sprint(f.delays) != "[1s 2s 4s 5s]" || len(f.acked) != 0 {
+		t.Fatalf("nacked after %v, acknowledged %v; want [1s 2s 4s 5s] and nothing", f.delays, f.acked)
+	}
+}
+
 // TestEgressAsksForUndecodableMessagesOnlyWithADeadLetterTopic: without one the consumer
 // keeps acknowledging them itself (counted), as the Java client does without a DLQ policy.
 func TestEgressAsksForUndecodableMessagesOnlyWithADeadLetterTopic(t *testing.T) {
