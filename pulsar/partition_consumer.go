@@ -573,7 +573,7 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 			p.noteUndecodableLocked(ue, "delivered as stored")
 			p.chargeLocked(m)
 			p.unreserveShareLocked(share)
-			p.arrivedLocked(m.size, 0)
+			p.arrivedLocked(m.size, max(m.size/m.permits, 1))
 			p.mu.Unlock()
 			p.c.enqueue([]*Message{m})
 			return
@@ -600,7 +600,7 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 			p.noteUndecodableLocked(ue, "delivered encrypted")
 			p.chargeLocked(m)
 			p.unreserveShareLocked(share)
-			p.arrivedLocked(m.size, 0)
+			p.arrivedLocked(m.size, max(m.size/m.permits, 1))
 			p.mu.Unlock()
 			p.c.enqueue([]*Message{m})
 		case CryptoDiscard:
