@@ -349,3 +349,19 @@ func TestMaxPendingChunkedMessages(t *testing.T) {
 		}
 	}
 }
+
+func TestCryptoFailureIsValidatedAndDefaultsToFail(t *testing.T) {
+	_, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    cryptoFailure: consume\n"))
+	if want := `streams[0].cryptoFailure: "consume" is not one of [fail discard deliver]`; !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%v, want %q", err, want)
+	}
+	for doc, want := range map[string]string{"": "fail", "\n    cryptoFailure: discard": "discard", "\n    cryptoFailure: deliver": "deliver"} {
+		cfg, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]" + doc + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Streams[0].WithDefaults().CryptoFailure; got != want {
+			t.Errorf("%q: cryptoFailure %q, want %q", doc, got, want)
+		}
+	}
+}

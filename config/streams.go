@@ -59,6 +59,11 @@ type Stream struct {
 	MaxRate float64 `yaml:"maxRate"`
 	// MaxByteRate limits the stream's payload bytes per second [0: no limit].
 	MaxByteRate int64 `yaml:"maxByteRate"`
+	// CryptoFailure is what becomes of an encrypted message, which the bridge cannot
+	// decrypt (the Java client's ConsumerCryptoFailureAction): fail ends the stream with
+	// an error naming the message, leaving it unacknowledged; discard acknowledges it
+	// (counted); deliver writes it as stored, still encrypted [fail].
+	CryptoFailure string `yaml:"cryptoFailure"`
 	// Retry is how a message a client negatively acknowledges (POST <path>/nack), or
 	// does not acknowledge within AckTimeout, is delivered again.
 	Retry Retry `yaml:"retry"`
@@ -119,6 +124,7 @@ func (s Stream) WithDefaults() Stream {
 	def(&s.ContentType, "application/json")
 	def(&s.Ack, "auto")
 	def(&s.Envelope, "none")
+	def(&s.CryptoFailure, "fail")
 	if s.ReceiverQueue == 0 {
 		s.ReceiverQueue = 1000
 	}
@@ -186,6 +192,7 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 		oneOf(at, "position", s.Position, "earliest", "latest")
 		oneOf(at, "ack", s.Ack, "auto", "client")
 		oneOf(at, "envelope", s.Envelope, "none", "json")
+		oneOf(at, "cryptoFailure", s.CryptoFailure, "fail", "discard", "deliver")
 		for _, o := range s.Overrides {
 			oneOf(at, "overrides", o, "subscription", "position", "ack", "envelope")
 		}

@@ -49,6 +49,14 @@ type SubscribeOptions struct {
 	// MaxPendingChunkedMessages bounds the chunked messages reassembled at once per
 	// partition (0: the client's default).
 	MaxPendingChunkedMessages int
+	// DeliverUndecodable: hand up the messages the consumer cannot decode, as stored
+	// (Delivery.Undecodable), for the stream to dead-letter; otherwise the consumer
+	// acknowledges them itself. Set for streams with a dead-letter topic.
+	DeliverUndecodable bool
+	// CryptoFailure is what becomes of an encrypted message: fail (the subscription's
+	// Receive fails, naming it, and it stays unacknowledged), discard (acknowledged by
+	// the consumer) or deliver (Delivery.Encryption says how it is encrypted).
+	CryptoFailure string
 }
 
 // Delivery is one message handed to a stream.
@@ -67,6 +75,34 @@ type Delivery struct {
 	Body   io.Reader
 	Size   int64
 	Handle any // the Subscription's own message, for Ack and Nack
+	// Undecodable, when set, says why the consumer could not decode the message
+	// (SubscribeOptions.DeliverUndecodable); Payload is then the entry as stored. It is
+	// never written to a client: the stream dead-letters it, then acknowledges it.
+	Undecodable error
+	// Encryption describes a message delivered still encrypted (cryptoFailure: deliver).
+	Encryption *Encryption
+}
+
+// Encryption is how a message delivered still encrypted was encrypted and stored: what
+// a client holding the private key needs to decrypt it (as the Java client does: the
+// data key is decrypted with the private key named, then the payload with the data key
+// and Param, then it is decompressed and, with BatchSize, split into its messages).
+type Encryption struct {
+	Keys             []EncryptionKey `json:"keys"`
+	Algorithm        string          `json:"algorithm,omitempty"`
+	Param            []byte          `json:"param,omitempty"`
+	Compression      string          `json:"compression"`
+	UncompressedSize int             `json:"uncompressedSize"`
+	BatchSize        int             `json:"batchSize,omitempty"` // num_messages_in_batch; absent: not a batch
+	// Metadata is the message's MessageMetadata as stored (protobuf).
+	Metadata []byte `json:"metadata"`
+}
+
+// EncryptionKey is the message's data key encrypted with the public key Name.
+type EncryptionKey struct {
+	Name     string            `json:"name"`
+	Value    []byte            `json:"value"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // Len is the payload's length in bytes.
@@ -281,7 +317,7 @@ func (s *Server) Handle(c echo.Context) error {
 	defer span.End()
 	sub, err := s.sub.Subscribe(ctx, SubscribeOptions{Topics: def.Topics, Subscription: opts.subscription, Type: def.Type,
 		Position: opts.position, ReceiverQueue: def.ReceiverQueue, ReceiverQueueBytes: def.ReceiverQueueBytes,
-		MaxPendingChunkedMessages: def.MaxPendingChunkedMessages})
+		MaxPendingChunkedMessages: def.MaxPendingChunkedMessages, DeliverUndecodable: def.DeadLetters(), CryptoFailure: def.CryptoFailure})
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrBusy):

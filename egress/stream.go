@@ -121,6 +121,9 @@ type stream struct {
 	retrying map[string]string        // nacked, not delivered again yet: id -> topic
 	ackWake  chan struct{}
 	redelive int64
+	// setAsideFails counts the failed dead-letterings of undecodable messages by id, for
+	// their backoff where the broker counts no redeliveries (exclusive, failover).
+	setAsideFails map[string]uint32
 
 	next int64 // the position of the next record written (the loop's)
 	pace pacer // maxRate, maxByteRate (the loop's)
@@ -388,6 +391,10 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 				return written, rerr.Error()
 			}
 		}
+		if d.Undecodable != nil {
+			st.setAside(ctx, d)
+			continue
+		}
 		if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries) >= int64(m) {
 			// Delivered maxDeliveries times already (its clients went away without an
 			// answer, or a dead-lettering failed): it goes aside instead of out. An
@@ -590,6 +597,37 @@ func (st *stream) deadLetter(ctx context.Context, d *Delivery) bool {
 	return true
 }
 
+// setAside dead-letters a message its consumer could not decode (as stored), then
+// acknowledges it. When the publication fails it stays unacknowledged and comes again
+// after its backoff, the stream going on with the others meanwhile; it is never
+// acknowledged unpublished.
+func (st *stream) setAside(ctx context.Context, d *Delivery) {
+	if !st.def.DeadLetters() {
+		// Not asked for (SubscribeOptions.DeliverUndecodable): the consumer's own way.
+		_ = st.sub.Ack(d)
+		return
+	}
+	ok := st.deadLetter(ctx, d)
+	st.mu.Lock()
+	fails := st.setAsideFails[d.ID]
+	switch {
+	case ok:
+		delete(st.setAsideFails, d.ID)
+	case st.setAsideFails == nil:
+		st.setAsideFails = map[string]uint32{d.ID: 1}
+	case fails > 0 || len(st.setAsideFails) < maxSetAsideFails:
+		st.setAsideFails[d.ID] = fails + 1
+	}
+	st.mu.Unlock()
+	if !ok {
+		st.sub.Nack(d, st.def.Retry.Delay(max(d.Redeliveries, fails), rand.Float64()))
+	}
+}
+
+// maxSetAsideFails bounds the ids whose failed dead-letterings a stream counts; beyond,
+// a message's backoff is the broker's redelivery count alone.
+const maxSetAsideFails = 1024
+
 // deadLetterTopic is retry.deadLetterTopic, or Pulsar's convention
 // <topic>-<subscription>-DLQ (the topic without its partition suffix).
 func (st *stream) deadLetterTopic(d *Delivery) string {
@@ -614,8 +652,11 @@ type envelope struct {
 	PublishTime     string            `json:"publishTime"`
 	EventTime       string            `json:"eventTime,omitempty"`
 	RedeliveryCount uint32            `json:"redeliveryCount"`
-	Payload         json.RawMessage   `json:"payload,omitempty"`       // when the payload is JSON
-	PayloadBase64   string            `json:"payloadBase64,omitempty"` // otherwise
+	// Encrypted and Encryption: a message delivered still encrypted (cryptoFailure: deliver).
+	Encrypted     bool            `json:"encrypted,omitempty"`
+	Encryption    *Encryption     `json:"encryption,omitempty"`
+	Payload       json.RawMessage `json:"payload,omitempty"`       // when the payload is JSON
+	PayloadBase64 string          `json:"payloadBase64,omitempty"` // otherwise
 }
 
 // flushBytes is what a stream writes between flushes (and acknowledgements) at most,
@@ -692,7 +733,8 @@ func (st *stream) appendRecord(buf []byte, d *Delivery) []byte {
 
 func (st *stream) envelope(d *Delivery) envelope {
 	e := envelope{MessageID: d.ID, Topic: d.Topic, Key: d.Key, Properties: d.Properties,
-		PublishTime: d.PublishTime.UTC().Format(time.RFC3339Nano), RedeliveryCount: d.Redeliveries}
+		PublishTime: d.PublishTime.UTC().Format(time.RFC3339Nano), RedeliveryCount: d.Redeliveries,
+		Encrypted: d.Encryption != nil, Encryption: d.Encryption}
 	if !d.EventTime.IsZero() {
 		e.EventTime = d.EventTime.UTC().Format(time.RFC3339Nano)
 	}
@@ -704,7 +746,7 @@ func (st *stream) appendSmall(buf []byte, d *Delivery) []byte {
 		return recordio.AppendRecord(buf, d.Payload)
 	}
 	e := st.envelope(d)
-	if json.Valid(d.Payload) {
+	if d.Encryption == nil && json.Valid(d.Payload) {
 		e.Payload = d.Payload
 	} else {
 		e.PayloadBase64 = base64.StdEncoding.EncodeToString(d.Payload)

@@ -34,6 +34,7 @@ type Stream struct {
 	Retry                     Retry
 	MaxRate                   float64 // records/s; 0: no limit
 	MaxByteRate               int64   // payload bytes/s; 0: no limit
+	CryptoFailure             string  // fail, discard, deliver
 }
 
 // Retry is a stream's redelivery backoff (see config.Retry).
@@ -56,6 +57,12 @@ func (r Retry) Delay(redeliveries uint32, u float64) time.Duration {
 	return backoff.Schedule{Initial: r.Initial, Multiplier: r.Multiplier, Jitter: r.Jitter, Max: r.Max}.Delay(int(min(redeliveries, 64)), u)
 }
 
+// DeadLetters reports whether the stream has a dead-letter topic: retry.deadLetterTopic
+// is set, or retry.maxDeliveries is (which uses the <topic>-<subscription>-DLQ convention).
+func (s *Stream) DeadLetters() bool {
+	return s.Retry.DeadLetterTopic != "" || s.Retry.MaxDeliveries > 0
+}
+
 // Allows reports whether a client may override the query parameter name.
 func (s *Stream) Allows(name string) bool { return slices.Contains(s.Overrides, name) }
 
@@ -72,7 +79,7 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
 			Retry: Retry{Initial: s.Retry.Initial.D(), Multiplier: s.Retry.Multiplier, Jitter: *s.Retry.Jitter, Max: s.Retry.Max.D(),
 				MaxDeliveries: s.Retry.MaxDeliveries},
-			MaxRate: s.MaxRate, MaxByteRate: s.MaxByteRate}
+			MaxRate: s.MaxRate, MaxByteRate: s.MaxByteRate, CryptoFailure: s.CryptoFailure}
 		if s.Retry.DeadLetterTopic != "" {
 			topic, err := NormalizeTopic(s.Retry.DeadLetterTopic)
 			if err != nil {

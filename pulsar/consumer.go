@@ -49,6 +49,10 @@ type Consumer struct {
 	head   int
 	ended  int
 	failed error // the first partition's permanent failure
+	// stopIn, when not negative, is how many queued messages are still delivered
+	// before the consumer stops (an encrypted message stopped a partition: CryptoFail);
+	// what other partitions queue after it is not, so Receive reports it promptly.
+	stopIn int
 	closed bool
 	avail  chan struct{}
 	done   chan struct{}
@@ -68,7 +72,7 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	ctx, cancel := context.WithTimeout(ctx, c.opts.OperationTimeout)
 	defer cancel()
 	cons := &Consumer{client: c, opts: opts, avail: make(chan struct{}, 1), done: make(chan struct{}), events: newDispatcher(),
-		partitioned: map[string]int{}, stop: make(chan struct{})}
+		partitioned: map[string]int{}, stop: make(chan struct{}), stopIn: -1}
 	cons.cut, cons.cutNow = context.WithCancel(context.Background())
 	for _, name := range opts.Topics {
 		topic, err := TopicName(name)
@@ -236,6 +240,7 @@ func (c *Consumer) removeFrom(pc *partitionConsumer) (permits, bytes int) {
 	}
 	clear(c.queue[len(kept):])
 	c.queue = kept
+	c.stopIn = min(c.stopIn, len(c.queue)-c.head)
 	return permits, bytes
 }
 
@@ -243,6 +248,9 @@ func (c *Consumer) partitionFailed(err error) {
 	c.mu.Lock()
 	if c.failed == nil {
 		c.failed = err
+		if errors.Is(err, ErrUndecodable) {
+			c.stopIn = len(c.queue) - c.head
+		}
 	}
 	c.mu.Unlock()
 	c.signal()
@@ -258,9 +266,12 @@ func (c *Consumer) partitionEnded() {
 // TryReceive returns a queued message without waiting.
 func (c *Consumer) TryReceive() (*Message, bool) {
 	c.mu.Lock()
-	if c.head == len(c.queue) {
+	if c.head == len(c.queue) || c.stopIn == 0 {
 		c.mu.Unlock()
 		return nil, false
+	}
+	if c.stopIn > 0 {
+		c.stopIn--
 	}
 	m := c.queue[c.head]
 	c.queue[c.head] = nil
@@ -321,7 +332,9 @@ func (c *Consumer) holding() bool { return c.unsettled.Load() > 0 }
 
 // Receive waits for the next message. It returns ErrEndOfTopic once every topic was
 // terminated and drained, ErrConsumerFailed (wrapping the broker's error) once a
-// partition was refused for good and the queue is drained, ErrConsumerClosed after
+// partition was refused for good and the queue is drained, an *UndecodableError
+// (ErrUndecodable) once an encrypted message stopped a partition (CryptoFail) and the
+// queue is drained, ErrConsumerClosed after
 // Close, or the context's error.
 func (c *Consumer) Receive(ctx context.Context) (*Message, error) {
 	for {
@@ -430,8 +443,8 @@ type ConsumerStats struct {
 	Reconnects       int
 	PermitsGranted   int // FLOW permits sent
 	Discarded        int // messages dropped before delivery (corrupt, filtered, incomplete chunks)
-	ChecksumFailures int
-	Malformed        int // messages discarded because their metadata, batch or chunk fields do not validate
+	ChecksumFailures int // messages discarded (acknowledged) for a payload checksum mismatch
+	Malformed        int // messages discarded because their metadata, batch or chunk fields do not validate (not those DeliverUndecodable delivers)
 	BatchTrackers    int // batches partly acknowledged, whose remaining indexes this consumer tracks
 	HeldBytes        int // with ReceiverQueueBytes: payload bytes queued and not yet taken
 	// With a MemoryLimiter: the bytes charged to it for queued messages, and reserved
@@ -444,6 +457,11 @@ type ConsumerStats struct {
 	// out by MaxPendingChunkedMessages or MaxChunkedMessageSize, broken off by a chunk
 	// out of order); their chunks were acknowledged and are counted in Discarded.
 	ChunkedDropped int
+	// Undecodable counts the entries the consumer could not decode, by reason, each
+	// time one arrived (a redelivered one counts again), whatever became of it:
+	// acknowledged with a validation error, delivered as stored (DeliverUndecodable,
+	// CryptoConsume), or stopping its partition (CryptoFail). Only reasons seen are keys.
+	Undecodable map[UndecodableReason]int
 }
 
 // Stats returns the consumer's counters.
@@ -461,6 +479,14 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.ReservedBytes += pc.reserved
 		s.ReassemblyBytes += pc.chunkBytes
 		s.ChunkedDropped += pc.chunkedDropped
+		for r, n := range pc.undecodable {
+			if n > 0 {
+				if s.Undecodable == nil {
+					s.Undecodable = map[UndecodableReason]int{}
+				}
+				s.Undecodable[UndecodableReason(r)] += n
+			}
+		}
 		pc.mu.Unlock()
 	}
 	c.mu.Lock()

@@ -123,6 +123,18 @@ type ConsumerOptions struct {
 	// MaxChunkedMessageSize bounds a chunked message (reassembled, and decompressed);
 	// a chunk announcing more is discarded as malformed [256 MiB].
 	MaxChunkedMessageSize int
+	// DeliverUndecodable: an entry the consumer cannot decode (a checksum mismatch,
+	// metadata that does not parse or validate, a payload that does not decompress, a
+	// broken batch or chunk) is delivered, as one Message whose Undecodable says why, whose
+	// payload is the entry's as stored (still compressed and batched) and Stored its
+	// metadata, for the application to set aside before it acknowledges it; it counts
+	// against the queue's bounds and the MemoryLimiter like any message. Off, such an
+	// entry is acknowledged with the validation error the official clients report, and
+	// is gone. Either way it is counted (ConsumerStats.Undecodable) [off].
+	DeliverUndecodable bool
+	// CryptoFailureAction is what becomes of an encrypted message, which this client
+	// cannot decrypt [CryptoFail, as the Java client's default].
+	CryptoFailureAction CryptoFailureAction
 	// OnActiveChange, when set, is told when a Failover consumer becomes active or inactive.
 	OnActiveChange func(topic string, active bool)
 	Backoff        Backoff
@@ -166,6 +178,9 @@ func (o ConsumerOptions) withDefaults() (ConsumerOptions, error) {
 	if o.MaxChunkedMessageSize <= 0 {
 		o.MaxChunkedMessageSize = 256 << 20
 	}
+	if o.CryptoFailureAction < CryptoFail || o.CryptoFailureAction > CryptoConsume {
+		return o, fmt.Errorf("%w: unknown CryptoFailureAction %d", ErrInvalidOptions, o.CryptoFailureAction)
+	}
 	if o.ReceiverQueueBytes < 0 {
 		return o, fmt.Errorf("%w: ReceiverQueueBytes %d is negative", ErrInvalidOptions, o.ReceiverQueueBytes)
 	}
@@ -188,6 +203,12 @@ type Message struct {
 	PublishTime     time.Time
 	EventTime       time.Time // zero when the producer set none
 	RedeliveryCount uint32
+	// Undecodable is set on a message the consumer could not decode, delivered as
+	// stored (ConsumerOptions.DeliverUndecodable): its payload is not the message.
+	Undecodable *UndecodableError
+	// Stored describes the entry as stored, for a message delivered without being
+	// decoded: an undecodable one, or an encrypted one (CryptoConsume).
+	Stored *StoredEntry
 
 	payload []byte
 	chunks  [][]byte    // a reassembled chunked message, chunk by chunk

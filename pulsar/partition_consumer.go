@@ -113,6 +113,9 @@ type partitionConsumer struct {
 	checksumFailures int
 	malformed        int
 	chunkedDropped   int // incomplete chunked messages dropped (their chunks acknowledged)
+	undecodable      [numReasons]int
+	undecodableLog   reasonLog
+	halted           bool // an encrypted message stopped the partition (CryptoFail)
 
 	reconnectCh chan struct{}
 	done        chan struct{}
@@ -540,35 +543,80 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		p.mu.Unlock()
 		return // from a connection we left
 	}
+	if p.halted {
+		p.mu.Unlock()
+		return // stopped by an encrypted message: nothing after it is delivered
+	}
 	cn := h.cn
 	p.progressed = true
 	id := cmd.GetMessageId()
 	e, err := delivery.Parse(f.Metadata, f.Payload, cmd.GetAckSet(), p.limitsLocked())
 	share := p.landedLocked(max(e.Permits, 1))
-	if frameErr != nil {
-		p.unreserveShareLocked(share)
-		p.checksumFailures++
-		p.log.Warn("discarding a corrupt message", "ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", frameErr)
-		p.discardLocked(cn, id, e.Permits, pb.CommandAck_ChecksumMismatch, true)
-		p.mu.Unlock()
-		return
-	}
-	if de := (*delivery.Error)(nil); errors.As(err, &de) {
-		p.unreserveShareLocked(share)
-		p.malformed++
-		p.log.Warn("discarding a malformed message", "ledger", id.GetLedgerId(), "entry", id.GetEntryId(), "error", err)
-		p.discardLocked(cn, id, e.Permits, de.Reason, true)
-		p.mu.Unlock()
-		return
-	}
 	md := e.Metadata
 	base := Message{
 		Topic: p.topic, ProducerName: md.GetProducerName(), RedeliveryCount: cmd.GetRedeliveryCount(),
 		PublishTime: time.UnixMilli(int64(md.GetPublishTime())), pc: p,
 	}
 	mid := messageIDFromPB(id, p.partition)
+	de := (*delivery.Error)(nil)
+	if frameErr != nil || errors.As(err, &de) {
+		why := pb.CommandAck_ChecksumMismatch
+		if frameErr != nil {
+			err = frameErr
+		} else {
+			why = de.Reason
+		}
+		ue := &UndecodableError{Topic: p.topic, ID: mid, Reason: undecodableReason(frameErr, md, why), Err: err}
+		ue.ID.BatchIndex, ue.ID.BatchSize = -1, 0
+		if p.opts.DeliverUndecodable {
+			m := p.storedLocked(base, mid, ue, f, md, e.Permits)
+			p.noteUndecodableLocked(ue, "delivered as stored")
+			p.chargeLocked(m)
+			p.unreserveShareLocked(share)
+			p.arrivedLocked(m.size, max(m.size/m.permits, 1))
+			p.mu.Unlock()
+			p.c.enqueue([]*Message{m})
+			return
+		}
+		p.noteUndecodableLocked(ue, "acknowledged with a validation error")
+		if frameErr != nil {
+			p.checksumFailures++
+		} else {
+			p.malformed++
+		}
+		p.unreserveShareLocked(share)
+		p.discardLocked(cn, id, e.Permits, why, true)
+		p.mu.Unlock()
+		return
+	}
 	p.midChunk = false
 	switch e.Kind {
+	case delivery.Encrypted:
+		ue := &UndecodableError{Topic: p.topic, ID: mid, Reason: ReasonEncrypted}
+		ue.ID.BatchIndex, ue.ID.BatchSize = -1, 0
+		switch p.opts.CryptoFailureAction {
+		case CryptoConsume:
+			m := p.storedLocked(base, mid, nil, f, md, e.Permits)
+			p.noteUndecodableLocked(ue, "delivered encrypted")
+			p.chargeLocked(m)
+			p.unreserveShareLocked(share)
+			p.arrivedLocked(m.size, max(m.size/m.permits, 1))
+			p.mu.Unlock()
+			p.c.enqueue([]*Message{m})
+		case CryptoDiscard:
+			p.noteUndecodableLocked(ue, "acknowledged with a validation error")
+			p.unreserveShareLocked(share)
+			p.discardLocked(cn, id, e.Permits, pb.CommandAck_DecryptionError, true)
+			p.mu.Unlock()
+		default:
+			// Neither delivered nor acknowledged: it stays on the broker, and so does
+			// everything after it (this registration takes no more; Close hands them back).
+			p.noteUndecodableLocked(ue, "stopped the partition")
+			p.unreserveShareLocked(share)
+			p.halted = true
+			p.mu.Unlock()
+			p.c.partitionFailed(ue)
+		}
 	case delivery.Chunk:
 		p.midChunk = true
 		msg := p.chunkLocked(cn, id, mid, &e, base)
@@ -614,6 +662,28 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		p.mu.Unlock()
 		p.c.enqueue(msgs)
 	}
+}
+
+// storedLocked makes the message of an entry delivered as stored, not decoded: its
+// payload is the entry's (f.Payload), its permits what the broker charged for the entry.
+func (p *partitionConsumer) storedLocked(base Message, mid MessageID, ue *UndecodableError, f *frame.Frame, md *pb.MessageMetadata, permits int) *Message {
+	m := base
+	m.ID = mid
+	m.ID.BatchIndex, m.ID.BatchSize = -1, 0 // the entry as a whole
+	if md != nil {
+		setFromMetadata(&m, md)
+	}
+	m.Undecodable, m.Stored = ue, storedEntry(f.Metadata, md)
+	m.payload, m.size, m.permits = f.Payload, len(f.Payload), max(permits, 1)
+	m.gen = p.gen
+	return &m
+}
+
+// noteUndecodableLocked counts an entry that could not be decoded and logs it (at a
+// bounded rate: see reasonLog).
+func (p *partitionConsumer) noteUndecodableLocked(ue *UndecodableError, action string) {
+	p.undecodable[ue.Reason]++
+	p.undecodableLog.note(p.log, time.Now(), ue, action)
 }
 
 // limitsLocked bounds what one delivery may make this consumer allocate.
@@ -731,7 +801,8 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 		out, err := delivery.Decompress(md, joined, p.limitsLocked())
 		if err != nil {
 			p.releaseLocked(ctx.size)
-			p.log.Warn("discarding a chunked message that does not decompress", "uuid", uuid, "error", err)
+			p.noteUndecodableLocked(&UndecodableError{Topic: p.topic, ID: mid, Reason: ReasonDecompression, Err: err},
+				"acknowledged with a validation error, every chunk")
 			for i, cid := range ctx.ids {
 				permits := 0
 				if i == len(ctx.ids)-1 {
@@ -1091,6 +1162,7 @@ func (p *partitionConsumer) run() {
 			p.flushAcksLocked()
 			p.redeliverDueLocked(now)
 			p.releaseIdleLocked(now)
+			p.undecodableLog.flush(p.log, now)
 			reassembling := len(p.chunkOrder) > 0
 			for len(p.chunkOrder) > 0 && now.Sub(p.chunks[p.chunkOrder[0]].created) > p.opts.ChunkExpiry {
 				p.dropChunksLocked(p.chunkOrder[0], "expired")

@@ -207,6 +207,9 @@ type PulsarStats struct {
 	// ChunkedDropped: chunked messages egress consumers dropped before they were whole
 	// (expired, or pushed out by streams[].maxPendingChunkedMessages)
 	ChunkedDropped int64
+	// Undecodable: messages egress consumers could not decode, by reason (a bounded set
+	// of snake_case words), whatever became of them.
+	Undecodable map[string]int64
 }
 
 // ObservePulsar registers instruments read from stats at each scrape.
@@ -218,7 +221,8 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 	permits, err4 := mt.Int64ObservableCounter("bridge.egress.permits", metric.WithDescription("FLOW permits granted to the broker by egress consumers."))
 	buffered, err5 := mt.Int64ObservableGauge("bridge.egress.buffered.messages", metric.WithDescription("Messages received from the broker and not yet written to a client."))
 	discarded, err6 := mt.Int64ObservableCounter("bridge.egress.discarded", metric.WithDescription("Messages egress consumers discarded (and acknowledged) by reason: corrupt (checksum) or malformed (metadata, batch or chunk fields), both acknowledged with a validation error; chunked_incomplete, chunked messages dropped before they were whole (expired, or pushed out by maxPendingChunkedMessages)."))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+	undecodable, err7 := mt.Int64ObservableCounter("bridge.egress.undecodable", metric.WithDescription("Messages egress consumers could not decode, by reason: checksum_mismatch, bad_metadata, decompression_error, uncompressed_size_corruption, bad_batch, bad_chunk, encrypted; each arrival counts (a redelivered one again), whether it was dead-lettered, acknowledged, delivered encrypted or ended its stream."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7); err != nil {
 		return err
 	}
 	corrupt := metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", "corrupt")))
@@ -237,8 +241,11 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 		o.ObserveInt64(discarded, s.Corrupt, corrupt)
 		o.ObserveInt64(discarded, s.Malformed, malformed)
 		o.ObserveInt64(discarded, s.ChunkedDropped, chunked)
+		for reason, n := range s.Undecodable {
+			o.ObserveInt64(undecodable, n, metric.WithAttributeSet(attribute.NewSet(attribute.String("reason", reason))))
+		}
 		return nil
-	}, pendingMsgs, pendingBytes, reconnects, permits, buffered, discarded)
+	}, pendingMsgs, pendingBytes, reconnects, permits, buffered, discarded, undecodable)
 	return err
 }
 

@@ -2,8 +2,10 @@ package pulsarpool
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -37,6 +39,7 @@ type Subscriber struct {
 	retiredReconnects, retiredPermits int64
 	retiredCorrupt, retiredMalformed  int64
 	retiredChunkedDropped             int64
+	retiredUndecodable                map[pulsar.UndecodableReason]int64
 }
 
 // NewSubscriber returns the egress Subscriber of c, charging b (nil: no budget).
@@ -79,6 +82,12 @@ func (s *Subscriber) AddStats(st *telemetry.PulsarStats) {
 	st.Corrupt += s.retiredCorrupt
 	st.Malformed += s.retiredMalformed
 	st.ChunkedDropped += s.retiredChunkedDropped
+	if st.Undecodable == nil {
+		st.Undecodable = map[string]int64{}
+	}
+	for _, r := range pulsar.UndecodableReasons() {
+		st.Undecodable[r.String()] += s.retiredUndecodable[r] // every reason, 0 until one comes
+	}
 	for sub := range s.open {
 		cs := sub.c.Stats()
 		st.ConsumerReconnects += int64(cs.Reconnects)
@@ -86,8 +95,15 @@ func (s *Subscriber) AddStats(st *telemetry.PulsarStats) {
 		st.Corrupt += int64(cs.ChecksumFailures)
 		st.Malformed += int64(cs.Malformed)
 		st.ChunkedDropped += int64(cs.ChunkedDropped)
+		for r, n := range cs.Undecodable {
+			st.Undecodable[r.String()] += int64(n)
+		}
 		st.Buffered += int64(sub.c.Buffered())
 	}
+}
+
+var cryptoActions = map[string]pulsar.CryptoFailureAction{
+	"fail": pulsar.CryptoFail, "discard": pulsar.CryptoDiscard, "deliver": pulsar.CryptoConsume,
 }
 
 var subTypes = map[string]pulsar.SubscriptionType{
@@ -107,7 +123,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 	c, err := s.client.Subscribe(ctx, pulsar.ConsumerOptions{Topics: o.Topics, Subscription: o.Subscription, Type: subTypes[o.Type],
 		InitialPosition: pos, ReceiverQueueSize: o.ReceiverQueue, ReceiverQueueBytes: int(o.ReceiverQueueBytes),
 		MaxPendingChunkedMessages: o.MaxPendingChunkedMessages,
-		MemoryLimiter:             lim, KeepMemoryCharge: lim != nil,
+		DeliverUndecodable:        o.DeliverUndecodable, CryptoFailureAction: cryptoActions[o.CryptoFailure],
+		MemoryLimiter: lim, KeepMemoryCharge: lim != nil,
 		// A message nacked after its acknowledgement timeout comes back soon, not in a minute.
 		NackRedeliveryDelay: time.Second,
 		// Acknowledge single messages of a batch (PIP-54), so a redelivered batch brings
@@ -176,6 +193,16 @@ func (s *subscription) delivery(m *pulsar.Message) *egress.Delivery {
 	}
 	d := &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
 		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, Handle: h}
+	if m.Undecodable != nil {
+		d.Undecodable = m.Undecodable
+	} else if st := m.Stored; st != nil && len(st.EncryptionKeys) > 0 {
+		e := &egress.Encryption{Algorithm: st.EncryptionAlgo, Param: st.EncryptionParam, Compression: st.Compression,
+			UncompressedSize: st.UncompressedSize, BatchSize: st.NumMessages, Metadata: st.Metadata}
+		for _, k := range st.EncryptionKeys {
+			e.Keys = append(e.Keys, egress.EncryptionKey{Name: k.Name, Value: k.Value, Metadata: k.Metadata})
+		}
+		d.Encryption = e
+	}
 	if m.Size() >= streamFrom {
 		d.Body, d.Size = m.Body(), int64(m.Size())
 	} else {
@@ -281,6 +308,12 @@ func (s *subscription) Close() error {
 		o.retiredCorrupt += int64(cs.ChecksumFailures)
 		o.retiredMalformed += int64(cs.Malformed)
 		o.retiredChunkedDropped += int64(cs.ChunkedDropped)
+		for r, n := range cs.Undecodable {
+			if o.retiredUndecodable == nil {
+				o.retiredUndecodable = map[pulsar.UndecodableReason]int64{}
+			}
+			o.retiredUndecodable[r] += int64(n)
+		}
 	}
 	o.mu.Unlock()
 	return err
@@ -291,6 +324,16 @@ func (s *subscription) Close() error {
 const (
 	PropertyRealTopic       = "REAL_TOPIC"
 	PropertyOriginMessageID = "ORIGIN_MESSAGE_ID"
+)
+
+// Property names of a dead letter the consumer could not decode: why, and how the
+// entry was stored, so its payload (the entry's, as stored) can be decoded by hand.
+const (
+	PropertyUndecodableReason      = "UNDECODABLE_REASON"
+	PropertyOriginCompression      = "ORIGIN_COMPRESSION"
+	PropertyOriginUncompressedSize = "ORIGIN_UNCOMPRESSED_SIZE"
+	PropertyOriginNumMessages      = "ORIGIN_NUM_MESSAGES"
+	PropertyOriginMetadata         = "ORIGIN_METADATA" // base64 of the MessageMetadata as stored
 )
 
 // errNoDeadLetters: the subscriber was given no pool to publish dead letters with.
@@ -313,6 +356,19 @@ func (s *subscription) DeadLetter(ctx context.Context, d *egress.Delivery, topic
 	}
 	props[PropertyRealTopic] = m.Topic
 	props[PropertyOriginMessageID] = javaID(m.ID)
+	if u := m.Undecodable; u != nil {
+		props[PropertyUndecodableReason] = u.Reason.String()
+		if st := m.Stored; st != nil {
+			props[PropertyOriginMetadata] = base64.StdEncoding.EncodeToString(st.Metadata)
+			if st.Compression != "" {
+				props[PropertyOriginCompression] = st.Compression
+				props[PropertyOriginUncompressedSize] = strconv.Itoa(st.UncompressedSize)
+			}
+			if st.NumMessages != 0 {
+				props[PropertyOriginNumMessages] = strconv.Itoa(st.NumMessages)
+			}
+		}
+	}
 	msg := &ingress.Message{Topic: topic, Key: m.Key, Properties: props}
 	if m.Size() >= streamFrom {
 		_, err := pool.publishStream(ctx, msg, int64(m.Size()), m.Body(), true)

@@ -59,6 +59,10 @@ const (
 	// Chunk is one chunk of a larger message; Entry.Payload is the chunk as sent
 	// (a compressed message is decompressed once reassembled: see Decompress).
 	Chunk
+	// Encrypted is an entry whose metadata lists encryption keys: Entry.Payload is the
+	// payload as stored (producers compress, then encrypt), neither decrypted nor
+	// decompressed nor split into its batch's messages.
+	Encrypted
 )
 
 // Entry is one delivered entry, validated.
@@ -112,6 +116,11 @@ func Parse(metadata, payload []byte, ackSet []int64, lim Limits) (Entry, error) 
 	e.Metadata = md
 	if md.NumMessagesInBatch != nil {
 		e.Permits = max(1, int(md.GetNumMessagesInBatch()))
+	}
+	if len(md.GetEncryptionKeys()) > 0 {
+		// Nothing past the metadata can be read without the private key.
+		e.Kind, e.Payload = Encrypted, payload
+		return e, nil
 	}
 	if md.GetNumChunksFromMsg() > 1 {
 		return e, parseChunk(&e, md, payload, lim)

@@ -147,6 +147,10 @@ func FuzzParse(f *testing.F) {
 			if c.ID < 0 || c.ID >= c.Count || c.Count < 2 || c.TotalSize > testLimits.MaxChunkedMessageSize || len(e.Payload) > c.TotalSize || !bytes.Equal(e.Payload, payload) {
 				t.Fatalf("chunk %+v of %d bytes", c, len(e.Payload))
 			}
+		case Encrypted:
+			if len(md.GetEncryptionKeys()) == 0 || !bytes.Equal(e.Payload, payload) {
+				t.Fatalf("an encrypted entry of %d keys and %d of %d bytes", len(md.GetEncryptionKeys()), len(e.Payload), len(payload))
+			}
 		default:
 			t.Fatalf("kind %d", e.Kind)
 		}

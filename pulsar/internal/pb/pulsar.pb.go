@@ -400,7 +400,7 @@ func (x *CommandSubscribe_SubType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandSubscribe_SubType.Descriptor instead.
 func (CommandSubscribe_SubType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{14, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{15, 0}
 }
 
 type CommandSubscribe_InitialPosition int32
@@ -456,7 +456,7 @@ func (x *CommandSubscribe_InitialPosition) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandSubscribe_InitialPosition.Descriptor instead.
 func (CommandSubscribe_InitialPosition) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{14, 1}
+	return file_pulsar_proto_rawDescGZIP(), []int{15, 1}
 }
 
 type CommandPartitionedTopicMetadataResponse_LookupType int32
@@ -512,7 +512,7 @@ func (x *CommandPartitionedTopicMetadataResponse_LookupType) UnmarshalJSON(b []b
 
 // Deprecated: Use CommandPartitionedTopicMetadataResponse_LookupType.Descriptor instead.
 func (CommandPartitionedTopicMetadataResponse_LookupType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{16, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type CommandLookupTopicResponse_LookupType int32
@@ -571,7 +571,7 @@ func (x *CommandLookupTopicResponse_LookupType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandLookupTopicResponse_LookupType.Descriptor instead.
 func (CommandLookupTopicResponse_LookupType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{18, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{19, 0}
 }
 
 type CommandAck_AckType int32
@@ -627,7 +627,7 @@ func (x *CommandAck_AckType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandAck_AckType.Descriptor instead.
 func (CommandAck_AckType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{24, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{25, 0}
 }
 
 type CommandAck_ValidationError int32
@@ -692,7 +692,7 @@ func (x *CommandAck_ValidationError) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandAck_ValidationError.Descriptor instead.
 func (CommandAck_ValidationError) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{24, 1}
+	return file_pulsar_proto_rawDescGZIP(), []int{25, 1}
 }
 
 type CommandTopicMigrated_ResourceType int32
@@ -748,7 +748,7 @@ func (x *CommandTopicMigrated_ResourceType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandTopicMigrated_ResourceType.Descriptor instead.
 func (CommandTopicMigrated_ResourceType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{31, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{32, 0}
 }
 
 type BaseCommand_Type int32
@@ -888,7 +888,7 @@ func (x *BaseCommand_Type) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use BaseCommand_Type.Descriptor instead.
 func (BaseCommand_Type) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{40, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{41, 0}
 }
 
 type MessageIdData struct {
@@ -1106,6 +1106,9 @@ type MessageMetadata struct {
 	UncompressedSize       *uint32                `protobuf:"varint,9,opt,name=uncompressed_size,json=uncompressedSize,def=0" json:"uncompressed_size,omitempty"`
 	NumMessagesInBatch     *int32                 `protobuf:"varint,11,opt,name=num_messages_in_batch,json=numMessagesInBatch,def=1" json:"num_messages_in_batch,omitempty"`
 	EventTime              *uint64                `protobuf:"varint,12,opt,name=event_time,json=eventTime,def=0" json:"event_time,omitempty"`
+	EncryptionKeys         []*EncryptionKeys      `protobuf:"bytes,13,rep,name=encryption_keys,json=encryptionKeys" json:"encryption_keys,omitempty"`
+	EncryptionAlgo         *string                `protobuf:"bytes,14,opt,name=encryption_algo,json=encryptionAlgo" json:"encryption_algo,omitempty"`
+	EncryptionParam        []byte                 `protobuf:"bytes,15,opt,name=encryption_param,json=encryptionParam" json:"encryption_param,omitempty"`
 	SchemaVersion          []byte                 `protobuf:"bytes,16,opt,name=schema_version,json=schemaVersion" json:"schema_version,omitempty"`
 	PartitionKeyB64Encoded *bool                  `protobuf:"varint,17,opt,name=partition_key_b64_encoded,json=partitionKeyB64Encoded,def=0" json:"partition_key_b64_encoded,omitempty"`
 	OrderingKey            []byte                 `protobuf:"bytes,18,opt,name=ordering_key,json=orderingKey" json:"ordering_key,omitempty"`
@@ -1241,6 +1244,27 @@ func (x *MessageMetadata) GetEventTime() uint64 {
 	return Default_MessageMetadata_EventTime
 }
 
+func (x *MessageMetadata) GetEncryptionKeys() []*EncryptionKeys {
+	if x != nil {
+		return x.EncryptionKeys
+	}
+	return nil
+}
+
+func (x *MessageMetadata) GetEncryptionAlgo() string {
+	if x != nil && x.EncryptionAlgo != nil {
+		return *x.EncryptionAlgo
+	}
+	return ""
+}
+
+func (x *MessageMetadata) GetEncryptionParam() []byte {
+	if x != nil {
+		return x.EncryptionParam
+	}
+	return nil
+}
+
 func (x *MessageMetadata) GetSchemaVersion() []byte {
 	if x != nil {
 		return x.SchemaVersion
@@ -1325,6 +1349,68 @@ func (x *MessageMetadata) GetNullPartitionKey() bool {
 	return Default_MessageMetadata_NullPartitionKey
 }
 
+// EncryptionKeys is one data key of an encrypted message, encrypted with the public
+// key named by key.
+type EncryptionKeys struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           *string                `protobuf:"bytes,1,opt,name=key" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value" json:"value,omitempty"`
+	Metadata      []*KeyValue            `protobuf:"bytes,3,rep,name=metadata" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EncryptionKeys) Reset() {
+	*x = EncryptionKeys{}
+	mi := &file_pulsar_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EncryptionKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EncryptionKeys) ProtoMessage() {}
+
+func (x *EncryptionKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EncryptionKeys.ProtoReflect.Descriptor instead.
+func (*EncryptionKeys) Descriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *EncryptionKeys) GetKey() string {
+	if x != nil && x.Key != nil {
+		return *x.Key
+	}
+	return ""
+}
+
+func (x *EncryptionKeys) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *EncryptionKeys) GetMetadata() []*KeyValue {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
 type SingleMessageMetadata struct {
 	state                  protoimpl.MessageState `protogen:"open.v1"`
 	Properties             []*KeyValue            `protobuf:"bytes,1,rep,name=properties" json:"properties,omitempty"`
@@ -1352,7 +1438,7 @@ const (
 
 func (x *SingleMessageMetadata) Reset() {
 	*x = SingleMessageMetadata{}
-	mi := &file_pulsar_proto_msgTypes[4]
+	mi := &file_pulsar_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1450,7 @@ func (x *SingleMessageMetadata) String() string {
 func (*SingleMessageMetadata) ProtoMessage() {}
 
 func (x *SingleMessageMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[4]
+	mi := &file_pulsar_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1463,7 @@ func (x *SingleMessageMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SingleMessageMetadata.ProtoReflect.Descriptor instead.
 func (*SingleMessageMetadata) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{4}
+	return file_pulsar_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SingleMessageMetadata) GetProperties() []*KeyValue {
@@ -1460,7 +1546,7 @@ type BrokerEntryMetadata struct {
 
 func (x *BrokerEntryMetadata) Reset() {
 	*x = BrokerEntryMetadata{}
-	mi := &file_pulsar_proto_msgTypes[5]
+	mi := &file_pulsar_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1558,7 @@ func (x *BrokerEntryMetadata) String() string {
 func (*BrokerEntryMetadata) ProtoMessage() {}
 
 func (x *BrokerEntryMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[5]
+	mi := &file_pulsar_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1571,7 @@ func (x *BrokerEntryMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerEntryMetadata.ProtoReflect.Descriptor instead.
 func (*BrokerEntryMetadata) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{5}
+	return file_pulsar_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BrokerEntryMetadata) GetBrokerTimestamp() uint64 {
@@ -1522,7 +1608,7 @@ const (
 
 func (x *FeatureFlags) Reset() {
 	*x = FeatureFlags{}
-	mi := &file_pulsar_proto_msgTypes[6]
+	mi := &file_pulsar_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1620,7 @@ func (x *FeatureFlags) String() string {
 func (*FeatureFlags) ProtoMessage() {}
 
 func (x *FeatureFlags) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[6]
+	mi := &file_pulsar_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1633,7 @@ func (x *FeatureFlags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureFlags.ProtoReflect.Descriptor instead.
 func (*FeatureFlags) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{6}
+	return file_pulsar_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FeatureFlags) GetSupportsAuthRefresh() bool {
@@ -1597,7 +1683,7 @@ const (
 
 func (x *CommandConnect) Reset() {
 	*x = CommandConnect{}
-	mi := &file_pulsar_proto_msgTypes[7]
+	mi := &file_pulsar_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1695,7 @@ func (x *CommandConnect) String() string {
 func (*CommandConnect) ProtoMessage() {}
 
 func (x *CommandConnect) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[7]
+	mi := &file_pulsar_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1708,7 @@ func (x *CommandConnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandConnect.ProtoReflect.Descriptor instead.
 func (*CommandConnect) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{7}
+	return file_pulsar_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CommandConnect) GetClientVersion() string {
@@ -1684,7 +1770,7 @@ const (
 
 func (x *CommandConnected) Reset() {
 	*x = CommandConnected{}
-	mi := &file_pulsar_proto_msgTypes[8]
+	mi := &file_pulsar_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1782,7 @@ func (x *CommandConnected) String() string {
 func (*CommandConnected) ProtoMessage() {}
 
 func (x *CommandConnected) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[8]
+	mi := &file_pulsar_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1795,7 @@ func (x *CommandConnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandConnected.ProtoReflect.Descriptor instead.
 func (*CommandConnected) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{8}
+	return file_pulsar_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommandConnected) GetServerVersion() string {
@@ -1750,7 +1836,7 @@ type AuthData struct {
 
 func (x *AuthData) Reset() {
 	*x = AuthData{}
-	mi := &file_pulsar_proto_msgTypes[9]
+	mi := &file_pulsar_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1762,7 +1848,7 @@ func (x *AuthData) String() string {
 func (*AuthData) ProtoMessage() {}
 
 func (x *AuthData) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[9]
+	mi := &file_pulsar_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1775,7 +1861,7 @@ func (x *AuthData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthData.ProtoReflect.Descriptor instead.
 func (*AuthData) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{9}
+	return file_pulsar_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AuthData) GetAuthMethodName() string {
@@ -1808,7 +1894,7 @@ const (
 
 func (x *CommandAuthChallenge) Reset() {
 	*x = CommandAuthChallenge{}
-	mi := &file_pulsar_proto_msgTypes[10]
+	mi := &file_pulsar_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1906,7 @@ func (x *CommandAuthChallenge) String() string {
 func (*CommandAuthChallenge) ProtoMessage() {}
 
 func (x *CommandAuthChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[10]
+	mi := &file_pulsar_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1919,7 @@ func (x *CommandAuthChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAuthChallenge.ProtoReflect.Descriptor instead.
 func (*CommandAuthChallenge) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{10}
+	return file_pulsar_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CommandAuthChallenge) GetServerVersion() string {
@@ -1873,7 +1959,7 @@ const (
 
 func (x *CommandAuthResponse) Reset() {
 	*x = CommandAuthResponse{}
-	mi := &file_pulsar_proto_msgTypes[11]
+	mi := &file_pulsar_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +1971,7 @@ func (x *CommandAuthResponse) String() string {
 func (*CommandAuthResponse) ProtoMessage() {}
 
 func (x *CommandAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[11]
+	mi := &file_pulsar_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +1984,7 @@ func (x *CommandAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAuthResponse.ProtoReflect.Descriptor instead.
 func (*CommandAuthResponse) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{11}
+	return file_pulsar_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CommandAuthResponse) GetClientVersion() string {
@@ -1932,7 +2018,7 @@ type IntRange struct {
 
 func (x *IntRange) Reset() {
 	*x = IntRange{}
-	mi := &file_pulsar_proto_msgTypes[12]
+	mi := &file_pulsar_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2030,7 @@ func (x *IntRange) String() string {
 func (*IntRange) ProtoMessage() {}
 
 func (x *IntRange) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[12]
+	mi := &file_pulsar_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2043,7 @@ func (x *IntRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntRange.ProtoReflect.Descriptor instead.
 func (*IntRange) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{12}
+	return file_pulsar_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *IntRange) GetStart() int32 {
@@ -1990,7 +2076,7 @@ const (
 
 func (x *KeySharedMeta) Reset() {
 	*x = KeySharedMeta{}
-	mi := &file_pulsar_proto_msgTypes[13]
+	mi := &file_pulsar_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2002,7 +2088,7 @@ func (x *KeySharedMeta) String() string {
 func (*KeySharedMeta) ProtoMessage() {}
 
 func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[13]
+	mi := &file_pulsar_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2015,7 +2101,7 @@ func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySharedMeta.ProtoReflect.Descriptor instead.
 func (*KeySharedMeta) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{13}
+	return file_pulsar_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *KeySharedMeta) GetKeySharedMode() KeySharedMode {
@@ -2073,7 +2159,7 @@ const (
 
 func (x *CommandSubscribe) Reset() {
 	*x = CommandSubscribe{}
-	mi := &file_pulsar_proto_msgTypes[14]
+	mi := &file_pulsar_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2171,7 @@ func (x *CommandSubscribe) String() string {
 func (*CommandSubscribe) ProtoMessage() {}
 
 func (x *CommandSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[14]
+	mi := &file_pulsar_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2184,7 @@ func (x *CommandSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSubscribe.ProtoReflect.Descriptor instead.
 func (*CommandSubscribe) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{14}
+	return file_pulsar_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommandSubscribe) GetTopic() string {
@@ -2237,7 +2323,7 @@ type CommandPartitionedTopicMetadata struct {
 
 func (x *CommandPartitionedTopicMetadata) Reset() {
 	*x = CommandPartitionedTopicMetadata{}
-	mi := &file_pulsar_proto_msgTypes[15]
+	mi := &file_pulsar_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2335,7 @@ func (x *CommandPartitionedTopicMetadata) String() string {
 func (*CommandPartitionedTopicMetadata) ProtoMessage() {}
 
 func (x *CommandPartitionedTopicMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[15]
+	mi := &file_pulsar_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2348,7 @@ func (x *CommandPartitionedTopicMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPartitionedTopicMetadata.ProtoReflect.Descriptor instead.
 func (*CommandPartitionedTopicMetadata) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{15}
+	return file_pulsar_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CommandPartitionedTopicMetadata) GetTopic() string {
@@ -2292,7 +2378,7 @@ type CommandPartitionedTopicMetadataResponse struct {
 
 func (x *CommandPartitionedTopicMetadataResponse) Reset() {
 	*x = CommandPartitionedTopicMetadataResponse{}
-	mi := &file_pulsar_proto_msgTypes[16]
+	mi := &file_pulsar_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2390,7 @@ func (x *CommandPartitionedTopicMetadataResponse) String() string {
 func (*CommandPartitionedTopicMetadataResponse) ProtoMessage() {}
 
 func (x *CommandPartitionedTopicMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[16]
+	mi := &file_pulsar_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2403,7 @@ func (x *CommandPartitionedTopicMetadataResponse) ProtoReflect() protoreflect.Me
 
 // Deprecated: Use CommandPartitionedTopicMetadataResponse.ProtoReflect.Descriptor instead.
 func (*CommandPartitionedTopicMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{16}
+	return file_pulsar_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CommandPartitionedTopicMetadataResponse) GetPartitions() uint32 {
@@ -2372,7 +2458,7 @@ const (
 
 func (x *CommandLookupTopic) Reset() {
 	*x = CommandLookupTopic{}
-	mi := &file_pulsar_proto_msgTypes[17]
+	mi := &file_pulsar_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2470,7 @@ func (x *CommandLookupTopic) String() string {
 func (*CommandLookupTopic) ProtoMessage() {}
 
 func (x *CommandLookupTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[17]
+	mi := &file_pulsar_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2483,7 @@ func (x *CommandLookupTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLookupTopic.ProtoReflect.Descriptor instead.
 func (*CommandLookupTopic) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{17}
+	return file_pulsar_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CommandLookupTopic) GetTopic() string {
@@ -2450,7 +2536,7 @@ const (
 
 func (x *CommandLookupTopicResponse) Reset() {
 	*x = CommandLookupTopicResponse{}
-	mi := &file_pulsar_proto_msgTypes[18]
+	mi := &file_pulsar_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2548,7 @@ func (x *CommandLookupTopicResponse) String() string {
 func (*CommandLookupTopicResponse) ProtoMessage() {}
 
 func (x *CommandLookupTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[18]
+	mi := &file_pulsar_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2561,7 @@ func (x *CommandLookupTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLookupTopicResponse.ProtoReflect.Descriptor instead.
 func (*CommandLookupTopicResponse) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{18}
+	return file_pulsar_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CommandLookupTopicResponse) GetBrokerServiceUrl() string {
@@ -2560,7 +2646,7 @@ const (
 
 func (x *CommandProducer) Reset() {
 	*x = CommandProducer{}
-	mi := &file_pulsar_proto_msgTypes[19]
+	mi := &file_pulsar_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2572,7 +2658,7 @@ func (x *CommandProducer) String() string {
 func (*CommandProducer) ProtoMessage() {}
 
 func (x *CommandProducer) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[19]
+	mi := &file_pulsar_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2585,7 +2671,7 @@ func (x *CommandProducer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandProducer.ProtoReflect.Descriptor instead.
 func (*CommandProducer) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{19}
+	return file_pulsar_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommandProducer) GetTopic() string {
@@ -2680,7 +2766,7 @@ const (
 
 func (x *CommandSend) Reset() {
 	*x = CommandSend{}
-	mi := &file_pulsar_proto_msgTypes[20]
+	mi := &file_pulsar_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2692,7 +2778,7 @@ func (x *CommandSend) String() string {
 func (*CommandSend) ProtoMessage() {}
 
 func (x *CommandSend) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[20]
+	mi := &file_pulsar_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2705,7 +2791,7 @@ func (x *CommandSend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSend.ProtoReflect.Descriptor instead.
 func (*CommandSend) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{20}
+	return file_pulsar_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CommandSend) GetProducerId() uint64 {
@@ -2767,7 +2853,7 @@ const (
 
 func (x *CommandSendReceipt) Reset() {
 	*x = CommandSendReceipt{}
-	mi := &file_pulsar_proto_msgTypes[21]
+	mi := &file_pulsar_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2865,7 @@ func (x *CommandSendReceipt) String() string {
 func (*CommandSendReceipt) ProtoMessage() {}
 
 func (x *CommandSendReceipt) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[21]
+	mi := &file_pulsar_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +2878,7 @@ func (x *CommandSendReceipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSendReceipt.ProtoReflect.Descriptor instead.
 func (*CommandSendReceipt) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{21}
+	return file_pulsar_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommandSendReceipt) GetProducerId() uint64 {
@@ -2835,7 +2921,7 @@ type CommandSendError struct {
 
 func (x *CommandSendError) Reset() {
 	*x = CommandSendError{}
-	mi := &file_pulsar_proto_msgTypes[22]
+	mi := &file_pulsar_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +2933,7 @@ func (x *CommandSendError) String() string {
 func (*CommandSendError) ProtoMessage() {}
 
 func (x *CommandSendError) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[22]
+	mi := &file_pulsar_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2860,7 +2946,7 @@ func (x *CommandSendError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSendError.ProtoReflect.Descriptor instead.
 func (*CommandSendError) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{22}
+	return file_pulsar_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommandSendError) GetProducerId() uint64 {
@@ -2909,7 +2995,7 @@ const (
 
 func (x *CommandMessage) Reset() {
 	*x = CommandMessage{}
-	mi := &file_pulsar_proto_msgTypes[23]
+	mi := &file_pulsar_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3007,7 @@ func (x *CommandMessage) String() string {
 func (*CommandMessage) ProtoMessage() {}
 
 func (x *CommandMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[23]
+	mi := &file_pulsar_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3020,7 @@ func (x *CommandMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandMessage.ProtoReflect.Descriptor instead.
 func (*CommandMessage) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{23}
+	return file_pulsar_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CommandMessage) GetConsumerId() uint64 {
@@ -2986,7 +3072,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_pulsar_proto_msgTypes[24]
+	mi := &file_pulsar_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3084,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[24]
+	mi := &file_pulsar_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3097,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{24}
+	return file_pulsar_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CommandAck) GetConsumerId() uint64 {
@@ -3068,7 +3154,7 @@ type CommandAckResponse struct {
 
 func (x *CommandAckResponse) Reset() {
 	*x = CommandAckResponse{}
-	mi := &file_pulsar_proto_msgTypes[25]
+	mi := &file_pulsar_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3080,7 +3166,7 @@ func (x *CommandAckResponse) String() string {
 func (*CommandAckResponse) ProtoMessage() {}
 
 func (x *CommandAckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[25]
+	mi := &file_pulsar_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3093,7 +3179,7 @@ func (x *CommandAckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAckResponse.ProtoReflect.Descriptor instead.
 func (*CommandAckResponse) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{25}
+	return file_pulsar_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CommandAckResponse) GetConsumerId() uint64 {
@@ -3139,7 +3225,7 @@ const (
 
 func (x *CommandActiveConsumerChange) Reset() {
 	*x = CommandActiveConsumerChange{}
-	mi := &file_pulsar_proto_msgTypes[26]
+	mi := &file_pulsar_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3237,7 @@ func (x *CommandActiveConsumerChange) String() string {
 func (*CommandActiveConsumerChange) ProtoMessage() {}
 
 func (x *CommandActiveConsumerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[26]
+	mi := &file_pulsar_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3250,7 @@ func (x *CommandActiveConsumerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandActiveConsumerChange.ProtoReflect.Descriptor instead.
 func (*CommandActiveConsumerChange) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{26}
+	return file_pulsar_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommandActiveConsumerChange) GetConsumerId() uint64 {
@@ -3191,7 +3277,7 @@ type CommandFlow struct {
 
 func (x *CommandFlow) Reset() {
 	*x = CommandFlow{}
-	mi := &file_pulsar_proto_msgTypes[27]
+	mi := &file_pulsar_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3203,7 +3289,7 @@ func (x *CommandFlow) String() string {
 func (*CommandFlow) ProtoMessage() {}
 
 func (x *CommandFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[27]
+	mi := &file_pulsar_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3216,7 +3302,7 @@ func (x *CommandFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandFlow.ProtoReflect.Descriptor instead.
 func (*CommandFlow) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{27}
+	return file_pulsar_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommandFlow) GetConsumerId() uint64 {
@@ -3249,7 +3335,7 @@ const (
 
 func (x *CommandUnsubscribe) Reset() {
 	*x = CommandUnsubscribe{}
-	mi := &file_pulsar_proto_msgTypes[28]
+	mi := &file_pulsar_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3261,7 +3347,7 @@ func (x *CommandUnsubscribe) String() string {
 func (*CommandUnsubscribe) ProtoMessage() {}
 
 func (x *CommandUnsubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[28]
+	mi := &file_pulsar_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3274,7 +3360,7 @@ func (x *CommandUnsubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUnsubscribe.ProtoReflect.Descriptor instead.
 func (*CommandUnsubscribe) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{28}
+	return file_pulsar_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CommandUnsubscribe) GetConsumerId() uint64 {
@@ -3310,7 +3396,7 @@ type CommandSeek struct {
 
 func (x *CommandSeek) Reset() {
 	*x = CommandSeek{}
-	mi := &file_pulsar_proto_msgTypes[29]
+	mi := &file_pulsar_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3408,7 @@ func (x *CommandSeek) String() string {
 func (*CommandSeek) ProtoMessage() {}
 
 func (x *CommandSeek) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[29]
+	mi := &file_pulsar_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3421,7 @@ func (x *CommandSeek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSeek.ProtoReflect.Descriptor instead.
 func (*CommandSeek) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{29}
+	return file_pulsar_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CommandSeek) GetConsumerId() uint64 {
@@ -3375,7 +3461,7 @@ type CommandReachedEndOfTopic struct {
 
 func (x *CommandReachedEndOfTopic) Reset() {
 	*x = CommandReachedEndOfTopic{}
-	mi := &file_pulsar_proto_msgTypes[30]
+	mi := &file_pulsar_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3387,7 +3473,7 @@ func (x *CommandReachedEndOfTopic) String() string {
 func (*CommandReachedEndOfTopic) ProtoMessage() {}
 
 func (x *CommandReachedEndOfTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[30]
+	mi := &file_pulsar_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3400,7 +3486,7 @@ func (x *CommandReachedEndOfTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandReachedEndOfTopic.ProtoReflect.Descriptor instead.
 func (*CommandReachedEndOfTopic) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{30}
+	return file_pulsar_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommandReachedEndOfTopic) GetConsumerId() uint64 {
@@ -3422,7 +3508,7 @@ type CommandTopicMigrated struct {
 
 func (x *CommandTopicMigrated) Reset() {
 	*x = CommandTopicMigrated{}
-	mi := &file_pulsar_proto_msgTypes[31]
+	mi := &file_pulsar_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3434,7 +3520,7 @@ func (x *CommandTopicMigrated) String() string {
 func (*CommandTopicMigrated) ProtoMessage() {}
 
 func (x *CommandTopicMigrated) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[31]
+	mi := &file_pulsar_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3447,7 +3533,7 @@ func (x *CommandTopicMigrated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandTopicMigrated.ProtoReflect.Descriptor instead.
 func (*CommandTopicMigrated) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{31}
+	return file_pulsar_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CommandTopicMigrated) GetResourceId() uint64 {
@@ -3490,7 +3576,7 @@ type CommandCloseProducer struct {
 
 func (x *CommandCloseProducer) Reset() {
 	*x = CommandCloseProducer{}
-	mi := &file_pulsar_proto_msgTypes[32]
+	mi := &file_pulsar_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3502,7 +3588,7 @@ func (x *CommandCloseProducer) String() string {
 func (*CommandCloseProducer) ProtoMessage() {}
 
 func (x *CommandCloseProducer) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[32]
+	mi := &file_pulsar_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3515,7 +3601,7 @@ func (x *CommandCloseProducer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandCloseProducer.ProtoReflect.Descriptor instead.
 func (*CommandCloseProducer) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{32}
+	return file_pulsar_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CommandCloseProducer) GetProducerId() uint64 {
@@ -3558,7 +3644,7 @@ type CommandCloseConsumer struct {
 
 func (x *CommandCloseConsumer) Reset() {
 	*x = CommandCloseConsumer{}
-	mi := &file_pulsar_proto_msgTypes[33]
+	mi := &file_pulsar_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3570,7 +3656,7 @@ func (x *CommandCloseConsumer) String() string {
 func (*CommandCloseConsumer) ProtoMessage() {}
 
 func (x *CommandCloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[33]
+	mi := &file_pulsar_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3583,7 +3669,7 @@ func (x *CommandCloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandCloseConsumer.ProtoReflect.Descriptor instead.
 func (*CommandCloseConsumer) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{33}
+	return file_pulsar_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommandCloseConsumer) GetConsumerId() uint64 {
@@ -3625,7 +3711,7 @@ type CommandRedeliverUnacknowledgedMessages struct {
 
 func (x *CommandRedeliverUnacknowledgedMessages) Reset() {
 	*x = CommandRedeliverUnacknowledgedMessages{}
-	mi := &file_pulsar_proto_msgTypes[34]
+	mi := &file_pulsar_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3637,7 +3723,7 @@ func (x *CommandRedeliverUnacknowledgedMessages) String() string {
 func (*CommandRedeliverUnacknowledgedMessages) ProtoMessage() {}
 
 func (x *CommandRedeliverUnacknowledgedMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[34]
+	mi := &file_pulsar_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3650,7 +3736,7 @@ func (x *CommandRedeliverUnacknowledgedMessages) ProtoReflect() protoreflect.Mes
 
 // Deprecated: Use CommandRedeliverUnacknowledgedMessages.ProtoReflect.Descriptor instead.
 func (*CommandRedeliverUnacknowledgedMessages) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{34}
+	return file_pulsar_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommandRedeliverUnacknowledgedMessages) GetConsumerId() uint64 {
@@ -3683,7 +3769,7 @@ type CommandSuccess struct {
 
 func (x *CommandSuccess) Reset() {
 	*x = CommandSuccess{}
-	mi := &file_pulsar_proto_msgTypes[35]
+	mi := &file_pulsar_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3695,7 +3781,7 @@ func (x *CommandSuccess) String() string {
 func (*CommandSuccess) ProtoMessage() {}
 
 func (x *CommandSuccess) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[35]
+	mi := &file_pulsar_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3708,7 +3794,7 @@ func (x *CommandSuccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSuccess.ProtoReflect.Descriptor instead.
 func (*CommandSuccess) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{35}
+	return file_pulsar_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CommandSuccess) GetRequestId() uint64 {
@@ -3738,7 +3824,7 @@ const (
 
 func (x *CommandProducerSuccess) Reset() {
 	*x = CommandProducerSuccess{}
-	mi := &file_pulsar_proto_msgTypes[36]
+	mi := &file_pulsar_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3750,7 +3836,7 @@ func (x *CommandProducerSuccess) String() string {
 func (*CommandProducerSuccess) ProtoMessage() {}
 
 func (x *CommandProducerSuccess) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[36]
+	mi := &file_pulsar_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3763,7 +3849,7 @@ func (x *CommandProducerSuccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandProducerSuccess.ProtoReflect.Descriptor instead.
 func (*CommandProducerSuccess) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{36}
+	return file_pulsar_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CommandProducerSuccess) GetRequestId() uint64 {
@@ -3819,7 +3905,7 @@ type CommandError struct {
 
 func (x *CommandError) Reset() {
 	*x = CommandError{}
-	mi := &file_pulsar_proto_msgTypes[37]
+	mi := &file_pulsar_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3831,7 +3917,7 @@ func (x *CommandError) String() string {
 func (*CommandError) ProtoMessage() {}
 
 func (x *CommandError) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[37]
+	mi := &file_pulsar_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3844,7 +3930,7 @@ func (x *CommandError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandError.ProtoReflect.Descriptor instead.
 func (*CommandError) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{37}
+	return file_pulsar_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CommandError) GetRequestId() uint64 {
@@ -3876,7 +3962,7 @@ type CommandPing struct {
 
 func (x *CommandPing) Reset() {
 	*x = CommandPing{}
-	mi := &file_pulsar_proto_msgTypes[38]
+	mi := &file_pulsar_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +3974,7 @@ func (x *CommandPing) String() string {
 func (*CommandPing) ProtoMessage() {}
 
 func (x *CommandPing) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[38]
+	mi := &file_pulsar_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +3987,7 @@ func (x *CommandPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPing.ProtoReflect.Descriptor instead.
 func (*CommandPing) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{38}
+	return file_pulsar_proto_rawDescGZIP(), []int{39}
 }
 
 type CommandPong struct {
@@ -3912,7 +3998,7 @@ type CommandPong struct {
 
 func (x *CommandPong) Reset() {
 	*x = CommandPong{}
-	mi := &file_pulsar_proto_msgTypes[39]
+	mi := &file_pulsar_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3924,7 +4010,7 @@ func (x *CommandPong) String() string {
 func (*CommandPong) ProtoMessage() {}
 
 func (x *CommandPong) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[39]
+	mi := &file_pulsar_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3937,7 +4023,7 @@ func (x *CommandPong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPong.ProtoReflect.Descriptor instead.
 func (*CommandPong) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{39}
+	return file_pulsar_proto_rawDescGZIP(), []int{40}
 }
 
 type BaseCommand struct {
@@ -3979,7 +4065,7 @@ type BaseCommand struct {
 
 func (x *BaseCommand) Reset() {
 	*x = BaseCommand{}
-	mi := &file_pulsar_proto_msgTypes[40]
+	mi := &file_pulsar_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3991,7 +4077,7 @@ func (x *BaseCommand) String() string {
 func (*BaseCommand) ProtoMessage() {}
 
 func (x *BaseCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[40]
+	mi := &file_pulsar_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4004,7 +4090,7 @@ func (x *BaseCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaseCommand.ProtoReflect.Descriptor instead.
 func (*BaseCommand) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{40}
+	return file_pulsar_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BaseCommand) GetType() BaseCommand_Type {
@@ -4244,7 +4330,7 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"6\n" +
 	"\fKeyLongValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value\"\xf6\a\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value\"\x9a\t\n" +
 	"\x0fMessageMetadata\x12#\n" +
 	"\rproducer_name\x18\x01 \x01(\tR\fproducerName\x12\x1f\n" +
 	"\vsequence_id\x18\x02 \x01(\x04R\n" +
@@ -4260,7 +4346,10 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x11uncompressed_size\x18\t \x01(\r:\x010R\x10uncompressedSize\x124\n" +
 	"\x15num_messages_in_batch\x18\v \x01(\x05:\x011R\x12numMessagesInBatch\x12 \n" +
 	"\n" +
-	"event_time\x18\f \x01(\x04:\x010R\teventTime\x12%\n" +
+	"event_time\x18\f \x01(\x04:\x010R\teventTime\x12N\n" +
+	"\x0fencryption_keys\x18\r \x03(\v2%.recordiobridge.pulsar.EncryptionKeysR\x0eencryptionKeys\x12'\n" +
+	"\x0fencryption_algo\x18\x0e \x01(\tR\x0eencryptionAlgo\x12)\n" +
+	"\x10encryption_param\x18\x0f \x01(\fR\x0fencryptionParam\x12%\n" +
 	"\x0eschema_version\x18\x10 \x01(\fR\rschemaVersion\x12@\n" +
 	"\x19partition_key_b64_encoded\x18\x11 \x01(\b:\x05falseR\x16partitionKeyB64Encoded\x12!\n" +
 	"\fordering_key\x18\x12 \x01(\fR\vorderingKey\x12&\n" +
@@ -4274,7 +4363,11 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x13num_chunks_from_msg\x18\x1b \x01(\x05R\x10numChunksFromMsg\x12/\n" +
 	"\x14total_chunk_msg_size\x18\x1c \x01(\x05R\x11totalChunkMsgSize\x12\x19\n" +
 	"\bchunk_id\x18\x1d \x01(\x05R\achunkId\x123\n" +
-	"\x12null_partition_key\x18\x1e \x01(\b:\x05falseR\x10nullPartitionKey\"\xcf\x03\n" +
+	"\x12null_partition_key\x18\x1e \x01(\b:\x05falseR\x10nullPartitionKey\"u\n" +
+	"\x0eEncryptionKeys\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12;\n" +
+	"\bmetadata\x18\x03 \x03(\v2\x1f.recordiobridge.pulsar.KeyValueR\bmetadata\"\xcf\x03\n" +
 	"\x15SingleMessageMetadata\x12?\n" +
 	"\n" +
 	"properties\x18\x01 \x03(\v2\x1f.recordiobridge.pulsar.KeyValueR\n" +
@@ -4685,7 +4778,7 @@ func file_pulsar_proto_rawDescGZIP() []byte {
 }
 
 var file_pulsar_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_pulsar_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_pulsar_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_pulsar_proto_goTypes = []any{
 	(CompressionType)(0),                                    // 0: recordiobridge.pulsar.CompressionType
 	(ProducerAccessMode)(0),                                 // 1: recordiobridge.pulsar.ProducerAccessMode
@@ -4703,115 +4796,118 @@ var file_pulsar_proto_goTypes = []any{
 	(*KeyValue)(nil),                                        // 13: recordiobridge.pulsar.KeyValue
 	(*KeyLongValue)(nil),                                    // 14: recordiobridge.pulsar.KeyLongValue
 	(*MessageMetadata)(nil),                                 // 15: recordiobridge.pulsar.MessageMetadata
-	(*SingleMessageMetadata)(nil),                           // 16: recordiobridge.pulsar.SingleMessageMetadata
-	(*BrokerEntryMetadata)(nil),                             // 17: recordiobridge.pulsar.BrokerEntryMetadata
-	(*FeatureFlags)(nil),                                    // 18: recordiobridge.pulsar.FeatureFlags
-	(*CommandConnect)(nil),                                  // 19: recordiobridge.pulsar.CommandConnect
-	(*CommandConnected)(nil),                                // 20: recordiobridge.pulsar.CommandConnected
-	(*AuthData)(nil),                                        // 21: recordiobridge.pulsar.AuthData
-	(*CommandAuthChallenge)(nil),                            // 22: recordiobridge.pulsar.CommandAuthChallenge
-	(*CommandAuthResponse)(nil),                             // 23: recordiobridge.pulsar.CommandAuthResponse
-	(*IntRange)(nil),                                        // 24: recordiobridge.pulsar.IntRange
-	(*KeySharedMeta)(nil),                                   // 25: recordiobridge.pulsar.KeySharedMeta
-	(*CommandSubscribe)(nil),                                // 26: recordiobridge.pulsar.CommandSubscribe
-	(*CommandPartitionedTopicMetadata)(nil),                 // 27: recordiobridge.pulsar.CommandPartitionedTopicMetadata
-	(*CommandPartitionedTopicMetadataResponse)(nil),         // 28: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
-	(*CommandLookupTopic)(nil),                              // 29: recordiobridge.pulsar.CommandLookupTopic
-	(*CommandLookupTopicResponse)(nil),                      // 30: recordiobridge.pulsar.CommandLookupTopicResponse
-	(*CommandProducer)(nil),                                 // 31: recordiobridge.pulsar.CommandProducer
-	(*CommandSend)(nil),                                     // 32: recordiobridge.pulsar.CommandSend
-	(*CommandSendReceipt)(nil),                              // 33: recordiobridge.pulsar.CommandSendReceipt
-	(*CommandSendError)(nil),                                // 34: recordiobridge.pulsar.CommandSendError
-	(*CommandMessage)(nil),                                  // 35: recordiobridge.pulsar.CommandMessage
-	(*CommandAck)(nil),                                      // 36: recordiobridge.pulsar.CommandAck
-	(*CommandAckResponse)(nil),                              // 37: recordiobridge.pulsar.CommandAckResponse
-	(*CommandActiveConsumerChange)(nil),                     // 38: recordiobridge.pulsar.CommandActiveConsumerChange
-	(*CommandFlow)(nil),                                     // 39: recordiobridge.pulsar.CommandFlow
-	(*CommandUnsubscribe)(nil),                              // 40: recordiobridge.pulsar.CommandUnsubscribe
-	(*CommandSeek)(nil),                                     // 41: recordiobridge.pulsar.CommandSeek
-	(*CommandReachedEndOfTopic)(nil),                        // 42: recordiobridge.pulsar.CommandReachedEndOfTopic
-	(*CommandTopicMigrated)(nil),                            // 43: recordiobridge.pulsar.CommandTopicMigrated
-	(*CommandCloseProducer)(nil),                            // 44: recordiobridge.pulsar.CommandCloseProducer
-	(*CommandCloseConsumer)(nil),                            // 45: recordiobridge.pulsar.CommandCloseConsumer
-	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 46: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
-	(*CommandSuccess)(nil),                                  // 47: recordiobridge.pulsar.CommandSuccess
-	(*CommandProducerSuccess)(nil),                          // 48: recordiobridge.pulsar.CommandProducerSuccess
-	(*CommandError)(nil),                                    // 49: recordiobridge.pulsar.CommandError
-	(*CommandPing)(nil),                                     // 50: recordiobridge.pulsar.CommandPing
-	(*CommandPong)(nil),                                     // 51: recordiobridge.pulsar.CommandPong
-	(*BaseCommand)(nil),                                     // 52: recordiobridge.pulsar.BaseCommand
+	(*EncryptionKeys)(nil),                                  // 16: recordiobridge.pulsar.EncryptionKeys
+	(*SingleMessageMetadata)(nil),                           // 17: recordiobridge.pulsar.SingleMessageMetadata
+	(*BrokerEntryMetadata)(nil),                             // 18: recordiobridge.pulsar.BrokerEntryMetadata
+	(*FeatureFlags)(nil),                                    // 19: recordiobridge.pulsar.FeatureFlags
+	(*CommandConnect)(nil),                                  // 20: recordiobridge.pulsar.CommandConnect
+	(*CommandConnected)(nil),                                // 21: recordiobridge.pulsar.CommandConnected
+	(*AuthData)(nil),                                        // 22: recordiobridge.pulsar.AuthData
+	(*CommandAuthChallenge)(nil),                            // 23: recordiobridge.pulsar.CommandAuthChallenge
+	(*CommandAuthResponse)(nil),                             // 24: recordiobridge.pulsar.CommandAuthResponse
+	(*IntRange)(nil),                                        // 25: recordiobridge.pulsar.IntRange
+	(*KeySharedMeta)(nil),                                   // 26: recordiobridge.pulsar.KeySharedMeta
+	(*CommandSubscribe)(nil),                                // 27: recordiobridge.pulsar.CommandSubscribe
+	(*CommandPartitionedTopicMetadata)(nil),                 // 28: recordiobridge.pulsar.CommandPartitionedTopicMetadata
+	(*CommandPartitionedTopicMetadataResponse)(nil),         // 29: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
+	(*CommandLookupTopic)(nil),                              // 30: recordiobridge.pulsar.CommandLookupTopic
+	(*CommandLookupTopicResponse)(nil),                      // 31: recordiobridge.pulsar.CommandLookupTopicResponse
+	(*CommandProducer)(nil),                                 // 32: recordiobridge.pulsar.CommandProducer
+	(*CommandSend)(nil),                                     // 33: recordiobridge.pulsar.CommandSend
+	(*CommandSendReceipt)(nil),                              // 34: recordiobridge.pulsar.CommandSendReceipt
+	(*CommandSendError)(nil),                                // 35: recordiobridge.pulsar.CommandSendError
+	(*CommandMessage)(nil),                                  // 36: recordiobridge.pulsar.CommandMessage
+	(*CommandAck)(nil),                                      // 37: recordiobridge.pulsar.CommandAck
+	(*CommandAckResponse)(nil),                              // 38: recordiobridge.pulsar.CommandAckResponse
+	(*CommandActiveConsumerChange)(nil),                     // 39: recordiobridge.pulsar.CommandActiveConsumerChange
+	(*CommandFlow)(nil),                                     // 40: recordiobridge.pulsar.CommandFlow
+	(*CommandUnsubscribe)(nil),                              // 41: recordiobridge.pulsar.CommandUnsubscribe
+	(*CommandSeek)(nil),                                     // 42: recordiobridge.pulsar.CommandSeek
+	(*CommandReachedEndOfTopic)(nil),                        // 43: recordiobridge.pulsar.CommandReachedEndOfTopic
+	(*CommandTopicMigrated)(nil),                            // 44: recordiobridge.pulsar.CommandTopicMigrated
+	(*CommandCloseProducer)(nil),                            // 45: recordiobridge.pulsar.CommandCloseProducer
+	(*CommandCloseConsumer)(nil),                            // 46: recordiobridge.pulsar.CommandCloseConsumer
+	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 47: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
+	(*CommandSuccess)(nil),                                  // 48: recordiobridge.pulsar.CommandSuccess
+	(*CommandProducerSuccess)(nil),                          // 49: recordiobridge.pulsar.CommandProducerSuccess
+	(*CommandError)(nil),                                    // 50: recordiobridge.pulsar.CommandError
+	(*CommandPing)(nil),                                     // 51: recordiobridge.pulsar.CommandPing
+	(*CommandPong)(nil),                                     // 52: recordiobridge.pulsar.CommandPong
+	(*BaseCommand)(nil),                                     // 53: recordiobridge.pulsar.BaseCommand
 }
 var file_pulsar_proto_depIdxs = []int32{
 	12, // 0: recordiobridge.pulsar.MessageIdData.first_chunk_message_id:type_name -> recordiobridge.pulsar.MessageIdData
 	13, // 1: recordiobridge.pulsar.MessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
 	0,  // 2: recordiobridge.pulsar.MessageMetadata.compression:type_name -> recordiobridge.pulsar.CompressionType
-	13, // 3: recordiobridge.pulsar.SingleMessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
-	18, // 4: recordiobridge.pulsar.CommandConnect.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
-	18, // 5: recordiobridge.pulsar.CommandConnected.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
-	21, // 6: recordiobridge.pulsar.CommandAuthChallenge.challenge:type_name -> recordiobridge.pulsar.AuthData
-	21, // 7: recordiobridge.pulsar.CommandAuthResponse.response:type_name -> recordiobridge.pulsar.AuthData
-	3,  // 8: recordiobridge.pulsar.KeySharedMeta.keySharedMode:type_name -> recordiobridge.pulsar.KeySharedMode
-	24, // 9: recordiobridge.pulsar.KeySharedMeta.hashRanges:type_name -> recordiobridge.pulsar.IntRange
-	4,  // 10: recordiobridge.pulsar.CommandSubscribe.subType:type_name -> recordiobridge.pulsar.CommandSubscribe.SubType
-	12, // 11: recordiobridge.pulsar.CommandSubscribe.start_message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	13, // 12: recordiobridge.pulsar.CommandSubscribe.metadata:type_name -> recordiobridge.pulsar.KeyValue
-	5,  // 13: recordiobridge.pulsar.CommandSubscribe.initialPosition:type_name -> recordiobridge.pulsar.CommandSubscribe.InitialPosition
-	25, // 14: recordiobridge.pulsar.CommandSubscribe.keySharedMeta:type_name -> recordiobridge.pulsar.KeySharedMeta
-	13, // 15: recordiobridge.pulsar.CommandSubscribe.subscription_properties:type_name -> recordiobridge.pulsar.KeyValue
-	6,  // 16: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.response:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
-	2,  // 17: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.error:type_name -> recordiobridge.pulsar.ServerError
-	7,  // 18: recordiobridge.pulsar.CommandLookupTopicResponse.response:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse.LookupType
-	2,  // 19: recordiobridge.pulsar.CommandLookupTopicResponse.error:type_name -> recordiobridge.pulsar.ServerError
-	13, // 20: recordiobridge.pulsar.CommandProducer.metadata:type_name -> recordiobridge.pulsar.KeyValue
-	1,  // 21: recordiobridge.pulsar.CommandProducer.producer_access_mode:type_name -> recordiobridge.pulsar.ProducerAccessMode
-	12, // 22: recordiobridge.pulsar.CommandSendReceipt.message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	2,  // 23: recordiobridge.pulsar.CommandSendError.error:type_name -> recordiobridge.pulsar.ServerError
-	12, // 24: recordiobridge.pulsar.CommandMessage.message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	8,  // 25: recordiobridge.pulsar.CommandAck.ack_type:type_name -> recordiobridge.pulsar.CommandAck.AckType
-	12, // 26: recordiobridge.pulsar.CommandAck.message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	9,  // 27: recordiobridge.pulsar.CommandAck.validation_error:type_name -> recordiobridge.pulsar.CommandAck.ValidationError
-	14, // 28: recordiobridge.pulsar.CommandAck.properties:type_name -> recordiobridge.pulsar.KeyLongValue
-	2,  // 29: recordiobridge.pulsar.CommandAckResponse.error:type_name -> recordiobridge.pulsar.ServerError
-	12, // 30: recordiobridge.pulsar.CommandSeek.message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	10, // 31: recordiobridge.pulsar.CommandTopicMigrated.resource_type:type_name -> recordiobridge.pulsar.CommandTopicMigrated.ResourceType
-	12, // 32: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> recordiobridge.pulsar.MessageIdData
-	2,  // 33: recordiobridge.pulsar.CommandError.error:type_name -> recordiobridge.pulsar.ServerError
-	11, // 34: recordiobridge.pulsar.BaseCommand.type:type_name -> recordiobridge.pulsar.BaseCommand.Type
-	19, // 35: recordiobridge.pulsar.BaseCommand.connect:type_name -> recordiobridge.pulsar.CommandConnect
-	20, // 36: recordiobridge.pulsar.BaseCommand.connected:type_name -> recordiobridge.pulsar.CommandConnected
-	26, // 37: recordiobridge.pulsar.BaseCommand.subscribe:type_name -> recordiobridge.pulsar.CommandSubscribe
-	31, // 38: recordiobridge.pulsar.BaseCommand.producer:type_name -> recordiobridge.pulsar.CommandProducer
-	32, // 39: recordiobridge.pulsar.BaseCommand.send:type_name -> recordiobridge.pulsar.CommandSend
-	33, // 40: recordiobridge.pulsar.BaseCommand.send_receipt:type_name -> recordiobridge.pulsar.CommandSendReceipt
-	34, // 41: recordiobridge.pulsar.BaseCommand.send_error:type_name -> recordiobridge.pulsar.CommandSendError
-	35, // 42: recordiobridge.pulsar.BaseCommand.message:type_name -> recordiobridge.pulsar.CommandMessage
-	36, // 43: recordiobridge.pulsar.BaseCommand.ack:type_name -> recordiobridge.pulsar.CommandAck
-	39, // 44: recordiobridge.pulsar.BaseCommand.flow:type_name -> recordiobridge.pulsar.CommandFlow
-	40, // 45: recordiobridge.pulsar.BaseCommand.unsubscribe:type_name -> recordiobridge.pulsar.CommandUnsubscribe
-	47, // 46: recordiobridge.pulsar.BaseCommand.success:type_name -> recordiobridge.pulsar.CommandSuccess
-	49, // 47: recordiobridge.pulsar.BaseCommand.error:type_name -> recordiobridge.pulsar.CommandError
-	44, // 48: recordiobridge.pulsar.BaseCommand.close_producer:type_name -> recordiobridge.pulsar.CommandCloseProducer
-	45, // 49: recordiobridge.pulsar.BaseCommand.close_consumer:type_name -> recordiobridge.pulsar.CommandCloseConsumer
-	48, // 50: recordiobridge.pulsar.BaseCommand.producer_success:type_name -> recordiobridge.pulsar.CommandProducerSuccess
-	50, // 51: recordiobridge.pulsar.BaseCommand.ping:type_name -> recordiobridge.pulsar.CommandPing
-	51, // 52: recordiobridge.pulsar.BaseCommand.pong:type_name -> recordiobridge.pulsar.CommandPong
-	46, // 53: recordiobridge.pulsar.BaseCommand.redeliverUnacknowledgedMessages:type_name -> recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
-	27, // 54: recordiobridge.pulsar.BaseCommand.partitionMetadata:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadata
-	28, // 55: recordiobridge.pulsar.BaseCommand.partitionMetadataResponse:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
-	29, // 56: recordiobridge.pulsar.BaseCommand.lookupTopic:type_name -> recordiobridge.pulsar.CommandLookupTopic
-	30, // 57: recordiobridge.pulsar.BaseCommand.lookupTopicResponse:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse
-	42, // 58: recordiobridge.pulsar.BaseCommand.reachedEndOfTopic:type_name -> recordiobridge.pulsar.CommandReachedEndOfTopic
-	41, // 59: recordiobridge.pulsar.BaseCommand.seek:type_name -> recordiobridge.pulsar.CommandSeek
-	38, // 60: recordiobridge.pulsar.BaseCommand.active_consumer_change:type_name -> recordiobridge.pulsar.CommandActiveConsumerChange
-	22, // 61: recordiobridge.pulsar.BaseCommand.authChallenge:type_name -> recordiobridge.pulsar.CommandAuthChallenge
-	23, // 62: recordiobridge.pulsar.BaseCommand.authResponse:type_name -> recordiobridge.pulsar.CommandAuthResponse
-	37, // 63: recordiobridge.pulsar.BaseCommand.ackResponse:type_name -> recordiobridge.pulsar.CommandAckResponse
-	43, // 64: recordiobridge.pulsar.BaseCommand.topicMigrated:type_name -> recordiobridge.pulsar.CommandTopicMigrated
-	65, // [65:65] is the sub-list for method output_type
-	65, // [65:65] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	16, // 3: recordiobridge.pulsar.MessageMetadata.encryption_keys:type_name -> recordiobridge.pulsar.EncryptionKeys
+	13, // 4: recordiobridge.pulsar.EncryptionKeys.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	13, // 5: recordiobridge.pulsar.SingleMessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
+	19, // 6: recordiobridge.pulsar.CommandConnect.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
+	19, // 7: recordiobridge.pulsar.CommandConnected.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
+	22, // 8: recordiobridge.pulsar.CommandAuthChallenge.challenge:type_name -> recordiobridge.pulsar.AuthData
+	22, // 9: recordiobridge.pulsar.CommandAuthResponse.response:type_name -> recordiobridge.pulsar.AuthData
+	3,  // 10: recordiobridge.pulsar.KeySharedMeta.keySharedMode:type_name -> recordiobridge.pulsar.KeySharedMode
+	25, // 11: recordiobridge.pulsar.KeySharedMeta.hashRanges:type_name -> recordiobridge.pulsar.IntRange
+	4,  // 12: recordiobridge.pulsar.CommandSubscribe.subType:type_name -> recordiobridge.pulsar.CommandSubscribe.SubType
+	12, // 13: recordiobridge.pulsar.CommandSubscribe.start_message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	13, // 14: recordiobridge.pulsar.CommandSubscribe.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	5,  // 15: recordiobridge.pulsar.CommandSubscribe.initialPosition:type_name -> recordiobridge.pulsar.CommandSubscribe.InitialPosition
+	26, // 16: recordiobridge.pulsar.CommandSubscribe.keySharedMeta:type_name -> recordiobridge.pulsar.KeySharedMeta
+	13, // 17: recordiobridge.pulsar.CommandSubscribe.subscription_properties:type_name -> recordiobridge.pulsar.KeyValue
+	6,  // 18: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.response:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
+	2,  // 19: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.error:type_name -> recordiobridge.pulsar.ServerError
+	7,  // 20: recordiobridge.pulsar.CommandLookupTopicResponse.response:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse.LookupType
+	2,  // 21: recordiobridge.pulsar.CommandLookupTopicResponse.error:type_name -> recordiobridge.pulsar.ServerError
+	13, // 22: recordiobridge.pulsar.CommandProducer.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	1,  // 23: recordiobridge.pulsar.CommandProducer.producer_access_mode:type_name -> recordiobridge.pulsar.ProducerAccessMode
+	12, // 24: recordiobridge.pulsar.CommandSendReceipt.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	2,  // 25: recordiobridge.pulsar.CommandSendError.error:type_name -> recordiobridge.pulsar.ServerError
+	12, // 26: recordiobridge.pulsar.CommandMessage.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	8,  // 27: recordiobridge.pulsar.CommandAck.ack_type:type_name -> recordiobridge.pulsar.CommandAck.AckType
+	12, // 28: recordiobridge.pulsar.CommandAck.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	9,  // 29: recordiobridge.pulsar.CommandAck.validation_error:type_name -> recordiobridge.pulsar.CommandAck.ValidationError
+	14, // 30: recordiobridge.pulsar.CommandAck.properties:type_name -> recordiobridge.pulsar.KeyLongValue
+	2,  // 31: recordiobridge.pulsar.CommandAckResponse.error:type_name -> recordiobridge.pulsar.ServerError
+	12, // 32: recordiobridge.pulsar.CommandSeek.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	10, // 33: recordiobridge.pulsar.CommandTopicMigrated.resource_type:type_name -> recordiobridge.pulsar.CommandTopicMigrated.ResourceType
+	12, // 34: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> recordiobridge.pulsar.MessageIdData
+	2,  // 35: recordiobridge.pulsar.CommandError.error:type_name -> recordiobridge.pulsar.ServerError
+	11, // 36: recordiobridge.pulsar.BaseCommand.type:type_name -> recordiobridge.pulsar.BaseCommand.Type
+	20, // 37: recordiobridge.pulsar.BaseCommand.connect:type_name -> recordiobridge.pulsar.CommandConnect
+	21, // 38: recordiobridge.pulsar.BaseCommand.connected:type_name -> recordiobridge.pulsar.CommandConnected
+	27, // 39: recordiobridge.pulsar.BaseCommand.subscribe:type_name -> recordiobridge.pulsar.CommandSubscribe
+	32, // 40: recordiobridge.pulsar.BaseCommand.producer:type_name -> recordiobridge.pulsar.CommandProducer
+	33, // 41: recordiobridge.pulsar.BaseCommand.send:type_name -> recordiobridge.pulsar.CommandSend
+	34, // 42: recordiobridge.pulsar.BaseCommand.send_receipt:type_name -> recordiobridge.pulsar.CommandSendReceipt
+	35, // 43: recordiobridge.pulsar.BaseCommand.send_error:type_name -> recordiobridge.pulsar.CommandSendError
+	36, // 44: recordiobridge.pulsar.BaseCommand.message:type_name -> recordiobridge.pulsar.CommandMessage
+	37, // 45: recordiobridge.pulsar.BaseCommand.ack:type_name -> recordiobridge.pulsar.CommandAck
+	40, // 46: recordiobridge.pulsar.BaseCommand.flow:type_name -> recordiobridge.pulsar.CommandFlow
+	41, // 47: recordiobridge.pulsar.BaseCommand.unsubscribe:type_name -> recordiobridge.pulsar.CommandUnsubscribe
+	48, // 48: recordiobridge.pulsar.BaseCommand.success:type_name -> recordiobridge.pulsar.CommandSuccess
+	50, // 49: recordiobridge.pulsar.BaseCommand.error:type_name -> recordiobridge.pulsar.CommandError
+	45, // 50: recordiobridge.pulsar.BaseCommand.close_producer:type_name -> recordiobridge.pulsar.CommandCloseProducer
+	46, // 51: recordiobridge.pulsar.BaseCommand.close_consumer:type_name -> recordiobridge.pulsar.CommandCloseConsumer
+	49, // 52: recordiobridge.pulsar.BaseCommand.producer_success:type_name -> recordiobridge.pulsar.CommandProducerSuccess
+	51, // 53: recordiobridge.pulsar.BaseCommand.ping:type_name -> recordiobridge.pulsar.CommandPing
+	52, // 54: recordiobridge.pulsar.BaseCommand.pong:type_name -> recordiobridge.pulsar.CommandPong
+	47, // 55: recordiobridge.pulsar.BaseCommand.redeliverUnacknowledgedMessages:type_name -> recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
+	28, // 56: recordiobridge.pulsar.BaseCommand.partitionMetadata:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadata
+	29, // 57: recordiobridge.pulsar.BaseCommand.partitionMetadataResponse:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
+	30, // 58: recordiobridge.pulsar.BaseCommand.lookupTopic:type_name -> recordiobridge.pulsar.CommandLookupTopic
+	31, // 59: recordiobridge.pulsar.BaseCommand.lookupTopicResponse:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse
+	43, // 60: recordiobridge.pulsar.BaseCommand.reachedEndOfTopic:type_name -> recordiobridge.pulsar.CommandReachedEndOfTopic
+	42, // 61: recordiobridge.pulsar.BaseCommand.seek:type_name -> recordiobridge.pulsar.CommandSeek
+	39, // 62: recordiobridge.pulsar.BaseCommand.active_consumer_change:type_name -> recordiobridge.pulsar.CommandActiveConsumerChange
+	23, // 63: recordiobridge.pulsar.BaseCommand.authChallenge:type_name -> recordiobridge.pulsar.CommandAuthChallenge
+	24, // 64: recordiobridge.pulsar.BaseCommand.authResponse:type_name -> recordiobridge.pulsar.CommandAuthResponse
+	38, // 65: recordiobridge.pulsar.BaseCommand.ackResponse:type_name -> recordiobridge.pulsar.CommandAckResponse
+	44, // 66: recordiobridge.pulsar.BaseCommand.topicMigrated:type_name -> recordiobridge.pulsar.CommandTopicMigrated
+	67, // [67:67] is the sub-list for method output_type
+	67, // [67:67] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_pulsar_proto_init() }
@@ -4825,7 +4921,7 @@ func file_pulsar_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulsar_proto_rawDesc), len(file_pulsar_proto_rawDesc)),
 			NumEnums:      12,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
