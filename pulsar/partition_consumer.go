@@ -89,7 +89,8 @@ func (t *batchTracker) handBack(indexes []int32, now time.Time) {
 // deliver filters the entry's messages as it comes (again): an index acknowledged here
 // (or by the broker's ack_set, ANDed in first) is not delivered, nor after a hand-back
 // one that was not handed back (the application holds it). It reports whether index i
-// is delivered, and its redelivery count given the broker's count for the entry.
+// is delivered, and its redelivery count: once the entry was handed back, the count of
+// its own hand-backs on top of the broker's when it first came; else the broker's.
 func (t *batchTracker) deliver(i int, handedBack bool, count uint32) (bool, uint32) {
 	if !t.outstanding(i) {
 		return false, 0
@@ -100,7 +101,9 @@ func (t *batchTracker) deliver(i int, handedBack bool, count uint32) (bool, uint
 		}
 	}
 	if t.again != nil {
-		count = min(count, t.base+t.again[i])
+		// The broker's count is the entry's: every hand-back raises it for all its
+		// messages, and an acknowledgement of any of them resets it.
+		count = t.base + t.again[i]
 	}
 	return true, count
 }
