@@ -187,6 +187,10 @@ type Message struct {
 	ProducerName    string
 	PublishTime     time.Time
 	EventTime       time.Time // zero when the producer set none
+	// RedeliveryCount is the broker's count of the message's entry; for a message of a
+	// batch this consumer handed back (a nack on a Shared or Key_Shared subscription),
+	// the count of its own hand-backs on top of that (the broker counts whole entries,
+	// and forgets an entry's count when any message of it is acknowledged).
 	RedeliveryCount uint32
 
 	payload []byte
