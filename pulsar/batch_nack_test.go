@@ -242,3 +242,23 @@ func TestRedeliverAllSendsGroupedAcksFirst(t *testing.T) {
 		t.Fatalf("%d ACK frames, want 1", n)
 	}
 }
+
+// TestRedeliverAllAfterABatchWasHandedBackDeliversItWhole: a batch whose first message
+// was nacked goes back for that message only, its other messages still queued here;
+// RedeliverUnacknowledged then drops the queue and asks everything back, so all of the
+// batch must come again, not only the nacked message (the queued ones would be lost to
+// this consumer until it reconnects).
+func TestRedeliverAllAfterABatchWasHandedBackDeliversItWhole(t *testing.T) {
+	b := fakeBroker(t)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{Type: pulsar.Shared, BatchIndexAck: true,
+		NackRedeliveryDelay: 10 * time.Millisecond, AckGroupTime: 5 * time.Millisecond})
+	b.Deliver(faultTopic, batchAt(1, 0, nil, "a", "b", "c"))
+	cons.Nack(receiveN(t, cons, 1)[0])
+	awaitRedelivers(t, b, 1)
+	cons.RedeliverUnacknowledged()
+	awaitRedelivers(t, b, 2)
+	b.Deliver(faultTopic, batchAt(1, 1, nil, "a", "b", "c"))
+	if got := payloads(receiveN(t, cons, 3)); !equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("after redelivering everything: %q, want the whole batch", got)
+	}
+}

@@ -680,7 +680,7 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		p.mu.Unlock()
 		p.c.enqueue([]*Message{&m})
 	default:
-		msgs := p.unbatchLocked(mid, &e, cmd.GetAckSet(), base)
+		msgs, filtered := p.unbatchLocked(mid, &e, cmd.GetAckSet(), base)
 		held := 0
 		for _, m := range msgs {
 			m.gen = p.gen
@@ -691,6 +691,9 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		p.arrivedLocked(held, max(held/max(e.Permits, 1), 1))
 		if e.Skipped > 0 {
 			p.discardLocked(nil, id, e.Skipped, 0, false)
+		}
+		if filtered > 0 {
+			p.returnPermitsLocked(filtered)
 		}
 		p.mu.Unlock()
 		p.c.enqueue(msgs)
@@ -718,8 +721,9 @@ func setFromMetadata(m *Message, md *pb.MessageMetadata) {
 
 // unbatchLocked turns a validated batch into messages and tracks its acknowledgement.
 // An entry that comes again while its tracker is kept (see batchTracker) brings only
-// what the tracker lets through; the permits of the rest go back at once.
-func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackSet []int64, base Message) []*Message {
+// what the tracker lets through; filtered counts the rest, whose permits the caller
+// returns (once the arrival is accounted).
+func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackSet []int64, base Message) (msgs []*Message, filtered int) {
 	n := e.BatchSize
 	key := entryKey{uint64(mid.LedgerID), uint64(mid.EntryID)}
 	t := p.trackers[key]
@@ -740,8 +744,7 @@ func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackS
 		t.base = base.RedeliveryCount
 		p.trackers[key] = t
 	}
-	msgs := make([]*Message, 0, len(e.Messages))
-	filtered := 0
+	msgs = make([]*Message, 0, len(e.Messages))
 	for _, bm := range e.Messages {
 		smd := bm.Metadata
 		m := base
@@ -778,10 +781,7 @@ func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackS
 			delete(p.trackers, key) // acknowledged whole meanwhile (by the broker's ack_set)
 		}
 	}
-	if filtered > 0 {
-		p.returnPermitsLocked(filtered)
-	}
-	return msgs
+	return msgs, filtered
 }
 
 // chunkLocked adds one chunk; it returns the message when the chunk completes it.
@@ -1220,6 +1220,20 @@ func (p *partitionConsumer) redeliverAll() {
 		return
 	}
 	p.flushAcksLocked() // what was acknowledged is not redelivered
+	if p.opts.Type == Shared || p.opts.Type == KeyShared {
+		// Every entry goes back, perhaps to other consumers: all that is outstanding
+		// of each batch is delivered again if it comes here (see batchTracker).
+		now := time.Now()
+		for _, t := range p.trackers {
+			var all []int32
+			for i := range t.size {
+				if t.outstanding(i) {
+					all = append(all, int32(i))
+				}
+			}
+			t.handBack(all, now)
+		}
+	}
 	_ = p.cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES.Enum(),
 		RedeliverUnacknowledgedMessages: &pb.CommandRedeliverUnacknowledgedMessages{ConsumerId: proto.Uint64(p.id)}})
 	p.returnPermitsLocked(freed)
