@@ -55,17 +55,17 @@ func subscriptionBacklog(t testing.TB, b *broker.Broker, topic, sub string) int6
 	raw := b.MustAdmin(t, http.MethodGet, "/admin/v2/"+strings.Replace(topic, "://", "/", 1)+"/stats", nil)
 	var st struct {
 		Subscriptions map[string]struct {
-			MsgBacklog int64 `json:"msgBacklog"`
+			MsgBacklog *int64 `json:"msgBacklog"`
 		} `json:"subscriptions"`
 	}
 	if err := json.Unmarshal(raw, &st); err != nil {
 		t.Fatalf("stats of %s: %v: %s", topic, err, raw)
 	}
 	s, ok := st.Subscriptions[sub]
-	if !ok {
-		t.Fatalf("no subscription %s on %s: %s", sub, topic, raw)
+	if !ok || s.MsgBacklog == nil {
+		t.Fatalf("no subscription %s with a msgBacklog on %s: %s", sub, topic, raw)
 	}
-	return s.MsgBacklog
+	return *s.MsgBacklog
 }
 
 // TestEgressPoisonMessagesAreDeadLettered: a client nacks every message whose payload

@@ -396,6 +396,10 @@ func (c *Consumer) Nack(m *Message) { m.pc.nack(m, c.opts.NackRedeliveryDelay) }
 // NackAfter asks for m to be delivered again after delay (a negative delay is none), so
 // each message can have its own backoff. On an Exclusive or Failover subscription the
 // broker redelivers everything not acknowledged on the partition when the delay passes.
+// The broker redelivers whole entries: messages of one batch nacked go back together
+// once the longest of their delays has passed, and of the batch only those nacked are
+// delivered again on a Shared or Key_Shared subscription (on the others, every one not
+// acknowledged), never one acknowledged.
 func (c *Consumer) NackAfter(m *Message, delay time.Duration) { m.pc.nack(m, max(delay, 0)) }
 
 // RedeliverUnacknowledged asks the broker to deliver again every message not

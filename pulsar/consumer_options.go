@@ -192,7 +192,11 @@ func (o ConsumerOptions) withDefaults() (ConsumerOptions, error) {
 	return o, nil
 }
 
-// Message is one message delivered to a Consumer.
+// Message is one message delivered to a Consumer. Its RedeliveryCount is the broker's
+// count of its entry; for a message of a batch this consumer handed back (a nack on a
+// Shared or Key_Shared subscription), the count of its own hand-backs on top of the
+// broker's when the batch first came (the broker counts whole entries, and forgets an
+// entry's count when any message of it is acknowledged).
 type Message struct {
 	Topic           string // the partition's topic name
 	ID              MessageID

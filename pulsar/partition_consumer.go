@@ -21,9 +21,24 @@ type entryKey struct{ ledger, entry uint64 }
 
 // batchTracker remembers which indexes of a delivered batch are not acknowledged yet:
 // bit i set means index i is outstanding (the PIP-54 ack_set convention).
+//
+// It outlives a redelivery of its entry that the consumer asks for: the broker sends
+// the whole entry again, with an ack_set of what it knows acknowledged (nothing when its
+// batch-index acknowledgements are off), so the tracker filters what the application
+// acknowledged, and on a Shared or Key_Shared subscription what it still holds: only
+// the indexes handed back (nacked) are delivered again. It also gives each of them a
+// redelivery count of its own, where the broker keeps one per entry.
 type batchTracker struct {
 	bits []int64
 	size int
+	// back: the indexes handed back since the entry last arrived (set only on Shared
+	// and Key_Shared subscriptions, with handedBack the last time).
+	back       []int64
+	handedBack time.Time
+	// base is the broker's redelivery count when the entry first arrived here; again[i]
+	// how many times index i was handed back since.
+	base  uint32
+	again []uint32
 }
 
 func newBatchTracker(size int, ackSet []int64) *batchTracker {
@@ -44,6 +59,10 @@ func (t *batchTracker) clear(i int) {
 	}
 }
 
+func (t *batchTracker) outstanding(i int) bool {
+	return i >= 0 && i < t.size && t.bits[i/64]&(1<<(i%64)) != 0
+}
+
 func (t *batchTracker) done() bool {
 	for _, w := range t.bits {
 		if w != 0 {
@@ -51,6 +70,65 @@ func (t *batchTracker) done() bool {
 		}
 	}
 	return true
+}
+
+// handBack records that indexes (nacked) go back to the broker with their entry.
+func (t *batchTracker) handBack(indexes []int32, now time.Time) {
+	if t.back == nil {
+		t.back, t.again = make([]int64, len(t.bits)), make([]uint32, t.size)
+	}
+	for _, i := range indexes {
+		if i >= 0 && int(i) < t.size {
+			t.back[i/64] |= 1 << (i % 64)
+			t.again[i]++
+		}
+	}
+	t.handedBack = now
+}
+
+// deliver filters the entry's messages as it comes (again): an index acknowledged here
+// (or by the broker's ack_set, ANDed in first) is not delivered, nor after a hand-back
+// one that was not handed back (the application holds it). It reports whether index i
+// is delivered, and its redelivery count: once the entry was handed back, the count of
+// its own hand-backs on top of the broker's when it first came; else the broker's.
+func (t *batchTracker) deliver(i int, handedBack bool, count uint32) (bool, uint32) {
+	if !t.outstanding(i) {
+		return false, 0
+	}
+	if handedBack {
+		if t.back[i/64]&(1<<(i%64)) == 0 {
+			return false, 0
+		}
+	}
+	if t.again != nil {
+		// The broker's count is the entry's: every hand-back raises it for all its
+		// messages, and an acknowledgement of any of them resets it.
+		count = t.base + t.again[i]
+	}
+	return true, count
+}
+
+// handBackExpiry is how long a tracker handed back waits for its entry to come again: on
+// a Shared subscription it may go to another consumer, and this one would keep it for
+// ever. Forgotten, it only lets a later arrival deliver what the application holds or
+// acknowledged without the broker's knowing (a duplicate, never a loss).
+var handBackExpiry = 10 * time.Minute
+
+// batchIndex is the index to track m by in its entry's nacks: its batch index, or -1
+// when it is its entry's only message.
+func batchIndex(id MessageID) int32 {
+	if id.BatchSize <= 1 || id.BatchIndex < 0 {
+		return -1
+	}
+	return id.BatchIndex
+}
+
+// pendingNack is an entry some of whose messages were negatively acknowledged: it is
+// asked back once the latest of their delays has passed (the broker redelivers whole
+// entries, and none of them may come back before its own delay).
+type pendingNack struct {
+	due     time.Time
+	indexes []int32 // batch indexes, or -1 for an entry's only message
 }
 
 type chunkCtx struct {
@@ -105,7 +183,8 @@ type partitionConsumer struct {
 	midChunk         bool // the last entry that landed was a non-final chunk
 	trackers         map[entryKey]*batchTracker
 	acks             map[entryKey]*pb.MessageIdData // grouped individual acks
-	nacks            map[entryKey]time.Time
+	nacks            map[entryKey]*pendingNack
+	expiredAt        time.Time // the last look for trackers handed back long ago
 	ended            bool
 	closing          bool
 	reconnects       int
@@ -130,7 +209,7 @@ func newPartitionConsumer(c *Consumer, topic string, partition int32) *partition
 		chunks:      map[string]*chunkCtx{},
 		trackers:    map[entryKey]*batchTracker{},
 		acks:        map[entryKey]*pb.MessageIdData{},
-		nacks:       map[entryKey]time.Time{},
+		nacks:       map[entryKey]*pendingNack{},
 		reconnectCh: make(chan struct{}, 1),
 		done:        make(chan struct{}),
 	}
@@ -256,6 +335,9 @@ func (p *partitionConsumer) connect(ctx context.Context, first bool) error {
 	p.progressed = false
 	p.permitsTaken = 0
 	p.gen++
+	// What was acknowledged while the registration was lost goes first, so the broker
+	// does not redeliver it on the permits below.
+	p.flushAcksLocked()
 	// A fresh subscription: the whole window is open again (in bytes: as much of it as
 	// the byte bound and the limiter allow; the queue of the last one was emptied on its
 	// loss, and the permits in flight there are void).
@@ -266,7 +348,6 @@ func (p *partitionConsumer) connect(ctx context.Context, first bool) error {
 	} else {
 		p.flowLocked(p.opts.ReceiverQueueSize)
 	}
-	p.flushAcksLocked()
 	return nil
 }
 
@@ -647,7 +728,7 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		p.mu.Unlock()
 		p.c.enqueue([]*Message{&m})
 	default:
-		msgs := p.unbatchLocked(mid, &e, cmd.GetAckSet(), base)
+		msgs, filtered := p.unbatchLocked(mid, &e, cmd.GetAckSet(), base)
 		held := 0
 		for _, m := range msgs {
 			m.gen = p.gen
@@ -658,6 +739,9 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		p.arrivedLocked(held, max(held/max(e.Permits, 1), 1))
 		if e.Skipped > 0 {
 			p.discardLocked(nil, id, e.Skipped, 0, false)
+		}
+		if filtered > 0 {
+			p.returnPermitsLocked(filtered)
 		}
 		p.mu.Unlock()
 		p.c.enqueue(msgs)
@@ -706,12 +790,42 @@ func setFromMetadata(m *Message, md *pb.MessageMetadata) {
 }
 
 // unbatchLocked turns a validated batch into messages and tracks its acknowledgement.
-func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackSet []int64, base Message) []*Message {
+// An entry that comes again while its tracker is kept (see batchTracker) brings only
+// what the tracker lets through; filtered counts the rest, whose permits the caller
+// returns (once the arrival is accounted).
+func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackSet []int64, base Message) (msgs []*Message, filtered int) {
 	n := e.BatchSize
-	msgs := make([]*Message, 0, len(e.Messages))
+	key := entryKey{uint64(mid.LedgerID), uint64(mid.EntryID)}
+	t := p.trackers[key]
+	handedBack := false
+	if t != nil {
+		if len(ackSet) > 0 {
+			for i := range t.bits {
+				if i < len(ackSet) {
+					t.bits[i] &= ackSet[i]
+				} else {
+					t.bits[i] = 0
+				}
+			}
+		}
+		handedBack = !t.handedBack.IsZero()
+	} else if n > 1 {
+		t = newBatchTracker(n, ackSet)
+		t.base = base.RedeliveryCount
+		p.trackers[key] = t
+	}
+	msgs = make([]*Message, 0, len(e.Messages))
 	for _, bm := range e.Messages {
 		smd := bm.Metadata
 		m := base
+		if t != nil {
+			ok, count := t.deliver(bm.Index, handedBack, base.RedeliveryCount)
+			if !ok {
+				filtered++
+				continue
+			}
+			m.RedeliveryCount = count
+		}
 		m.ID = mid
 		m.ID.BatchIndex, m.ID.BatchSize = int32(bm.Index), int32(n)
 		m.Key = smd.GetPartitionKey()
@@ -728,11 +842,16 @@ func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackS
 		m.payload, m.size, m.permits = bm.Payload, len(bm.Payload), 1
 		msgs = append(msgs, &m)
 	}
-	key := entryKey{uint64(mid.LedgerID), uint64(mid.EntryID)}
-	if _, ok := p.trackers[key]; !ok && n > 1 {
-		p.trackers[key] = newBatchTracker(n, ackSet)
+	if t != nil {
+		if handedBack {
+			clear(t.back)
+			t.handedBack = time.Time{}
+		}
+		if t.done() {
+			delete(p.trackers, key) // acknowledged whole meanwhile (by the broker's ack_set)
+		}
 	}
-	return msgs
+	return msgs, filtered
 }
 
 // chunkLocked adds one chunk; it returns the message when the chunk completes it.
@@ -933,8 +1052,8 @@ func (p *partitionConsumer) ackIDsLocked(m *Message) []*pb.MessageIdData {
 	t := p.trackers[key]
 	if t == nil {
 		// The entry was handed back to the broker since this message was delivered (a
-		// reconnect, a redelivery on a shared subscription): it comes again, perhaps to
-		// another consumer, so no tracker is kept for it (one would never complete).
+		// reconnect, or a redelivery on a shared subscription whose tracker expired):
+		// it comes again, perhaps to another consumer, so no tracker is kept for it.
 		// With batch-index acks this index alone is acknowledged; without, it is not.
 		if !p.opts.BatchIndexAck {
 			return nil
@@ -963,10 +1082,10 @@ func (p *partitionConsumer) ack(m *Message) error {
 	if p.closing {
 		return ErrConsumerClosed
 	}
+	p.unnackLocked(m)
 	for _, id := range p.ackIDsLocked(m) {
 		key := entryKey{id.GetLedgerId(), id.GetEntryId()}
 		p.acks[key] = id // a later, fuller ack_set of the same entry replaces the earlier one
-		delete(p.nacks, key)
 	}
 	if len(p.acks) >= p.opts.AckGroupMax {
 		p.flushAcksLocked()
@@ -993,6 +1112,7 @@ func (p *partitionConsumer) ackSync(ctx context.Context, m *Message) error {
 		p.mu.Unlock()
 		return ErrConsumerClosed
 	}
+	p.unnackLocked(m)
 	ids := p.ackIDsLocked(m)
 	for _, id := range ids {
 		delete(p.acks, entryKey{id.GetLedgerId(), id.GetEntryId()})
@@ -1056,32 +1176,88 @@ func (p *partitionConsumer) nack(m *Message, delay time.Duration) {
 		ids = m.chunkID
 	}
 	for _, id := range ids {
-		p.nacks[entryKey{uint64(id.LedgerID), uint64(id.EntryID)}] = due
+		key := entryKey{uint64(id.LedgerID), uint64(id.EntryID)}
+		n := p.nacks[key]
+		if n == nil {
+			n = &pendingNack{due: due}
+			p.nacks[key] = n
+		}
+		n.due = later(n.due, due)
+		i := batchIndex(id)
+		if !containsIndex(n.indexes, i) {
+			n.indexes = append(n.indexes, i)
+		}
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func containsIndex(s []int32, i int32) bool {
+	for _, x := range s {
+		if x == i {
+			return true
+		}
+	}
+	return false
+}
+
+// unnackLocked forgets a nack of m, acknowledged now: a nack of one of its batch-mates
+// still stands (and its entry still goes back for it).
+func (p *partitionConsumer) unnackLocked(m *Message) {
+	ids := []MessageID{m.ID}
+	if len(m.chunkID) > 0 {
+		ids = m.chunkID
+	}
+	for _, id := range ids {
+		key := entryKey{uint64(id.LedgerID), uint64(id.EntryID)}
+		n := p.nacks[key]
+		if n == nil {
+			continue
+		}
+		i := batchIndex(id)
+		kept := n.indexes[:0]
+		for _, x := range n.indexes {
+			if x != i {
+				kept = append(kept, x)
+			}
+		}
+		n.indexes = kept
+		if len(kept) == 0 {
+			delete(p.nacks, key)
+		}
 	}
 }
 
 // redeliverDueLocked asks the broker to redeliver the negatively acknowledged entries
-// whose delay has passed.
+// whose delay has passed. The acknowledgements grouped so far go first, so the ack_set
+// the broker redelivers a batch with leaves out what the application acknowledged.
 func (p *partitionConsumer) redeliverDueLocked(now time.Time) {
 	if len(p.nacks) == 0 || p.cn == nil {
 		return
 	}
 	var ids []*pb.MessageIdData
-	for k, due := range p.nacks {
-		if now.Before(due) {
+	for k, n := range p.nacks {
+		if now.Before(n.due) {
 			continue
 		}
 		delete(p.nacks, k)
+		if t := p.trackers[k]; t != nil && (p.opts.Type == Shared || p.opts.Type == KeyShared) {
+			// The entry may come back here, or go to another consumer: the tracker
+			// stays, to deliver only what was handed back, until handBackExpiry.
+			t.handBack(n.indexes, now)
+		}
 		ids = append(ids, &pb.MessageIdData{LedgerId: proto.Uint64(k.ledger), EntryId: proto.Uint64(k.entry)})
 	}
 	if len(ids) == 0 {
 		return
 	}
+	p.flushAcksLocked()
 	if p.opts.Type == Shared || p.opts.Type == KeyShared {
-		for _, id := range ids {
-			// The entry may go to another consumer: its tracker would never complete.
-			delete(p.trackers, entryKey{id.GetLedgerId(), id.GetEntryId()})
-		}
 		_ = p.cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES.Enum(),
 			RedeliverUnacknowledgedMessages: &pb.CommandRedeliverUnacknowledgedMessages{ConsumerId: proto.Uint64(p.id), MessageIds: ids}})
 		return
@@ -1092,6 +1268,20 @@ func (p *partitionConsumer) redeliverDueLocked(now time.Time) {
 	p.mu.Lock()
 }
 
+// expireHandedBackLocked forgets the trackers of entries handed back that did not come
+// again within handBackExpiry.
+func (p *partitionConsumer) expireHandedBackLocked(now time.Time) {
+	if now.Sub(p.expiredAt) < time.Second {
+		return // a look once a second is enough for an expiry in minutes
+	}
+	p.expiredAt = now
+	for k, t := range p.trackers {
+		if !t.handedBack.IsZero() && now.Sub(t.handedBack) >= handBackExpiry {
+			delete(p.trackers, k)
+		}
+	}
+}
+
 func (p *partitionConsumer) redeliverAll() {
 	freed, bytes := p.c.removeFrom(p)
 	p.mu.Lock()
@@ -1099,6 +1289,21 @@ func (p *partitionConsumer) redeliverAll() {
 	p.heldBytes = max(0, p.heldBytes-bytes)
 	if p.cn == nil {
 		return
+	}
+	p.flushAcksLocked() // what was acknowledged is not redelivered
+	if p.opts.Type == Shared || p.opts.Type == KeyShared {
+		// Every entry goes back, perhaps to other consumers: all that is outstanding
+		// of each batch is delivered again if it comes here (see batchTracker).
+		now := time.Now()
+		for _, t := range p.trackers {
+			var all []int32
+			for i := range t.size {
+				if t.outstanding(i) {
+					all = append(all, int32(i))
+				}
+			}
+			t.handBack(all, now)
+		}
 	}
 	_ = p.cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES.Enum(),
 		RedeliverUnacknowledgedMessages: &pb.CommandRedeliverUnacknowledgedMessages{ConsumerId: proto.Uint64(p.id)}})
@@ -1161,6 +1366,7 @@ func (p *partitionConsumer) run() {
 			p.mu.Lock()
 			p.flushAcksLocked()
 			p.redeliverDueLocked(now)
+			p.expireHandedBackLocked(now)
 			p.releaseIdleLocked(now)
 			p.undecodableLog.flush(p.log, now)
 			reassembling := len(p.chunkOrder) > 0

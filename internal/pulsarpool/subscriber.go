@@ -145,7 +145,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		// temporary, as it is for producers.
 		return nil, fmt.Errorf("%w: %w", egress.ErrUnavailable, err)
 	}
-	sub := &subscription{c: c, owner: s, held: map[*handle]struct{}{}}
+	sub := &subscription{c: c, owner: s, name: o.Subscription, held: map[*handle]struct{}{}}
 	s.mu.Lock()
 	s.open[sub] = struct{}{}
 	s.mu.Unlock()
@@ -155,6 +155,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 type subscription struct {
 	c     *pulsar.Consumer
 	owner *Subscriber
+	name  string // the subscription's
 
 	mu        sync.Mutex
 	held      map[*handle]struct{} // delivered, charged to the budget, not yet settled
@@ -320,10 +321,13 @@ func (s *subscription) Close() error {
 }
 
 // Property names of a dead letter's origin: Pulsar's Java client's, so the tools that
-// read its dead-letter topics read the bridge's.
+// read its dead-letter topics read the bridge's. It writes the origin id under the
+// legacy name too (PropertyOriginMessageIDLegacy, sic), for readers of older versions.
 const (
-	PropertyRealTopic       = "REAL_TOPIC"
-	PropertyOriginMessageID = "ORIGIN_MESSAGE_ID"
+	PropertyRealTopic             = "REAL_TOPIC"
+	PropertyRealSubscription      = "REAL_SUBSCRIPTION"
+	PropertyOriginMessageID       = "ORIGIN_MESSAGE_ID"
+	PropertyOriginMessageIDLegacy = "ORIGIN_MESSAGE_IDY_TIME"
 )
 
 // Property names of a dead letter the consumer could not decode: why, and how the
@@ -341,7 +345,9 @@ var errNoDeadLetters = errors.New("pulsarpool: no producer pool for dead letters
 
 // DeadLetter implements egress.DeadLetterer: the message (its payload, still held until
 // it is settled, however egress trimmed the Delivery) is published to topic with its key
-// and properties, plus its origin topic and id. The copy is charged to the budget without
+// and properties, plus its origin topic, subscription and id where it has no property of
+// that name already (as the Java client does: a message dead-lettered before keeps its
+// first origin). A message of a batch goes alone, with its own id. The copy is charged to the budget without
 // waiting for room: the message is charged already and is settled right after, and the
 // budget may be spent by this subscription's own queue, which only it would free.
 func (s *subscription) DeadLetter(ctx context.Context, d *egress.Delivery, topic string) error {
@@ -354,8 +360,13 @@ func (s *subscription) DeadLetter(ctx context.Context, d *egress.Delivery, topic
 	for k, v := range m.Properties {
 		props[k] = v
 	}
-	props[PropertyRealTopic] = m.Topic
-	props[PropertyOriginMessageID] = javaID(m.ID)
+	origin := javaID(m.ID)
+	for k, v := range map[string]string{PropertyRealTopic: m.Topic, PropertyRealSubscription: s.name,
+		PropertyOriginMessageID: origin, PropertyOriginMessageIDLegacy: origin} {
+		if _, ok := props[k]; !ok {
+			props[k] = v
+		}
+	}
 	if u := m.Undecodable; u != nil {
 		props[PropertyUndecodableReason] = u.Reason.String()
 		if st := m.Stored; st != nil {

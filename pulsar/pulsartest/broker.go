@@ -71,6 +71,7 @@ type Broker struct {
 	subs           []*subscriber
 	outgoing       map[string][]Outgoing
 	acks           []AckRecord
+	redelivers     []RedeliverRecord
 	closeAfter     map[pb.BaseCommand_Type]int              // close the connection after answering these
 	refuse         map[pb.BaseCommand_Type][]pb.ServerError // answer these with ERROR instead
 	uniqueNames    bool                                     // a producer name registered on a topic is busy until closed
@@ -680,6 +681,8 @@ func (c *serverConn) handle(f *frame.Frame) {
 		c.flow(cmd.GetFlow())
 	case pb.BaseCommand_ACK:
 		c.ack(cmd.GetAck())
+	case pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES:
+		c.redeliver(cmd.GetRedeliverUnacknowledgedMessages())
 	case pb.BaseCommand_CLOSE_CONSUMER:
 		c.closeConsumer(cmd.GetCloseConsumer())
 	}

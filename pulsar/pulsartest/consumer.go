@@ -32,6 +32,14 @@ type AckRecord struct {
 	ValidationError *pb.CommandAck_ValidationError
 }
 
+// RedeliverRecord is one REDELIVER_UNACKNOWLEDGED_MESSAGES the broker received: the
+// entries named (none: everything not acknowledged). The fake broker redelivers nothing
+// by itself; tests Deliver the entries again as a broker would.
+type RedeliverRecord struct {
+	Topic string
+	IDs   []*pb.MessageIdData
+}
+
 type subscriber struct {
 	c       *serverConn
 	id      uint64
@@ -130,6 +138,32 @@ func (c *serverConn) ack(a *pb.CommandAck) {
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_ACK_RESPONSE.Enum(), AckResponse: &pb.CommandAckResponse{
 			ConsumerId: a.ConsumerId, RequestId: a.RequestId}})
 	}
+}
+
+// Redelivers returns the redelivery requests received for topic, in order.
+func (b *Broker) Redelivers(topic string) []RedeliverRecord {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []RedeliverRecord
+	for _, r := range b.redelivers {
+		if r.Topic == topic {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (c *serverConn) redeliver(r *pb.CommandRedeliverUnacknowledgedMessages) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	topic := ""
+	for _, s := range b.subs {
+		if s.c == c && s.id == r.GetConsumerId() {
+			topic = s.topic
+		}
+	}
+	b.redelivers = append(b.redelivers, RedeliverRecord{Topic: topic, IDs: r.GetMessageIds()})
 }
 
 func (c *serverConn) closeConsumer(r *pb.CommandCloseConsumer) {
