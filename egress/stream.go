@@ -124,6 +124,9 @@ type stream struct {
 	// setAsideFails counts the failed dead-letterings of undecodable messages by id, for
 	// their backoff where the broker counts no redeliveries (exclusive, failover).
 	setAsideFails map[string]uint32
+	// asides queues what the stream dead-letters, for its dead-letter goroutine (see
+	// deadLetters); nil when the stream has no dead-letter topic.
+	asides chan *Delivery
 
 	next int64 // the position of the next record written (the loop's)
 	pace pacer // maxRate, maxByteRate (the loop's)
@@ -238,7 +241,15 @@ func newStream(s *Server, c echo.Context, ctx context.Context, def *mapping.Stre
 	return &stream{srv: s, c: c, ctx: ctx, segments: s.tr.NewSegments("GET "+def.Name, trace.SpanContextFromContext(ctx)), rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
 		recordType: recordType, limits: l, unacked: map[string]*unackedEntry{},
 		byPos: map[int64]string{}, retrying: map[string]string{}, ackWake: make(chan struct{}, 1),
-		pace: pacer{rate: def.MaxRate, byteRate: float64(def.MaxByteRate)}}
+		pace: pacer{rate: def.MaxRate, byteRate: float64(def.MaxByteRate)}, asides: asidesFor(def)}
+}
+
+// asidesFor is the dead-letter queue of a stream of def, nil when it has no dead-letter topic.
+func asidesFor(def *mapping.Stream) chan *Delivery {
+	if !def.DeadLetters() {
+		return nil
+	}
+	return make(chan *Delivery, maxQueuedDeadLetters)
 }
 
 var errWriteTimeout = errors.New("the client did not take the stream's data in time")
@@ -267,9 +278,27 @@ func (st *stream) run() int64 {
 	if err := st.flush(); err != nil {
 		return 0
 	}
+	if st.asides != nil {
+		// The dead-letter goroutine is the stream's: it ends after the ack timeouts'
+		// goroutine, which feeds it, and before the stream closes the subscription,
+		// once it has settled what was queued (dead-lettered, or sent back for
+		// redelivery when the publication fails: at once when the client or the
+		// server is gone, which cancels ctx).
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st.deadLetters(ctx, done)
+		}()
+		defer func() {
+			close(done)
+			wg.Wait()
+		}()
+	}
 	if st.opts.ack == "client" {
-		// The ack timeouts' goroutine is the stream's: it ends (its dead-lettering cut
-		// by cancel) before the stream closes the subscription it nacks on.
+		// The ack timeouts' goroutine is the stream's: it ends before the stream closes
+		// the subscription it nacks on (it never waits on a dead-letter topic itself).
 		done := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Add(1)
@@ -279,7 +308,6 @@ func (st *stream) run() int64 {
 		}()
 		defer func() {
 			close(done)
-			cancel()
 			wg.Wait()
 		}()
 	}
@@ -392,7 +420,12 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 			}
 		}
 		if d.Undecodable != nil {
-			st.setAside(ctx, d)
+			if !st.def.DeadLetters() {
+				// Not asked for (SubscribeOptions.DeliverUndecodable): the consumer's own way.
+				_ = st.sub.Ack(d)
+				continue
+			}
+			st.aside(d)
 			continue
 		}
 		if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries) >= int64(m) {
@@ -406,9 +439,7 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 			if old != nil && old.d != d {
 				st.release(old.d)
 			}
-			if !st.deadLetter(ctx, d) {
-				st.sub.Nack(d, st.def.Retry.Delay(d.Redeliveries, rand.Float64()))
-			}
+			st.aside(d)
 			continue
 		}
 		now := time.Now() // the delivery's: its pacing, its process span's start, its entry
@@ -527,8 +558,10 @@ func (st *stream) expireAcks(ctx context.Context, done <-chan struct{}) {
 			st.redelive += int64(len(expired))
 			st.mu.Unlock()
 			for _, d := range expired {
-				// A timeout is a failed attempt: the message waits its backoff.
-				st.retry(ctx, d, "ackTimeout")
+				// A timeout is a failed attempt: the message waits its backoff, or goes
+				// to the dead-letter goroutine; the sweep itself never waits on a
+				// dead-letter topic.
+				st.retry(ctx, d, "ackTimeout", false)
 			}
 			if len(expired) > 0 {
 				st.srv.log.Info("acknowledgement timeout: messages redelivered", "stream", st.def.Name, "streamId", st.id, "messages", len(expired))
@@ -543,10 +576,18 @@ func (st *stream) expireAcks(ctx context.Context, done <-chan struct{}) {
 
 // retry sends d back for redelivery after its backoff, which grows with the number of
 // times it was delivered already; a message delivered retry.maxDeliveries times goes to
-// the dead-letter topic instead. It reports whether d was dead-lettered.
-func (st *stream) retry(ctx context.Context, d *Delivery, cause string) bool {
-	if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries)+1 >= int64(m) && st.deadLetter(ctx, d) {
-		return true
+// the dead-letter topic instead: at once when wait is set (a client's /nack, whose answer
+// says what became of it), through the stream's dead-letter goroutine otherwise. It
+// reports whether d was dead-lettered (or, without wait, set aside for it).
+func (st *stream) retry(ctx context.Context, d *Delivery, cause string, wait bool) bool {
+	if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries)+1 >= int64(m) {
+		if !wait {
+			st.aside(d)
+			return true
+		}
+		if st.deadLetter(ctx, d) {
+			return true
+		}
 	}
 	if st.def.Type == "exclusive" || st.def.Type == "failover" {
 		// Only where acks may be cumulative, and where the message comes back to this
@@ -562,8 +603,9 @@ func (st *stream) retry(ctx context.Context, d *Delivery, cause string) bool {
 	return false
 }
 
-// deadLetterTimeout bounds publishing one message to a dead-letter topic.
-const deadLetterTimeout = 30 * time.Second
+// deadLetterTimeout bounds publishing one message to a dead-letter topic (a variable
+// for tests).
+var deadLetterTimeout = 30 * time.Second
 
 // deadLetter publishes d to the stream's dead-letter topic and then acknowledges it. It
 // reports false, leaving d to the caller (unacknowledged), when the publication failed.
@@ -597,31 +639,88 @@ func (st *stream) deadLetter(ctx context.Context, d *Delivery) bool {
 	return true
 }
 
-// setAside dead-letters a message its consumer could not decode (as stored), then
-// acknowledges it. When the publication fails it stays unacknowledged and comes again
-// after its backoff, the stream going on with the others meanwhile; it is never
+// maxQueuedDeadLetters bounds the messages a stream holds for its dead-letter goroutine;
+// beyond, a message goes back for redelivery after its backoff instead of waiting.
+const maxQueuedDeadLetters = 64
+
+// aside hands d to the stream's dead-letter goroutine without waiting; when its queue is
+// full d goes back for redelivery after its backoff, and comes again.
+func (st *stream) aside(d *Delivery) {
+	select {
+	case st.asides <- d:
+	default:
+		st.nackAside(d)
+	}
+}
+
+// deadLetters publishes what the stream sets aside, one message at a time, so that
+// neither the delivery loop nor the ack-timeout sweep ever waits on a dead-letter topic.
+// When a publication fails, what is queued behind it goes back for redelivery after its
+// backoff without being tried: a dead-letter topic that is down or frozen costs a
+// message at most one deadLetterTimeout of waiting, not one for each message ahead of it.
+// Once done is closed (nothing more is queued then) it settles what is left the same way
+// and returns.
+func (st *stream) deadLetters(ctx context.Context, done <-chan struct{}) {
+	for {
+		var d *Delivery
+		select {
+		case d = <-st.asides:
+		case <-done:
+			select {
+			case d = <-st.asides:
+			default:
+				return
+			}
+		}
+		if st.setAside(ctx, d) {
+			continue
+		}
+		for more := true; more; {
+			select {
+			case d := <-st.asides:
+				st.nackAside(d)
+			default:
+				more = false
+			}
+		}
+	}
+}
+
+// setAside dead-letters d (a message delivered retry.maxDeliveries times, or one its
+// consumer could not decode, as stored), then acknowledges it; it reports false when
+// the publication failed and d went back for redelivery after its backoff. d is never
 // acknowledged unpublished.
-func (st *stream) setAside(ctx context.Context, d *Delivery) {
-	if !st.def.DeadLetters() {
-		// Not asked for (SubscribeOptions.DeliverUndecodable): the consumer's own way.
-		_ = st.sub.Ack(d)
-		return
+func (st *stream) setAside(ctx context.Context, d *Delivery) bool {
+	if !st.deadLetter(ctx, d) {
+		st.nackAside(d)
+		return false
 	}
-	ok := st.deadLetter(ctx, d)
-	st.mu.Lock()
-	fails := st.setAsideFails[d.ID]
-	switch {
-	case ok:
+	if d.Undecodable != nil {
+		st.mu.Lock()
 		delete(st.setAsideFails, d.ID)
-	case st.setAsideFails == nil:
-		st.setAsideFails = map[string]uint32{d.ID: 1}
-	case fails > 0 || len(st.setAsideFails) < maxSetAsideFails:
-		st.setAsideFails[d.ID] = fails + 1
+		st.mu.Unlock()
 	}
-	st.mu.Unlock()
-	if !ok {
-		st.sub.Nack(d, st.def.Retry.Delay(max(d.Redeliveries, fails), rand.Float64()))
+	return true
+}
+
+// nackAside nacks d, which could not be dead-lettered now, with the backoff of its
+// deliveries so far; an undecodable message also counts its failed dead-letterings,
+// since the broker counts no redeliveries on exclusive and failover subscriptions.
+func (st *stream) nackAside(d *Delivery) {
+	n := d.Redeliveries
+	if d.Undecodable != nil {
+		st.mu.Lock()
+		fails := st.setAsideFails[d.ID]
+		switch {
+		case st.setAsideFails == nil:
+			st.setAsideFails = map[string]uint32{d.ID: 1}
+		case fails > 0 || len(st.setAsideFails) < maxSetAsideFails:
+			st.setAsideFails[d.ID] = fails + 1
+		}
+		st.mu.Unlock()
+		n = max(n, fails)
 	}
+	st.sub.Nack(d, st.def.Retry.Delay(n, rand.Float64()))
 }
 
 // maxSetAsideFails bounds the ids whose failed dead-letterings a stream counts; beyond,
@@ -1051,7 +1150,7 @@ func (sm *stream) nack(c echo.Context, ids []string) error {
 		if e == nil {
 			continue
 		}
-		if sm.retry(c.Request().Context(), e.d, "nack") {
+		if sm.retry(c.Request().Context(), e.d, "nack", true) {
 			dead++
 		}
 		nacked++
