@@ -3,8 +3,11 @@ package config
 import (
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
+
+	"github.com/recordio-bridge/bridge/pulsar/oauth2"
 )
 
 // Auth holds the bearer tokens of the data listener. Without tokens every request is
@@ -70,6 +73,29 @@ func validateAuth(a Auth, routes []Route, streams []Stream) Problems {
 				add("%s.streams: %q is not a configured stream", at, s)
 			}
 		}
+	}
+	return p
+}
+
+func validateOAuth2(c Pulsar) Problems {
+	var p Problems
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	o := c.OAuth2
+	if !o.On() {
+		return nil
+	}
+	if c.Token != "" {
+		add("pulsar.oauth2: pulsar.token is set too; authenticate with one of them")
+	}
+	if u, err := url.Parse(o.IssuerURL); o.IssuerURL == "" || err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		add("pulsar.oauth2.issuerUrl: %q is not an http(s) URL like https://idp.example/", o.IssuerURL)
+	}
+	if o.PrivateKey == "" {
+		add("pulsar.oauth2.privateKey: missing; write file:/path or env:NAME of the credentials {\"client_id\": ..., \"client_secret\": ...}")
+	} else if v, err := o.PrivateKey.Resolve(); err != nil {
+		add("pulsar.oauth2.privateKey: %v", err)
+	} else if _, err := oauth2.ParseKeyFile([]byte(v)); err != nil {
+		add("pulsar.oauth2.privateKey: %v", err)
 	}
 	return p
 }

@@ -50,6 +50,7 @@ type ListenTLS struct {
 type Pulsar struct {
 	URL              string   `yaml:"url"`              // pulsar://127.0.0.1:6650
 	Token            Secret   `yaml:"token"`            // none; env:NAME or file:/path (a file is re-read on AUTH_CHALLENGE)
+	OAuth2           OAuth2   `yaml:"oauth2"`           // off: OAuth 2.0 client credentials instead of a token
 	TLS              TLS      `yaml:"tls"`              // used with pulsar+ssl://
 	OperationTimeout Duration `yaml:"operationTimeout"` // 30s: lookups, producer and consumer creation
 	KeepAlive        Duration `yaml:"keepAlive"`        // 30s
@@ -105,6 +106,21 @@ var RetiredEnv = []struct{ Name, Key string }{
 	{"BRIDGE_TRACE_SEGMENT_INTERVAL", "tracing.segmentInterval"},
 	{"BRIDGE_TRACE_PROPAGATE_UNSAMPLED", "tracing.propagateUnsampled"},
 }
+
+// OAuth2 configures OAuth 2.0 client credentials to Pulsar, as the Java client's
+// AuthenticationOAuth2: the access token is sent as a token (auth method "token").
+type OAuth2 struct {
+	// IssuerURL: its discovery document (IssuerURL/.well-known/openid-configuration)
+	// names the token endpoint.
+	IssuerURL string `yaml:"issuerUrl"` // none: OAuth2 off
+	// PrivateKey holds the credentials, {"client_id": ..., "client_secret": ...}, read at start-up.
+	PrivateKey Secret `yaml:"privateKey"` // none; file:/path or env:NAME
+	Audience   string `yaml:"audience"`   // none: not sent
+	Scope      string `yaml:"scope"`      // none: not sent
+}
+
+// On reports whether OAuth2 is configured (any key set).
+func (o OAuth2) On() bool { return o != OAuth2{} }
 
 // TLS configures pulsar+ssl:// connections.
 type TLS struct {
@@ -232,6 +248,7 @@ func (c Config) Validate() error {
 	if _, err := c.Pulsar.Token.Resolve(); err != nil {
 		add("pulsar.token: %v", err)
 	}
+	p = append(p, validateOAuth2(c.Pulsar)...)
 	for _, kv := range [][2]string{{"pulsar.tls.caFile", c.Pulsar.TLS.CAFile}, {"pulsar.tls.certFile", c.Pulsar.TLS.CertFile}, {"pulsar.tls.keyFile", c.Pulsar.TLS.KeyFile}} {
 		if kv[1] != "" {
 			if _, err := os.Stat(kv[1]); err != nil {

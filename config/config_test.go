@@ -349,3 +349,41 @@ func TestMaxPendingChunkedMessages(t *testing.T) {
 		}
 	}
 }
+
+func TestOAuth2IsValidatedWithoutShowingTheCredentials(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "oauth2.json")
+	if err := os.WriteFile(good, []byte(`{"client_id": "bridge", "client_secret": "pa55-w0rd"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notJSON := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(notJSON, []byte(`client_secret=pa55-w0rd`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ok := "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n    privateKey: file:" + good + "\n    audience: urn:pulsar:cluster\n"
+	cfg, err := Parse([]byte(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := cfg.Pulsar.OAuth2; !o.On() || o.IssuerURL != "https://idp.example/" || o.Audience != "urn:pulsar:cluster" || o.Scope != "" {
+		t.Fatalf("parsed %+v", o)
+	}
+	for _, c := range []struct{ name, yaml, want string }{
+		{"with a token", ok + "  token: env:HOME\n", "pulsar.oauth2: pulsar.token is set too"},
+		{"no issuer", "pulsar:\n  oauth2:\n    privateKey: file:" + good + "\n", "pulsar.oauth2.issuerUrl"},
+		{"issuer not http", "pulsar:\n  oauth2:\n    issuerUrl: idp.example\n    privateKey: file:" + good + "\n", `"idp.example" is not an http(s) URL`},
+		{"no key", "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n", "pulsar.oauth2.privateKey: missing"},
+		{"key not JSON", "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n    privateKey: file:" + notJSON + "\n", "invalid credentials file: not JSON"},
+		{"key inline", "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n    privateKey: pa55-w0rd\n", "not a secret reference"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.yaml))
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v\nwant it to mention %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "pa55-w0rd") {
+				t.Fatalf("err = %v shows the secret", err)
+			}
+		})
+	}
+}
