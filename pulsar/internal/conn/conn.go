@@ -583,6 +583,7 @@ func (c *Conn) dispatch(f *frame.Frame, frameErr error) {
 			c.kickWriter()
 		}
 		c.mu.Unlock()
+		c.log.Debug("answered AUTH_CHALLENGE with fresh credentials", "method", c.opts.Auth.Method())
 	default:
 		id, ok := requestID(cmd)
 		if !ok {
