@@ -128,6 +128,9 @@ type TLS struct {
 	CertFile   string `yaml:"certFile"`   // none
 	KeyFile    string `yaml:"keyFile"`    // none
 	ServerName string `yaml:"serverName"` // the URL's host
+	// Authenticate makes the client certificate the bridge's identity (auth method "tls",
+	// as the Java client's AuthenticationTls); otherwise it is only presented.
+	Authenticate bool `yaml:"authenticate"` // false
 }
 
 // Ingress holds the limits of publishing streams.
@@ -258,6 +261,17 @@ func (c Config) Validate() error {
 	}
 	if (c.Pulsar.TLS.CertFile == "") != (c.Pulsar.TLS.KeyFile == "") {
 		add("pulsar.tls: certFile and keyFile go together")
+	}
+	if c.Pulsar.TLS.Authenticate {
+		switch {
+		case c.Pulsar.TLS.CertFile == "":
+			add("pulsar.tls.authenticate: needs a client certificate (pulsar.tls.certFile and keyFile)")
+		case u != nil && u.Scheme != "pulsar+ssl":
+			add("pulsar.tls.authenticate: needs a pulsar+ssl:// pulsar.url")
+		}
+		if c.Pulsar.Token != "" || c.Pulsar.OAuth2.On() {
+			add("pulsar.tls.authenticate: pulsar.token or pulsar.oauth2 is set too; authenticate with one of them")
+		}
 	}
 	positive := func(key string, v int64) {
 		if v <= 0 {

@@ -68,6 +68,9 @@ func TestParseErrorsNameTheLineKeyAndValue(t *testing.T) {
 		{"missing file", "pulsar:\n  tls:\n    caFile: /no/such/ca.pem\n", "pulsar.tls.caFile"},
 		{"cert without key", "pulsar:\n  tls:\n    certFile: config_test.go\n", "certFile and keyFile go together"},
 		{"zero", "ingress:\n  maxStreams: 0\n", "ingress.maxStreams: 0 must be greater than zero"},
+		{"tls authentication without a certificate", "pulsar:\n  url: pulsar+ssl://h:6651\n  tls:\n    authenticate: true\n", "pulsar.tls.authenticate: needs a client certificate"},
+		{"tls authentication over plain TCP", "pulsar:\n  tls:\n    certFile: config_test.go\n    keyFile: config_test.go\n    authenticate: true\n", "needs a pulsar+ssl:// pulsar.url"},
+		{"tls authentication and a token", "pulsar:\n  url: pulsar+ssl://h:6651\n  token: env:HOME\n  tls:\n    certFile: config_test.go\n    keyFile: config_test.go\n    authenticate: true\n", "pulsar.token or pulsar.oauth2 is set too"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

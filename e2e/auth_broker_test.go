@@ -2,9 +2,15 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -161,6 +167,90 @@ func (ab *authBroker) admin(t *testing.T, method, path, body string) []byte {
 func TestAuthenticatedBroker(t *testing.T) {
 	ab := startAuthBroker(t)
 	t.Run("OAuth2StreamOutlivesShortLivedTokensAndAKeyRotationWithoutAFailedRecord", func(t *testing.T) { testOAuth2Stream(t, ab) })
+	t.Run("ClientCertificateIsTheIdentityGrantedOneNamespaceOnly", func(t *testing.T) { testMutualTLS(t, ab) })
+}
+
+// clientCert writes a client certificate for cn signed by the broker's CA and its key.
+func (ab *authBroker) clientCert(t *testing.T, cn string) (certFile, keyFile string) {
+	t.Helper()
+	caPEM, err := os.ReadFile(ab.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := os.ReadFile(ab.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, _ := pem.Decode(caPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		t.Fatal("the broker's CA files hold no PEM")
+	}
+	ca, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKey, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		if caKey, err = x509.ParsePKCS1PrivateKey(kb.Bytes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func testMutualTLS(t *testing.T, ab *authBroker) {
+	const role = "bridge-mtls"
+	ab.grant(t, role)
+	certFile, keyFile := ab.clientCert(t, role)
+	topic := "persistent://auth/allowed/" + broker.Name("mtls")
+	forbidden := "persistent://auth/forbidden/" + broker.Name("mtls")
+	p := startBridge(t, fmt.Sprintf("pulsar:\n  url: %s\n  tls:\n    caFile: %s\n    certFile: %s\n    keyFile: %s\n    authenticate: true\n"+
+		"routes:\n  - name: r\n    default: {topic: %s}\n  - name: f\n    default: {topic: %s}\n",
+		ab.tlsURL, ab.caFile, certFile, keyFile, topic, forbidden))
+	st := openStream(t, h1Client, p.DataURL+"/v1/publish/r", nil)
+	for i := range 20 {
+		if err := st.send(rec(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, sum, err := st.finish(time.Minute)
+	if err != nil || sum.Published != 20 || sum.Failed != 0 {
+		t.Fatalf("publishing as %s to %s: %d receipts, summary %+v, %v", role, topic, len(rs), sum, err)
+	}
+	// The only credentials are the certificate, whose CN was granted auth/allowed: the
+	// broker took the role from it. It refuses the namespace the role has nothing on.
+	refusedRecord(t, p, "/v1/publish/f", forbidden)
+
+	// A certificate of the same CA for a CN granted nothing is refused the namespace
+	// the first one may use: the role is the certificate's.
+	strangerCert, strangerKey := ab.clientCert(t, "stranger")
+	q := startBridge(t, fmt.Sprintf("pulsar:\n  url: %s\n  tls:\n    caFile: %s\n    certFile: %s\n    keyFile: %s\n    authenticate: true\n"+
+		"routes:\n  - name: r\n    default: {topic: %s}\n", ab.tlsURL, ab.caFile, strangerCert, strangerKey, topic))
+	refusedRecord(t, q, "/v1/publish/r", topic)
 }
 
 func testOAuth2Stream(t *testing.T, ab *authBroker) {

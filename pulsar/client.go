@@ -122,6 +122,9 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if opts.Auth != nil && (opts.Token != "" || opts.TokenFile != "") {
 		return nil, fmt.Errorf("%w: set Auth or a token, not both", ErrInvalidOptions)
 	}
+	if _, ok := opts.Auth.(tlsAuth); ok && (!useTLS || opts.TLSCertFile == "") {
+		return nil, fmt.Errorf("%w: TLS authentication needs a pulsar+ssl:// URL and a client certificate (TLSCertFile, TLSKeyFile)", ErrInvalidOptions)
+	}
 	if opts.Auth != nil {
 		base.Auth = opts.Auth
 	} else if opts.Token != "" || opts.TokenFile != "" {
@@ -180,6 +183,17 @@ type Authentication interface {
 	// is retried with backoff).
 	Data() ([]byte, error)
 }
+
+// TLSAuthentication makes the client certificate (ClientOptions.TLSCertFile and
+// TLSKeyFile) the client's identity, as the Java client's AuthenticationTls: CONNECT
+// names the auth method "tls" with no data, and the broker's TLS provider takes the
+// role from the certificate presented in the TLS handshake.
+func TLSAuthentication() Authentication { return tlsAuth{} }
+
+type tlsAuth struct{}
+
+func (tlsAuth) Method() string        { return "tls" }
+func (tlsAuth) Data() ([]byte, error) { return []byte{}, nil }
 
 type tokenAuth struct{ token, file string }
 

@@ -14,9 +14,14 @@ import (
 // oauth2StartTimeout bounds the discovery and the first token request at start-up.
 const oauth2StartTimeout = 30 * time.Second
 
-// pulsarAuth sets the client's credentials from pulsar.token or pulsar.oauth2, and
-// returns the OAuth2 token source when there is one (nil otherwise).
+// pulsarAuth sets the client's credentials from pulsar.token, pulsar.oauth2 or
+// pulsar.tls.authenticate, and returns the OAuth2 token source when there is one (nil
+// otherwise).
 func pulsarAuth(cfg config.Pulsar, copts *pulsar.ClientOptions, log *slog.Logger) (*oauth2.Source, error) {
+	if cfg.TLS.Authenticate {
+		copts.Auth = pulsar.TLSAuthentication()
+		return nil, nil
+	}
 	if cfg.OAuth2.On() {
 		raw, err := cfg.OAuth2.PrivateKey.Resolve()
 		if err != nil {
