@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"os"
@@ -312,6 +313,12 @@ func testOAuth2Stream(t *testing.T, ab *authBroker) {
 		t.Fatalf("%d tokens fetched over %s of %s tokens: not refreshed", tokens, authTokenLifetime*5/2, authTokenLifetime)
 	}
 
+	resp, err := http.Get(p.OpsURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
 	logs := p.logs.String()
 	if n := strings.Count(logs, "answered AUTH_CHALLENGE"); n < 2 {
 		t.Fatalf("%d AUTH_CHALLENGEs answered over 2.5 token lifetimes, want at least 2 (one per expired token)", n)
@@ -322,6 +329,9 @@ func testOAuth2Stream(t *testing.T, ab *authBroker) {
 	for _, secret := range []string{clientSecret, ab.superuser, "eyJ"} {
 		if strings.Contains(logs, secret) {
 			t.Fatalf("the bridge's output shows a secret (%.8s...)", secret)
+		}
+		if strings.Contains(string(metrics), secret) {
+			t.Fatalf("the bridge's metrics show a secret (%.8s...)", secret)
 		}
 	}
 	// The role has nothing on auth/forbidden: the broker refuses, and so does the bridge.
