@@ -3,14 +3,57 @@ package config
 import (
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
+
+	"github.com/recordio-bridge/bridge/pulsar/oauth2"
 )
 
-// Auth holds the bearer tokens of the data listener. Without tokens every request is
-// allowed (the pod-local default); with any, every request needs one that grants it.
+// Auth holds the bearer tokens of the data listener: static tokens and the issuers of
+// JWTs. Without either every request is allowed (the pod-local default); with any,
+// every request needs a token (either kind) that grants it.
 type Auth struct {
-	Tokens []Token `yaml:"tokens"`
+	Tokens []Token     `yaml:"tokens"`
+	JWT    []JWTIssuer `yaml:"jwt"`
+}
+
+// JWTIssuer is an OpenID issuer whose JWTs are accepted as bearer tokens: signed by a
+// key of its JWKS, issued by Issuer for Audience, unexpired; what a token may do is in
+// its GrantsClaim.
+type JWTIssuer struct {
+	Name     string `yaml:"name"`     // required; used in logs and errors
+	Issuer   string `yaml:"issuer"`   // required; the tokens' iss, exactly
+	Audience string `yaml:"audience"` // required; one of the tokens' aud
+	// JWKSURL is where the signing keys are; by default the jwks_uri of the issuer's
+	// discovery document (Issuer/.well-known/openid-configuration).
+	JWKSURL string `yaml:"jwksUrl"`
+	// GrantsClaim names the claim listing the grants, space-separated (as OAuth's
+	// scope) or a JSON array: publish:<route>, read:<stream>, publish:*, read:*.
+	GrantsClaim string `yaml:"grantsClaim"` // scope
+	// Algorithms are the signature algorithms accepted (asymmetric only: none and HS*
+	// are refused).
+	Algorithms []string `yaml:"algorithms"` // RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA
+}
+
+// JWTAlgorithms are the signature algorithms an issuer may use, and the default list.
+var JWTAlgorithms = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+// EffectiveGrantsClaim is GrantsClaim or its default.
+func (j JWTIssuer) EffectiveGrantsClaim() string {
+	if j.GrantsClaim == "" {
+		return "scope"
+	}
+	return j.GrantsClaim
+}
+
+// EffectiveAlgorithms is Algorithms or the default list.
+func (j JWTIssuer) EffectiveAlgorithms() []string {
+	if len(j.Algorithms) == 0 {
+		return JWTAlgorithms
+	}
+	return j.Algorithms
 }
 
 // Token is one bearer token, given by its SHA-256 (hex) or read from a file, and what it
@@ -35,6 +78,31 @@ func validateAuth(a Auth, routes []Route, streams []Stream) Problems {
 		streamNames[s.Name] = true
 	}
 	names := map[string]bool{}
+	for i, j := range a.JWT {
+		at := fmt.Sprintf("auth.jwt[%d]", i)
+		if j.Name == "" {
+			add("%s.name: missing; name every issuer", at)
+		} else if names[j.Name] {
+			add("%s.name: %q is used twice", at, j.Name)
+		}
+		names[j.Name] = true
+		if u, err := url.Parse(j.Issuer); j.Issuer == "" || err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+			add("%s.issuer: %q is not an http(s) URL like https://idp.example/", at, j.Issuer)
+		}
+		if j.Audience == "" {
+			add("%s.audience: missing; a token must be issued for the bridge (its aud)", at)
+		}
+		if j.JWKSURL != "" {
+			if u, err := url.Parse(j.JWKSURL); err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+				add("%s.jwksUrl: %q is not an http(s) URL", at, j.JWKSURL)
+			}
+		}
+		for _, alg := range j.Algorithms {
+			if !slices.Contains(JWTAlgorithms, alg) {
+				add("%s.algorithms: %q is not accepted: the keys come from a JWKS, so only asymmetric algorithms (%s), never none or HS*", at, alg, strings.Join(JWTAlgorithms, ", "))
+			}
+		}
+	}
 	for i, t := range a.Tokens {
 		at := fmt.Sprintf("auth.tokens[%d]", i)
 		if t.Name == "" {
@@ -70,6 +138,29 @@ func validateAuth(a Auth, routes []Route, streams []Stream) Problems {
 				add("%s.streams: %q is not a configured stream", at, s)
 			}
 		}
+	}
+	return p
+}
+
+func validateOAuth2(c Pulsar) Problems {
+	var p Problems
+	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	o := c.OAuth2
+	if !o.On() {
+		return nil
+	}
+	if c.Token != "" {
+		add("pulsar.oauth2: pulsar.token is set too; authenticate with one of them")
+	}
+	if u, err := url.Parse(o.IssuerURL); o.IssuerURL == "" || err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		add("pulsar.oauth2.issuerUrl: %q is not an http(s) URL like https://idp.example/", o.IssuerURL)
+	}
+	if o.PrivateKey == "" {
+		add("pulsar.oauth2.privateKey: missing; write file:/path or env:NAME of the credentials {\"client_id\": ..., \"client_secret\": ...}")
+	} else if v, err := o.PrivateKey.Resolve(); err != nil {
+		add("pulsar.oauth2.privateKey: %v", err)
+	} else if _, err := oauth2.ParseKeyFile([]byte(v)); err != nil {
+		add("pulsar.oauth2.privateKey: %v", err)
 	}
 	return p
 }

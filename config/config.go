@@ -50,6 +50,7 @@ type ListenTLS struct {
 type Pulsar struct {
 	URL              string   `yaml:"url"`              // pulsar://127.0.0.1:6650
 	Token            Secret   `yaml:"token"`            // none; env:NAME or file:/path (a file is re-read on AUTH_CHALLENGE)
+	OAuth2           OAuth2   `yaml:"oauth2"`           // off: OAuth 2.0 client credentials instead of a token
 	TLS              TLS      `yaml:"tls"`              // used with pulsar+ssl://
 	OperationTimeout Duration `yaml:"operationTimeout"` // 30s: lookups, producer and consumer creation
 	KeepAlive        Duration `yaml:"keepAlive"`        // 30s
@@ -106,12 +107,30 @@ var RetiredEnv = []struct{ Name, Key string }{
 	{"BRIDGE_TRACE_PROPAGATE_UNSAMPLED", "tracing.propagateUnsampled"},
 }
 
+// OAuth2 configures OAuth 2.0 client credentials to Pulsar, as the Java client's
+// AuthenticationOAuth2: the access token is sent as a token (auth method "token").
+type OAuth2 struct {
+	// IssuerURL: its discovery document (IssuerURL/.well-known/openid-configuration)
+	// names the token endpoint.
+	IssuerURL string `yaml:"issuerUrl"` // none: OAuth2 off
+	// PrivateKey holds the credentials, {"client_id": ..., "client_secret": ...}, read at start-up.
+	PrivateKey Secret `yaml:"privateKey"` // none; file:/path or env:NAME
+	Audience   string `yaml:"audience"`   // none: not sent
+	Scope      string `yaml:"scope"`      // none: not sent
+}
+
+// On reports whether OAuth2 is configured (any key set).
+func (o OAuth2) On() bool { return o != OAuth2{} }
+
 // TLS configures pulsar+ssl:// connections.
 type TLS struct {
 	CAFile     string `yaml:"caFile"`     // system roots
 	CertFile   string `yaml:"certFile"`   // none
 	KeyFile    string `yaml:"keyFile"`    // none
 	ServerName string `yaml:"serverName"` // the URL's host
+	// Authenticate makes the client certificate the bridge's identity (auth method "tls",
+	// as the Java client's AuthenticationTls); otherwise it is only presented.
+	Authenticate bool `yaml:"authenticate"` // false
 }
 
 // Ingress holds the limits of publishing streams.
@@ -232,6 +251,7 @@ func (c Config) Validate() error {
 	if _, err := c.Pulsar.Token.Resolve(); err != nil {
 		add("pulsar.token: %v", err)
 	}
+	p = append(p, validateOAuth2(c.Pulsar)...)
 	for _, kv := range [][2]string{{"pulsar.tls.caFile", c.Pulsar.TLS.CAFile}, {"pulsar.tls.certFile", c.Pulsar.TLS.CertFile}, {"pulsar.tls.keyFile", c.Pulsar.TLS.KeyFile}} {
 		if kv[1] != "" {
 			if _, err := os.Stat(kv[1]); err != nil {
@@ -241,6 +261,17 @@ func (c Config) Validate() error {
 	}
 	if (c.Pulsar.TLS.CertFile == "") != (c.Pulsar.TLS.KeyFile == "") {
 		add("pulsar.tls: certFile and keyFile go together")
+	}
+	if c.Pulsar.TLS.Authenticate {
+		switch {
+		case c.Pulsar.TLS.CertFile == "":
+			add("pulsar.tls.authenticate: needs a client certificate (pulsar.tls.certFile and keyFile)")
+		case u != nil && u.Scheme != "pulsar+ssl":
+			add("pulsar.tls.authenticate: needs a pulsar+ssl:// pulsar.url")
+		}
+		if c.Pulsar.Token != "" || c.Pulsar.OAuth2.On() {
+			add("pulsar.tls.authenticate: pulsar.token or pulsar.oauth2 is set too; authenticate with one of them")
+		}
 	}
 	positive := func(key string, v int64) {
 		if v <= 0 {

@@ -68,6 +68,13 @@ func TestParseErrorsNameTheLineKeyAndValue(t *testing.T) {
 		{"missing file", "pulsar:\n  tls:\n    caFile: /no/such/ca.pem\n", "pulsar.tls.caFile"},
 		{"cert without key", "pulsar:\n  tls:\n    certFile: config_test.go\n", "certFile and keyFile go together"},
 		{"zero", "ingress:\n  maxStreams: 0\n", "ingress.maxStreams: 0 must be greater than zero"},
+		{"jwt issuer incomplete", "auth:\n  jwt:\n    - name: idp\n      issuer: idp.example\n", `auth.jwt[0].issuer: "idp.example" is not an http(s) URL`},
+		{"jwt without audience", "auth:\n  jwt:\n    - name: idp\n      issuer: https://idp.example/\n", "auth.jwt[0].audience: missing"},
+		{"jwt with HS256", "auth:\n  jwt:\n    - name: idp\n      issuer: https://idp.example/\n      audience: b\n      algorithms: [RS256, HS256]\n", `auth.jwt[0].algorithms: "HS256" is not accepted`},
+		{"jwt with none", "auth:\n  jwt:\n    - name: idp\n      issuer: https://idp.example/\n      audience: b\n      algorithms: [none]\n", `"none" is not accepted`},
+		{"tls authentication without a certificate", "pulsar:\n  url: pulsar+ssl://h:6651\n  tls:\n    authenticate: true\n", "pulsar.tls.authenticate: needs a client certificate"},
+		{"tls authentication over plain TCP", "pulsar:\n  tls:\n    certFile: config_test.go\n    keyFile: config_test.go\n    authenticate: true\n", "needs a pulsar+ssl:// pulsar.url"},
+		{"tls authentication and a token", "pulsar:\n  url: pulsar+ssl://h:6651\n  token: env:HOME\n  tls:\n    certFile: config_test.go\n    keyFile: config_test.go\n    authenticate: true\n", "pulsar.token or pulsar.oauth2 is set too"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -363,5 +370,43 @@ func TestCryptoFailureIsValidatedAndDefaultsToFail(t *testing.T) {
 		if got := cfg.Streams[0].WithDefaults().CryptoFailure; got != want {
 			t.Errorf("%q: cryptoFailure %q, want %q", doc, got, want)
 		}
+	}
+}
+
+func TestOAuth2IsValidatedWithoutShowingTheCredentials(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "oauth2.json")
+	if err := os.WriteFile(good, []byte(`{"client_id": "bridge", "client_secret": "pa55-w0rd"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notJSON := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(notJSON, []byte(`client_secret=pa55-w0rd`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ok := "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n    privateKey: file:" + good + "\n    audience: urn:pulsar:cluster\n"
+	cfg, err := Parse([]byte(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := cfg.Pulsar.OAuth2; !o.On() || o.IssuerURL != "https://idp.example/" || o.Audience != "urn:pulsar:cluster" || o.Scope != "" {
+		t.Fatalf("parsed %+v", o)
+	}
+	for _, c := range []struct{ name, yaml, want string }{
+		{"with a token", ok + "  token: env:HOME\n", "pulsar.oauth2: pulsar.token is set too"},
+		{"no issuer", "pulsar:\n  oauth2:\n    privateKey: file:" + good + "\n", "pulsar.oauth2.issuerUrl"},
+		{"issuer not http", "pulsar:\n  oauth2:\n    issuerUrl: idp.example\n    privateKey: file:" + good + "\n", `"idp.example" is not an http(s) URL`},
+		{"no key", "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n", "pulsar.oauth2.privateKey: missing"},
+		{"key not JSON", "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n    privateKey: file:" + notJSON + "\n", "invalid credentials file: not JSON"},
+		{"key inline", "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n    privateKey: pa55-w0rd\n", "not a secret reference"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(c.yaml))
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err = %v\nwant it to mention %q", err, c.want)
+			}
+			if strings.Contains(err.Error(), "pa55-w0rd") {
+				t.Fatalf("err = %v shows the secret", err)
+			}
+		})
 	}
 }

@@ -110,6 +110,7 @@ func RestartNeeded(old, cur Config) []string {
 	diff("listen.tls", old.Listen.TLS, cur.Listen.TLS)
 	diff("pulsar.url", old.Pulsar.URL, cur.Pulsar.URL)
 	diff("pulsar.token", old.Pulsar.Token, cur.Pulsar.Token)
+	diff("pulsar.oauth2", old.Pulsar.OAuth2, cur.Pulsar.OAuth2)
 	diff("pulsar.tls", old.Pulsar.TLS, cur.Pulsar.TLS)
 	diff("pulsar.operationTimeout", old.Pulsar.OperationTimeout, cur.Pulsar.OperationTimeout)
 	diff("pulsar.keepAlive", old.Pulsar.KeepAlive, cur.Pulsar.KeepAlive)

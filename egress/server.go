@@ -412,7 +412,7 @@ func deny(c echo.Context, err error) error {
 	if errors.Is(err, mapping.ErrForbidden) {
 		return answerError(c, http.StatusForbidden, err.Error(), 0)
 	}
-	c.Response().Header().Set("WWW-Authenticate", `Bearer realm="recordio-bridge"`)
+	c.Response().Header().Set("WWW-Authenticate", mapping.Challenge(err))
 	return answerError(c, http.StatusUnauthorized, err.Error(), 0)
 }
 

@@ -1,6 +1,7 @@
 package mapping
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -33,11 +34,35 @@ const (
 )
 
 type token struct {
-	name    string
-	hash    [32]byte   // of a sha256 token
-	file    *tokenFile // of a file token
+	name   string
+	hash   [32]byte   // of a sha256 token
+	file   *tokenFile // of a file token
+	grants grants
+}
+
+// grants are what a token may do, a static token's or a JWT's: publish to the routes,
+// read the streams ("*": all of them).
+type grants struct {
 	routes  []string
 	streams []string
+}
+
+// allows reports whether the grants cover access to name.
+func (g grants) allows(access Access, name string) bool {
+	list := g.routes
+	if access == Read {
+		list = g.streams
+	}
+	return slices.Contains(list, "*") || slices.Contains(list, name)
+}
+
+// forbidden is the ErrForbidden of who (a token's name, a JWT's subject) wanting access to name.
+func forbidden(who string, access Access, name string) error {
+	verb, what := "publish to", "route"
+	if access == Read {
+		verb, what = "read", "stream"
+	}
+	return fmt.Errorf("%w: %s may not %s %s %s", ErrForbidden, who, verb, what, name)
 }
 
 // current returns the token's SHA-256 as of now.
@@ -103,7 +128,7 @@ func compileTokens(a config.Auth) ([]token, config.Problems) {
 	var p config.Problems
 	now := time.Now()
 	for i, t := range a.Tokens {
-		ct := token{name: t.Name, routes: t.Routes, streams: t.Streams}
+		ct := token{name: t.Name, grants: grants{routes: t.Routes, streams: t.Streams}}
 		if t.SHA256 != "" {
 			b, err := hex.DecodeString(t.SHA256)
 			if err != nil || len(b) != 32 {
@@ -147,14 +172,16 @@ func (t *Table) Authenticate(bearer string) error {
 }
 
 // AuthRequired reports whether requests must carry a bearer token.
-func (t *Table) AuthRequired() bool { return len(t.tokens) > 0 }
+func (t *Table) AuthRequired() bool { return len(t.tokens) > 0 || len(t.jwt) > 0 }
 
 // Authorize checks the bearer token of a request wanting access to the named route or
-// stream. It returns the token's name (for logs) or an error wrapping ErrUnauthenticated
+// stream: a configured token or a JWT of a configured issuer (auth.jwt). It returns who
+// the token is (for logs: a token's name, a JWT's issuer name and subject) or an error
+// wrapping ErrUnauthenticated (a *TokenError when a token was given and is not valid)
 // or ErrForbidden. Tokens are compared by their SHA-256 in constant time, every
-// configured token each time. Without configured tokens everything is allowed.
+// configured token each time. Without tokens or issuers everything is allowed.
 func (t *Table) Authorize(bearer string, access Access, name string) (string, error) {
-	if len(t.tokens) == 0 {
+	if !t.AuthRequired() {
 		return "", nil
 	}
 	if bearer == "" {
@@ -170,16 +197,24 @@ func (t *Table) Authorize(bearer string, access Access, name string) (string, er
 		}
 	}
 	if found < 0 {
-		return "", fmt.Errorf("%w: the token is not known", ErrUnauthenticated)
+		if len(t.jwt) == 0 || !looksLikeJWT(bearer) {
+			return "", &TokenError{Description: "the token is not known"}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		v, err := verifyJWT(ctx, t.jwt, bearer, now)
+		if err != nil {
+			return "", err
+		}
+		who := fmt.Sprintf("subject %q of issuer %s", v.subject, v.issuer.cfg.Name)
+		if v.grants.allows(access, name) {
+			return who, nil
+		}
+		return who, forbidden("the token of "+who, access, name)
 	}
 	tk := &t.tokens[found]
-	grants, what := tk.routes, "route"
-	if access == Read {
-		grants, what = tk.streams, "stream"
-	}
-	if slices.Contains(grants, "*") || slices.Contains(grants, name) {
+	if tk.grants.allows(access, name) {
 		return tk.name, nil
 	}
-	verb := map[Access]string{Write: "publish to", Read: "read"}[access]
-	return tk.name, fmt.Errorf("%w: token %s may not %s %s %s", ErrForbidden, tk.name, verb, what, name)
+	return tk.name, forbidden("token "+tk.name, access, name)
 }

@@ -42,6 +42,7 @@ type Table struct {
 	byName  map[string]*Route
 	streams []*Stream
 	tokens  []token
+	jwt     []jwtIssuer // auth.jwt
 }
 
 // Route is one compiled ingress route.
@@ -106,6 +107,7 @@ func Compile(cfg config.Config) (*Table, error) {
 	tokens, probs := compileTokens(cfg.Auth)
 	p = append(p, probs...)
 	t.tokens = tokens
+	t.jwt = compileJWT(cfg.Auth)
 	if len(p) > 0 {
 		return nil, p
 	}

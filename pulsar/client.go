@@ -34,6 +34,9 @@ type ClientOptions struct {
 	// Token authentication: a token, or a file holding one (re-read to answer AUTH_CHALLENGE).
 	Token     string
 	TokenFile string
+	// Auth, when set, supplies the credentials instead of Token or TokenFile (an OAuth2
+	// token source from pulsar/oauth2, TLSAuthentication).
+	Auth Authentication
 	// OperationTimeout bounds lookups and producer/consumer registration (default 30 s).
 	OperationTimeout time.Duration
 	// ConnectTimeout bounds dialling and the handshake (default 10 s).
@@ -116,7 +119,15 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if opts.Token != "" && opts.TokenFile != "" {
 		return nil, fmt.Errorf("%w: set Token or TokenFile, not both", ErrInvalidOptions)
 	}
-	if opts.Token != "" || opts.TokenFile != "" {
+	if opts.Auth != nil && (opts.Token != "" || opts.TokenFile != "") {
+		return nil, fmt.Errorf("%w: set Auth or a token, not both", ErrInvalidOptions)
+	}
+	if _, ok := opts.Auth.(tlsAuth); ok && (!useTLS || opts.TLSCertFile == "") {
+		return nil, fmt.Errorf("%w: TLS authentication needs a pulsar+ssl:// URL and a client certificate (TLSCertFile, TLSKeyFile)", ErrInvalidOptions)
+	}
+	if opts.Auth != nil {
+		base.Auth = opts.Auth
+	} else if opts.Token != "" || opts.TokenFile != "" {
 		base.Auth = tokenAuth{token: opts.Token, file: opts.TokenFile}
 		if _, err := base.Auth.Data(); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
@@ -161,6 +172,28 @@ func tlsConfig(opts ClientOptions, host string) (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// Authentication supplies the credentials sent on CONNECT and in answer to every
+// AUTH_CHALLENGE.
+type Authentication interface {
+	// Method is the auth method name ("token", "tls").
+	Method() string
+	// Data returns the current credentials; it is called for every CONNECT and
+	// AUTH_CHALLENGE, so it must be cheap. An error fails that handshake (the connection
+	// is retried with backoff).
+	Data() ([]byte, error)
+}
+
+// TLSAuthentication makes the client certificate (ClientOptions.TLSCertFile and
+// TLSKeyFile) the client's identity, as the Java client's AuthenticationTls: CONNECT
+// names the auth method "tls" with no data, and the broker's TLS provider takes the
+// role from the certificate presented in the TLS handshake.
+func TLSAuthentication() Authentication { return tlsAuth{} }
+
+type tlsAuth struct{}
+
+func (tlsAuth) Method() string        { return "tls" }
+func (tlsAuth) Data() ([]byte, error) { return []byte{}, nil }
 
 type tokenAuth struct{ token, file string }
 

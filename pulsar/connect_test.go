@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -203,6 +204,49 @@ func TestClientOptionsAreValidated(t *testing.T) {
 		{URL: "localhost:6650"},
 		{URL: "pulsar://h:6650", Token: "a", TokenFile: "/x"},
 		{URL: "pulsar://h:6650", TokenFile: "/does/not/exist"},
+	} {
+		if _, err := pulsar.NewClient(o); !errors.Is(err, pulsar.ErrInvalidOptions) {
+			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)
+		}
+	}
+}
+
+func TestTLSAuthenticationNamesTheMethodTLSWithTheCertificateAsIdentity(t *testing.T) {
+	k := newPKI(t)
+	serverCert, err := tls.LoadX509KeyPair(k.serverCert, k.serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _ := os.ReadFile(k.ca)
+	clientCAs := x509.NewCertPool()
+	clientCAs.AppendCertsFromPEM(caPEM)
+	b, err := pulsartest.NewBroker(pulsartest.WithTLS(&tls.Config{Certificates: []tls.Certificate{serverCert},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: clientCAs}),
+		pulsartest.WithAuthenticator(func(method string, data []byte) error {
+			if method != "tls" || len(data) != 0 {
+				return fmt.Errorf("auth method %q with %d bytes, want tls and none", method, len(data))
+			}
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := client(t, b.URL(), func(o *pulsar.ClientOptions) {
+		o.TLSCAFile, o.TLSCertFile, o.TLSKeyFile = k.ca, k.clientCert, k.clientKey
+		o.Auth = pulsar.TLSAuthentication()
+	})
+	p := producer(t, c, pulsar.ProducerOptions{})
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("m-00000")}); err != nil {
+		t.Fatal(err)
+	}
+	if cc := b.ConnectCredentials(); len(cc) == 0 || cc[0].Method != "tls" {
+		t.Fatalf("CONNECT carried %+v", cc)
+	}
+	for _, o := range []pulsar.ClientOptions{
+		{URL: "pulsar://h:6650", TLSCertFile: k.clientCert, TLSKeyFile: k.clientKey, Auth: pulsar.TLSAuthentication()},
+		{URL: b.URL(), TLSCAFile: k.ca, Auth: pulsar.TLSAuthentication()},
+		{URL: b.URL(), TLSCAFile: k.ca, TLSCertFile: k.clientCert, TLSKeyFile: k.clientKey, Auth: pulsar.TLSAuthentication(), Token: "t"},
 	} {
 		if _, err := pulsar.NewClient(o); !errors.Is(err, pulsar.ErrInvalidOptions) {
 			t.Errorf("%+v: %v, want ErrInvalidOptions", o, err)

@@ -15,6 +15,9 @@ var (
 	ErrConnectionClosed = conn.ErrClosed
 	// ErrHandshake: the broker refused CONNECT (authentication, version).
 	ErrHandshake = conn.ErrHandshake
+	// ErrCredentials: the credentials could not be had for CONNECT or an AUTH_CHALLENGE
+	// (Authentication.Data failed): temporary, connections are retried with backoff.
+	ErrCredentials = conn.ErrCredentials
 	// ErrKeepAliveTimeout: the broker stopped answering pings.
 	ErrKeepAliveTimeout = conn.ErrKeepAliveTimeout
 	// ErrWriteTimeout: the broker stopped reading (a write outlasted WriteTimeout); the

@@ -28,6 +28,7 @@ import (
 	"github.com/recordio-bridge/bridge/internal/budget"
 	"github.com/recordio-bridge/bridge/internal/pulsarpool"
 	"github.com/recordio-bridge/bridge/pulsar"
+	"github.com/recordio-bridge/bridge/pulsar/oauth2"
 	"github.com/recordio-bridge/bridge/telemetry"
 )
 
@@ -52,6 +53,7 @@ type App struct {
 	lastErr atomic.Pointer[string] // the last reload's problem, shown by /readyz
 
 	client   *pulsar.Client
+	oauth2   *oauth2.Source // nil unless pulsar.oauth2
 	budget   *budget.Budget
 	prods    *pulsarpool.Pool
 	subs     *pulsarpool.Subscriber
@@ -74,7 +76,7 @@ type App struct {
 
 // New loads the configuration, connects the Pulsar client and binds the listeners.
 // Nothing is served until Run.
-func New(o Options) (a *App, err error) {
+func New(o Options) (_ *App, err error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -85,7 +87,9 @@ func New(o Options) (a *App, err error) {
 	}
 	cfg := snap.cfg
 	setMemoryLimit(cfg.Memory, log)
-	a = &App{path: o.ConfigPath, version: o.Version, log: log, running: cfg,
+	// a is not the named result: a failed New returns nil, and the undo steps still
+	// need it.
+	a := &App{path: o.ConfigPath, version: o.Version, log: log, running: cfg,
 		shutdownStarted: make(chan struct{}), shutdownDone: make(chan struct{})}
 	a.snap.Store(snap)
 	var undo []func()
@@ -100,17 +104,14 @@ func New(o Options) (a *App, err error) {
 		return nil, err
 	}
 	undo = append(undo, func() { _ = a.metrics.Shutdown(context.Background()) })
-	token, err := cfg.Pulsar.Token.Resolve()
-	if err != nil {
-		return nil, fmt.Errorf("pulsar.token: %w", err)
-	}
 	copts := pulsar.ClientOptions{URL: cfg.Pulsar.URL, TLSCAFile: cfg.Pulsar.TLS.CAFile, TLSCertFile: cfg.Pulsar.TLS.CertFile,
 		TLSKeyFile: cfg.Pulsar.TLS.KeyFile, TLSServerName: cfg.Pulsar.TLS.ServerName, OperationTimeout: cfg.Pulsar.OperationTimeout.D(),
 		KeepAlive: cfg.Pulsar.KeepAlive.D(), WriteTimeout: cfg.Pulsar.WriteTimeout.D(), Logger: log.With("component", "pulsar")}
-	if f := cfg.Pulsar.Token.File(); f != "" {
-		copts.TokenFile = f
-	} else {
-		copts.Token = token
+	if a.oauth2, err = pulsarAuth(cfg.Pulsar, &copts, log.With("component", "oauth2")); err != nil {
+		return nil, err
+	}
+	if a.oauth2 != nil {
+		undo = append(undo, a.oauth2.Close)
 	}
 	if a.client, err = pulsar.NewClient(copts); err != nil {
 		return nil, err
@@ -391,6 +392,9 @@ func (a *App) close(ctx, flushCtx context.Context, log *slog.Logger, start time.
 	// Every producer is closed; the consumers' closes are cut with the producers' share,
 	// so the telemetry keeps its own.
 	_ = a.client.CloseContext(flushCtx)
+	if a.oauth2 != nil {
+		a.oauth2.Close()
+	}
 	_ = a.ops.Close()
 	a.serving.Wait() // the Serve loops return once their listeners are closed; the watcher once stopped
 	_ = a.metrics.Shutdown(ctx)
@@ -470,6 +474,9 @@ func (a *App) opsHandler() http.Handler {
 			detail["broker"] = "unreachable: " + err.Error()
 		} else {
 			detail["broker"] = "connected"
+		}
+		if !a.authReady(detail) {
+			ready = false
 		}
 		if a.draining.Load() {
 			ready = false

@@ -62,6 +62,8 @@ type Broker struct {
 	tlsConfig      *tls.Config
 	advertisedHost string
 	token          string
+	authCheck      func(method string, data []byte) error
+	connectAuth    []Credentials
 	authResponses  []string
 	proxyTargets   []string
 	redirects      map[string]redirect
@@ -121,6 +123,27 @@ func WithAdvertisedHost(host string) Option { return func(b *Broker) { b.adverti
 // WithToken makes the broker require token authentication with this token; SetToken
 // changes it later (a rotation, for AUTH_CHALLENGE tests).
 func WithToken(token string) Option { return func(b *Broker) { b.token = token } }
+
+// WithAuthenticator makes the broker check the credentials of every CONNECT and
+// AUTH_RESPONSE with check (instead of one token): an error refuses CONNECT with
+// AuthenticationError and the error's text, and closes the connection of an
+// AUTH_RESPONSE, as the broker does.
+func WithAuthenticator(check func(method string, data []byte) error) Option {
+	return func(b *Broker) { b.authCheck = check }
+}
+
+// Credentials are the auth method and data of one CONNECT.
+type Credentials struct {
+	Method string
+	Data   string
+}
+
+// ConnectCredentials returns the credentials of every CONNECT received, in order.
+func (b *Broker) ConnectCredentials() []Credentials {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Credentials(nil), b.connectAuth...)
+}
 
 type redirect struct {
 	url   string
@@ -584,11 +607,20 @@ func (c *serverConn) handle(f *frame.Frame) {
 	case pb.BaseCommand_CONNECT:
 		cc := cmd.GetConnect()
 		b.mu.Lock()
-		max, token := b.maxMessageSize, b.token
+		max, token, check := b.maxMessageSize, b.token, b.authCheck
 		if cc.ProxyToBrokerUrl != nil {
 			b.proxyTargets = append(b.proxyTargets, cc.GetProxyToBrokerUrl())
 		}
+		b.connectAuth = append(b.connectAuth, Credentials{cc.GetAuthMethodName(), string(cc.GetAuthData())})
 		b.mu.Unlock()
+		if check != nil {
+			if err := check(cc.GetAuthMethodName(), cc.GetAuthData()); err != nil {
+				c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+					Error: pb.ServerError_AuthenticationError.Enum(), Message: proto.String(err.Error())}})
+				c.nc.Close()
+				return
+			}
+		}
 		if token != "" && (cc.GetAuthMethodName() != "token" || string(cc.GetAuthData()) != token) {
 			c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
 				Error: pb.ServerError_AuthenticationError.Enum(), Message: proto.String("pulsartest: bad or missing token")}})
@@ -615,9 +647,9 @@ func (c *serverConn) handle(f *frame.Frame) {
 		data := string(cmd.GetAuthResponse().GetResponse().GetAuthData())
 		b.mu.Lock()
 		b.authResponses = append(b.authResponses, data)
-		token := b.token
+		token, check := b.token, b.authCheck
 		b.mu.Unlock()
-		if token != "" && data != token {
+		if (token != "" && data != token) || (check != nil && check(cmd.GetAuthResponse().GetResponse().GetAuthMethodName(), []byte(data)) != nil) {
 			c.nc.Close()
 		}
 	case pb.BaseCommand_LOOKUP:

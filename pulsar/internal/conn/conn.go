@@ -216,7 +216,7 @@ func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 	if c.opts.Auth != nil {
 		data, err := c.opts.Auth.Data()
 		if err != nil {
-			return fmt.Errorf("%w: reading credentials: %v", ErrHandshake, err)
+			return fmt.Errorf("%w: %w", ErrCredentials, err)
 		}
 		connect.AuthMethodName = proto.String(c.opts.Auth.Method())
 		connect.AuthData = data
@@ -252,6 +252,9 @@ func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 		case pb.BaseCommand_AUTH_CHALLENGE:
 			resp, err := c.authResponse()
 			if err != nil {
+				if errors.Is(err, ErrCredentials) {
+					return err
+				}
 				return fmt.Errorf("%w: %v", ErrHandshake, err)
 			}
 			if _, err := c.nc.Write(resp); err != nil {
@@ -269,7 +272,7 @@ func (c *Conn) authResponse() ([]byte, error) {
 	}
 	data, err := c.opts.Auth.Data()
 	if err != nil {
-		return nil, fmt.Errorf("refreshing credentials for AUTH_CHALLENGE: %w", err)
+		return nil, fmt.Errorf("%w: answering AUTH_CHALLENGE: %w", ErrCredentials, err)
 	}
 	return frame.AppendCommand(nil, &pb.BaseCommand{
 		Type: pb.BaseCommand_AUTH_RESPONSE.Enum(),
@@ -580,6 +583,7 @@ func (c *Conn) dispatch(f *frame.Frame, frameErr error) {
 			c.kickWriter()
 		}
 		c.mu.Unlock()
+		c.log.Debug("answered AUTH_CHALLENGE with fresh credentials", "method", c.opts.Auth.Method())
 	default:
 		id, ok := requestID(cmd)
 		if !ok {

@@ -18,6 +18,10 @@ var (
 	// ErrHandshake: CONNECT was refused or answered with something other than CONNECTED
 	// (a connection lost during the handshake is ErrClosed: temporary).
 	ErrHandshake = errors.New("pulsar: handshake failed")
+	// ErrCredentials: the client's credentials could not be had for CONNECT or an
+	// AUTH_CHALLENGE (an expired token its identity provider cannot replace yet, an
+	// unreadable token file): temporary, the connection is retried with backoff.
+	ErrCredentials = errors.New("pulsar: no credentials to authenticate with")
 )
 
 // ServerErrorCode is the broker's error code (the protocol's ServerError enum).

@@ -1,0 +1,115 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/recordio-bridge/bridge/internal/oidctest"
+	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
+)
+
+func oauth2App(t *testing.T, p *oidctest.Provider, secret string, log *slog.Logger) (*App, error) {
+	t.Helper()
+	b, err := pulsartest.NewBroker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "oauth2.json")
+	if err := os.WriteFile(key, []byte(fmt.Sprintf(`{"client_id": "bridge", "client_secret": %q}`, secret)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "bridge.yaml")
+	cfg := fmt.Sprintf("listen:\n  data: 127.0.0.1:0\n  ops: localhost:0\npulsar:\n  url: %s\n  oauth2:\n    issuerUrl: %s/\n    privateKey: file:%s\n    audience: urn:pulsar:test\nroutes:\n  - name: r\n    default: {topic: t}\n",
+		b.URL(), p.Issuer(), key)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Options{ConfigPath: path, Version: "test", Logger: log})
+	if err == nil {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = a.Shutdown(ctx)
+		})
+	}
+	return a, err
+}
+
+func TestReadyzIsUnreadyOnlyOnceNoValidOAuth2TokenIsLeftAndReadyAgainWhenTheProviderIsBack(t *testing.T) {
+	const secret = "app-s3cr3t-77"
+	p, err := oidctest.New(oidctest.Options{Lifetime: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.AddClient("bridge", oidctest.Client{Secret: secret})
+	var logs syncBuffer
+	a, err := oauth2App(t, p, secret, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := a.opsHandler()
+	if code, body := get(t, ops, "/readyz"); code != http.StatusOK || !strings.HasPrefix(fmt.Sprint(body["pulsarAuth"]), "OAuth2 token valid until") {
+		t.Fatalf("/readyz %d %v", code, body)
+	}
+	expiry, _ := a.oauth2.Status()
+	p.SetDown(true)
+	if code, body := get(t, ops, "/readyz"); time.Now().Before(expiry) && code != http.StatusOK {
+		t.Fatalf("/readyz %d %v while the token is still valid", code, body)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get(t, ops, "/readyz")
+		if code == http.StatusServiceUnavailable {
+			if r := fmt.Sprint(body["pulsarAuth"]); !strings.Contains(r, "no valid OAuth2 token") || !strings.Contains(r, "503") {
+				t.Fatalf("/readyz reason %q", r)
+			}
+			if time.Now().Before(expiry) {
+				t.Fatalf("unready at %v before the token expired at %v", time.Now(), expiry)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d %v", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.SetDown(false)
+	for code, body := get(t, ops, "/readyz"); code != http.StatusOK; code, body = get(t, ops, "/readyz") {
+		if time.Now().After(deadline.Add(30 * time.Second)) {
+			t.Fatalf("/readyz still %d %v after the provider came back", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if strings.Contains(logs.String(), secret) {
+		t.Fatal("the log shows the client secret")
+	}
+	if !strings.Contains(logs.String(), "refreshing the OAuth2 token failed") {
+		t.Fatalf("the outage was not logged:\n%s", logs.String())
+	}
+}
+
+func TestWrongOAuth2CredentialsFailStartUpNamingTheIssuerAndTheAnswer(t *testing.T) {
+	p, err := oidctest.New(oidctest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.AddClient("bridge", oidctest.Client{Secret: "the-right-one"})
+	_, err = oauth2App(t, p, "the-wrong-one", nil)
+	if err == nil || !strings.Contains(err.Error(), "pulsar.oauth2") || !strings.Contains(err.Error(), p.Issuer()) || !strings.Contains(err.Error(), "invalid_client") {
+		t.Fatalf("New: %v", err)
+	}
+	if strings.Contains(err.Error(), "the-wrong-one") || strings.Contains(err.Error(), "the-right-one") {
+		t.Fatalf("New: %v shows a secret", err)
+	}
+}

@@ -1,0 +1,192 @@
+package mapping
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"github.com/recordio-bridge/bridge/internal/oidctest"
+)
+
+func jwtProvider(t *testing.T) *oidctest.Provider {
+	t.Helper()
+	p, err := oidctest.New(oidctest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Close()
+		jwksClient.CloseIdleConnections()
+	})
+	return p
+}
+
+func jwtTable(t *testing.T, p *oidctest.Provider, extra string) *Table {
+	t.Helper()
+	h := sha256.Sum256([]byte("static-token"))
+	return compile(t, fmt.Sprintf(`
+auth:
+  tokens:
+    - {name: static, sha256: %s, routes: [r]}
+  jwt:
+    - name: corp-idp
+      issuer: %s
+      audience: recordio-bridge
+%s
+routes:
+  - name: r
+    default: {topic: t}
+  - name: other
+    default: {topic: t2}
+streams:
+  - name: s
+    topics: [t]
+`, hex.EncodeToString(h[:]), p.Issuer(), extra))
+}
+
+func sign(t *testing.T, p *oidctest.Provider, claims map[string]any) string {
+	t.Helper()
+	tok, err := p.Sign(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestJWTsOfAConfiguredIssuerAreGrantedByTheirScopeBesideStaticTokens(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "")
+	c := p.Claims("svc-a", "recordio-bridge", time.Minute)
+	c["scope"] = "openid publish:r read:s"
+	tok := sign(t, p, c)
+	if who, err := tab.Authorize(tok, Write, "r"); err != nil || !strings.Contains(who, `"svc-a"`) {
+		t.Fatalf("publish r: %q, %v", who, err)
+	}
+	if _, err := tab.Authorize(tok, Read, "s"); err != nil {
+		t.Fatalf("read s: %v", err)
+	}
+	_, err := tab.Authorize(tok, Write, "other")
+	if !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), `subject "svc-a"`) || !strings.Contains(err.Error(), "route other") {
+		t.Fatalf("publish other: %v, want ErrForbidden naming the subject", err)
+	}
+	if _, err := tab.Authorize("static-token", Write, "r"); err != nil {
+		t.Fatalf("the static token beside the issuer: %v", err)
+	}
+	c["scope"] = "publish:* read:*"
+	if _, err := tab.Authorize(sign(t, p, c), Write, "other"); err != nil {
+		t.Fatalf("publish:*: %v", err)
+	}
+	delete(c, "scope")
+	if _, err := tab.Authorize(sign(t, p, c), Read, "s"); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("no grants claim: %v, want ErrForbidden", err)
+	}
+}
+
+func TestAGrantsClaimOtherThanScopeMayBeAnArray(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "      grantsClaim: bridge_grants\n")
+	c := p.Claims("svc-b", "recordio-bridge", time.Minute)
+	c["bridge_grants"] = []string{"read:s"}
+	c["scope"] = "publish:r" // not the configured claim: grants nothing
+	tok := sign(t, p, c)
+	if _, err := tab.Authorize(tok, Read, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tab.Authorize(tok, Write, "r"); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("scope read although grantsClaim is bridge_grants: %v", err)
+	}
+}
+
+func TestInvalidJWTsAreRefusedAsInvalidTokenSayingWhy(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "")
+	good := func() map[string]any {
+		c := p.Claims("svc", "recordio-bridge", time.Minute)
+		c["scope"] = "publish:r"
+		return c
+	}
+	with := func(k string, v any) map[string]any { c := good(); c[k] = v; return c }
+	without := func(k string) map[string]any { c := good(); delete(c, k); return c }
+	now := time.Now()
+	hsKey := []byte("0123456789abcdef0123456789abcdef")
+	hs, err := oidctest.SignWith(hsKey, p.KeyID(), jose.HS256, good())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	foreign, err := oidctest.SignWith(stranger, p.KeyID(), jose.ES256, good())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.RawURLEncoding.EncodeToString
+	none := b64([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + b64([]byte(fmt.Sprintf(`{"iss":%q,"aud":"recordio-bridge","sub":"svc","exp":%d,"scope":"publish:r"}`, p.Issuer(), now.Add(time.Minute).Unix()))) + "."
+	cases := []struct{ name, token, want string }{
+		{"expired", sign(t, p, with("exp", now.Add(-2*time.Minute).Unix())), "expired"},
+		{"not yet valid", sign(t, p, with("nbf", now.Add(2*time.Minute).Unix())), "not valid yet"},
+		{"no exp", sign(t, p, without("exp")), "no exp"},
+		{"another audience", sign(t, p, with("aud", "someone-else")), "not for audience recordio-bridge"},
+		{"an untrusted issuer", sign(t, p, with("iss", "https://evil.example")), `issuer "https://evil.example" is not trusted`},
+		{"HS256 with a shared secret", hs, "accepted algorithm"},
+		{"alg none", none, "accepted algorithm"},
+		{"a key the issuer does not publish", foreign, "signature not verified"},
+		{"garbage", "a.b.c", "not a JWT"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := tab.Authorize(c.token, Write, "r")
+			var te *TokenError
+			if !errors.As(err, &te) || !errors.Is(err, ErrUnauthenticated) || !strings.Contains(te.Description, c.want) {
+				t.Fatalf("err = %v, want a TokenError saying %q", err, c.want)
+			}
+			ch := Challenge(err)
+			if !strings.Contains(ch, `error="invalid_token"`) || !strings.Contains(ch, "error_description=") {
+				t.Fatalf("challenge %s", ch)
+			}
+			if strings.Contains(err.Error(), c.token) {
+				t.Fatal("the error shows the token")
+			}
+		})
+	}
+	// A clock a little behind the issuer's is tolerated.
+	if _, err := tab.Authorize(sign(t, p, with("exp", now.Add(-10*time.Second).Unix())), Write, "r"); err != nil {
+		t.Fatalf("expired 10 s ago, inside the leeway: %v", err)
+	}
+	if ch := Challenge(fmt.Errorf("%w: send Authorization: Bearer <token>", ErrUnauthenticated)); strings.Contains(ch, "invalid_token") {
+		t.Fatalf("no token given, yet %s", ch)
+	}
+}
+
+func TestARotatedSigningKeyIsFetchedOnItsFirstToken(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "")
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
+		t.Fatal(err)
+	}
+	old := p.KeyID()
+	if err := p.Rotate(false); err != nil {
+		t.Fatal(err)
+	}
+	if p.KeyID() == old {
+		t.Fatal("no new key")
+	}
+	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
+		t.Fatalf("a token of the new key: %v", err)
+	}
+	// An explicit jwksUrl is used without discovery.
+	tab2 := jwtTable(t, p, "      jwksUrl: "+p.Issuer()+"/jwks\n")
+	if _, err := tab2.Authorize(sign(t, p, c), Write, "r"); err != nil {
+		t.Fatalf("with jwksUrl: %v", err)
+	}
+}
