@@ -439,8 +439,14 @@ func (d disturbance) delayed() bool {
 	return d.faultMedian > 2*d.baseMedian && d.faultMedian > d.baseP90
 }
 
+// stalled: some stream went without a receipt during the fault for longer than the whole
+// baseline, and four times as long as any stream did before it.
+func (d disturbance) stalled() bool {
+	return d.faultStall > baseline && d.faultStall > 4*d.baseStall
+}
+
 func (d disturbance) any() bool {
-	return d.reconnects > 0 || d.failed > 0 || d.broken > 0 || d.egressEnds > 0 || d.delayed()
+	return d.reconnects > 0 || d.failed > 0 || d.broken > 0 || d.egressEnds > 0 || d.delayed() || d.stalled()
 }
 
 func (d disturbance) String() string {
@@ -458,7 +464,11 @@ func (d disturbance) String() string {
 	if d.delayed() {
 		lat += " (delayed)"
 	}
-	parts = append(parts, lat, fmt.Sprintf("longest stall %s→%s", ms(d.baseStall), ms(d.faultStall)))
+	stall := fmt.Sprintf("longest stall %s→%s", ms(d.baseStall), ms(d.faultStall))
+	if d.stalled() {
+		stall += " (stalled)"
+	}
+	parts = append(parts, lat, stall)
 	return strings.Join(parts, ", ")
 }
 
