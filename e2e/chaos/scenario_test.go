@@ -67,6 +67,7 @@ type env struct {
 	windowOpen bool
 	first      time.Time // the first fault, and the counts just before it
 	before     tally
+	aborted    string // why the scenario stopped before its oracle, for the table
 }
 
 func randName(prefix string) string {
@@ -128,15 +129,18 @@ func scenario(t *testing.T, fault string, p path, ld load, inject func(t *testin
 		t.Fatalf("load %v: every topic needs an egress stream", ld)
 	}
 	r := row{Fault: fault, Load: ld.String() + ", " + p.String()}
+	e := &env{c: c}
 	added := false
 	defer func() {
 		if !added { // a Fatal on the way: the table still says so
 			r.Result = "FAIL (see the test log)"
+			if e.aborted != "" {
+				r.Result = "FAIL: " + e.aborted
+			}
 			addRow(r)
 		}
 	}()
 	run := randName("r")
-	e := &env{c: c}
 	short := make([]string, ld.topics)
 	for i := range ld.topics {
 		short[i] = fmt.Sprintf("%s-t%d", run, i)
@@ -355,6 +359,7 @@ func (e *env) fault(t *testing.T, targets ...string) {
 				break
 			}
 			if try == 2 {
+				e.aborted = fmt.Sprintf("%s owns none of the topics at the fault", target)
 				t.Fatalf("%s owns none of the %d topics right before the fault, after placing the bundles again twice: the fault would hit nothing of the load", target, len(e.topics))
 			}
 			t.Logf("%s owns none of the topics right before the fault: placing the bundles again", target)
@@ -408,7 +413,10 @@ type tally struct {
 }
 
 func (e *env) disturbanceCounts() tally {
-	k := tally{reconnects: e.b.reconnects()}
+	k := tally{reconnects: -1}
+	if e.b != nil {
+		k.reconnects = e.b.reconnects()
+	}
 	for _, ic := range e.ins {
 		rq, f := ic.counts()
 		k.requests += rq
