@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -194,6 +195,33 @@ func (b *bridge) goroutines() int {
 		return -1
 	}
 	return total
+}
+
+// reconnects is the bridge's bridge_pulsar_reconnects_total, producers' and consumers'
+// summed, from its /metrics, or -1 when it does not answer.
+func (b *bridge) reconnects() int64 {
+	resp, err := http.Get(b.OpsURL + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return -1
+	}
+	var n int64
+	for _, l := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(l, "bridge_pulsar_reconnects_total{") {
+			continue
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return -1
+		}
+		n += int64(v)
+	}
+	return n
 }
 
 // rssBytes is the bridge's resident memory now (Linux).

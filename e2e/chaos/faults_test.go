@@ -39,6 +39,7 @@ func TestBrokerKill9AndRestart(t *testing.T) {
 	n := pick(1, 10)
 	scenario(t, fmt.Sprintf("broker kill -9 + restart ×%d (dedup on)", n), viaProxy, baseLoad(), func(t *testing.T, e *env) time.Time {
 		for i := range n {
+			e.fault(t, "broker2")
 			e.c.script(t, "kill", "broker2")
 			steady(2 * time.Second)
 			e.c.script(t, "start1", "broker2")
@@ -59,6 +60,7 @@ func TestBrokerKill9AndRestart(t *testing.T) {
 func TestBrokerFrozenThenThawed(t *testing.T) {
 	scenario(t, fmt.Sprintf("broker SIGSTOP %s then SIGCONT", 3*keepAlive), viaProxy, baseLoad(), func(t *testing.T, e *env) time.Time {
 		pid := e.c.pid(t, "broker2")
+		e.fault(t, "broker2")
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -80,6 +82,7 @@ func TestBrokerFrozenForGood(t *testing.T) {
 			e.c.script(t, "kill", "broker2")
 			e.c.script(t, "start1", "broker2")
 		})
+		e.fault(t, "broker2")
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -93,6 +96,7 @@ func TestUnloads(t *testing.T) {
 	n := pick(3, 10)
 	scenario(t, fmt.Sprintf("namespace + topic unload ×%d", n), viaProxy, baseLoad(), func(t *testing.T, e *env) time.Time {
 		for i := range n {
+			e.fault(t)
 			e.c.mustAdmin(t, http.MethodPut, e.c.Broker1Admin+"/admin/v2/namespaces/chaos/allowed/unload", "")
 			steady(time.Second)
 			tp := e.topics[i%len(e.topics)]
@@ -118,6 +122,7 @@ func TestNetworkFaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			scenario(t, tc.name, viaFault, baseLoad(), func(t *testing.T, e *env) time.Time {
+				e.fault(t)
 				e.fp.Set(tc.f)
 				steady(tc.dur)
 				e.fp.Heal()
@@ -129,6 +134,7 @@ func TestNetworkFaults(t *testing.T) {
 	t.Run("resets", func(t *testing.T) {
 		scenario(t, fmt.Sprintf("connection reset ×%d", n), viaFault, baseLoad(), func(t *testing.T, e *env) time.Time {
 			for range n {
+				e.fault(t)
 				if e.fp.Reset() == 0 {
 					t.Error("no connection through the fault proxy to reset")
 				}
@@ -145,6 +151,7 @@ func TestBridgeKill9(t *testing.T) {
 	n := pick(1, 5)
 	scenario(t, fmt.Sprintf("bridge kill -9 + restart ×%d", n), viaProxy, baseLoad(), func(t *testing.T, e *env) time.Time {
 		for i := range n {
+			e.fault(t)
 			e.b.kill9()
 			e.b.start()
 			if i < n-1 {
@@ -161,6 +168,7 @@ func TestBridgeKill9(t *testing.T) {
 // TestProxyKill9: the Pulsar proxy in the path is killed with SIGKILL and started again.
 func TestProxyKill9(t *testing.T) {
 	scenario(t, "Pulsar proxy kill -9 + restart", viaProxy, baseLoad(), func(t *testing.T, e *env) time.Time {
+		e.fault(t)
 		e.c.script(t, "kill", "proxy")
 		steady(2 * time.Second)
 		e.c.script(t, "start1", "proxy")
@@ -173,7 +181,12 @@ func TestProxyKill9(t *testing.T) {
 // The service URL is broker 2 (127.0.0.2); topics on broker 1 are verified as 127.0.0.1.
 func TestPerBrokerTLS(t *testing.T) {
 	scenario(t, "TLS per broker + namespace unload ×2", viaTLS, baseLoad(), func(t *testing.T, e *env) time.Time {
-		for range 2 {
+		for i := range 2 {
+			if i == 0 {
+				e.fault(t, "broker1", "broker2") // verified under each broker's name: both own part of the load
+			} else {
+				e.fault(t)
+			}
 			e.c.mustAdmin(t, http.MethodPut, e.c.Broker1Admin+"/admin/v2/namespaces/chaos/allowed/unload", "")
 			steady(2 * time.Second)
 		}
@@ -188,6 +201,7 @@ func TestManyStreams(t *testing.T) {
 	ld := load{ingress: pick(100, 1000), egress: pick(10, 100), topics: 4, pace: time.Second}
 	scenario(t, "connection reset ×2 under many streams", viaFault, ld, func(t *testing.T, e *env) time.Time {
 		for range 2 {
+			e.fault(t)
 			if e.fp.Reset() == 0 {
 				t.Error("no connection through the fault proxy to reset")
 			}

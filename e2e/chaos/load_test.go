@@ -50,7 +50,15 @@ type ingressClient struct {
 	failures  map[string]int    // per-record failure texts (status: error), counted
 	requests  int
 	lastOK    atomic.Int64 // unix nanos of the last receipt
+	// peak is the most records sent and not yet receipted at once since the last
+	// peakSince (records resent after a failure stay unreceipted until their receipt).
+	peak int
+	// receipts is each 200 receipt's record: when it was (last) sent, when it was receipted.
+	receipts []receiptTimes
 }
+
+// receiptTimes are unix nanos.
+type receiptTimes struct{ sent, got int64 }
 
 func newIngressClient(url, topic, key string, pace time.Duration) *ingressClient {
 	return &ingressClient{url: url, topic: topic, key: key, pace: pace, window: 32,
@@ -153,6 +161,7 @@ func (c *ingressClient) oneRequest(ctx context.Context, stop <-chan struct{}) bo
 		pw.Close()
 	}()
 	var sent []record
+	var sentAt []int64 // unix nanos, one per sent record
 	var settled int
 	anyOK := false
 	closed := false
@@ -218,8 +227,10 @@ func (c *ingressClient) oneRequest(ctx context.Context, stop <-chan struct{}) bo
 			rec := sent[r.Seq]
 			c.mu.Lock()
 			if r.Status == http.StatusOK {
+				now := time.Now().UnixNano()
 				c.receipted[rec.ID] = r.MessageID
-				c.lastOK.Store(time.Now().UnixNano())
+				c.receipts = append(c.receipts, receiptTimes{sent: sentAt[r.Seq], got: now})
+				c.lastOK.Store(now)
 				anyOK = true
 			} else {
 				c.failures[fmt.Sprintf("%d: %s", r.Status, r.Error)]++
@@ -237,6 +248,7 @@ func (c *ingressClient) oneRequest(ctx context.Context, stop <-chan struct{}) bo
 			} else if !isClosed(stop) {
 				rec = record{ID: fmt.Sprintf("%s-%06d", c.key, c.next), K: c.key, N: c.next}
 				c.next++
+				c.peak = max(c.peak, c.next-len(c.receipted))
 			} else {
 				c.mu.Unlock()
 				if settled == len(sent) {
@@ -247,6 +259,7 @@ func (c *ingressClient) oneRequest(ctx context.Context, stop <-chan struct{}) bo
 			c.mu.Unlock()
 			b, _ := json.Marshal(rec)
 			sent = append(sent, rec)
+			sentAt = append(sentAt, time.Now().UnixNano())
 			select {
 			case toWrite <- recordio.AppendRecord(nil, b):
 			case <-ctx.Done():
@@ -261,6 +274,26 @@ func (c *ingressClient) unreceipted() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.next - len(c.receipted)
+}
+
+// peakSince returns the most records that were sent and not yet receipted at once since
+// the last call, and starts counting again from those unreceipted now.
+func (c *ingressClient) peakSince() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.peak
+	c.peak = c.next - len(c.receipted)
+	return p
+}
+
+// counts is the number of requests made and of failures (failed receipts, stalls) so far.
+func (c *ingressClient) counts() (requests, failures int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.failures {
+		failures += n
+	}
+	return c.requests, failures
 }
 
 // egressClient reads one egress stream, reconnecting after every end, and records the
@@ -319,6 +352,17 @@ func (e *egressClient) once(ctx context.Context) {
 		e.seen[r.ID]++
 		e.mu.Unlock()
 	}
+}
+
+// ends is the number of times a stream ended or could not be opened so far.
+func (e *egressClient) ends() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, v := range e.errs {
+		n += v
+	}
+	return n
 }
 
 func (e *egressClient) fail(s string) {

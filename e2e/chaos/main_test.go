@@ -58,7 +58,9 @@ var (
 type row struct {
 	Fault, Load                          string
 	Receipted, Present, Lost, Duplicated int
+	InFlight                             int // records in flight at the faults: what may be duplicated
 	EgressMissing                        int
+	Disturbance                          string // what the fault did to the load
 	Recovered                            string
 	Memory                               string // peak RSS, goroutines before -> after
 	Result                               string
@@ -80,10 +82,10 @@ func table() string {
 	rowsMu.Lock()
 	defer rowsMu.Unlock()
 	var b strings.Builder
-	b.WriteString("| fault | load | receipted | present | lost | duplicated | egress missing | recovered in | peak RSS, goroutines | result |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|---|\n")
+	b.WriteString("| fault | load | receipted | present | lost | duplicated | in flight at faults | egress missing | disturbance | recovered in | peak RSS, goroutines | result |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %s | %s | %s |\n", r.Fault, r.Load, r.Receipted, r.Present, r.Lost, r.Duplicated, r.EgressMissing, r.Recovered, r.Memory, r.Result)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %s | %s | %s | %s |\n", r.Fault, r.Load, r.Receipted, r.Present, r.Lost, r.Duplicated, r.InFlight, r.EgressMissing, r.Disturbance, r.Recovered, r.Memory, r.Result)
 	}
 	return b.String()
 }

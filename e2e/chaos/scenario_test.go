@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,6 +57,17 @@ type env struct {
 	fp     *faultproxy.Proxy // viaFault only
 	topics []string
 	ins    []*ingressClient
+	outs   []*egressClient
+
+	// What inject's calls to fault counted: the faults injected, and the records in flight
+	// at them (the most sent and not yet receipted at once, from each fault until the next
+	// or until recovery, summed).
+	faults     int
+	inFlight   int
+	windowOpen bool
+	first      time.Time // the first fault, and the counts just before it
+	before     tally
+	aborted    string // why the scenario stopped before its oracle, for the table
 }
 
 func randName(prefix string) string {
@@ -102,16 +114,33 @@ streams:
 %s`, pulsarCfg, c.BridgeTokenFile, keepAlive, streams.String())
 }
 
-// scenario runs ld through p, calls inject while it runs (inject returns when the fault is
-// over, with the moment it healed), then checks with the official client that every
-// receipted record is in its topic and that the egress streams delivered everything.
+// baseline is how long the load runs between its warm-up and the fault: what the receipts
+// looked like then is what the fault must have disturbed.
+const baseline = 3 * time.Second
+
+// scenario runs ld through p, calls inject while it runs (inject calls e.fault right before
+// each injection, and returns when the fault is over, with the moment it healed), then
+// checks with the official client that every receipted record is in its topic once, in
+// order per key, with no more duplicates than records were in flight at the faults, that
+// the egress streams delivered everything, and that the fault disturbed the load at all.
 func scenario(t *testing.T, fault string, p path, ld load, inject func(t *testing.T, e *env) time.Time) {
 	c := useCluster(t)
 	if ld.egress > 0 && ld.egress < ld.topics {
 		t.Fatalf("load %v: every topic needs an egress stream", ld)
 	}
-	run := randName("r")
+	r := row{Fault: fault, Load: ld.String() + ", " + p.String()}
 	e := &env{c: c}
+	added := false
+	defer func() {
+		if !added { // a Fatal on the way: the table still says so
+			r.Result = "FAIL (see the test log)"
+			if e.aborted != "" {
+				r.Result = "FAIL: " + e.aborted
+			}
+			addRow(r)
+		}
+	}()
+	run := randName("r")
 	short := make([]string, ld.topics)
 	for i := range ld.topics {
 		short[i] = fmt.Sprintf("%s-t%d", run, i)
@@ -161,6 +190,7 @@ func scenario(t *testing.T, fault string, p path, ld load, inject func(t *testin
 	for i := range ld.egress {
 		ec := newEgressClient(fmt.Sprintf("%s/v1/streams/e%d", e.b.DataURL, i%ld.topics))
 		outs = append(outs, ec)
+		e.outs = outs
 		wg.Add(1)
 		go func() { defer wg.Done(); ec.run(ectx) }()
 	}
@@ -177,9 +207,16 @@ func scenario(t *testing.T, fault string, p path, ld load, inject func(t *testin
 		close(stop)
 		t.Fatalf("no receipts on every stream within 90s before the fault:\n%s", e.failures())
 	}
+	warm := time.Now()
+	steady(baseline)
 
 	t0 := time.Now()
 	healed := inject(t, e)
+	if e.faults > 0 {
+		t0 = e.first // the disturbance counts from the first fault, after its placement checks
+	} else {
+		e.before = e.disturbanceCounts()
+	}
 	var recovered time.Duration
 	if waitFor(ctx, 3*time.Minute, func() bool { return e.allReceiptedSince(healed) }) {
 		recovered = time.Since(healed)
@@ -187,9 +224,15 @@ func scenario(t *testing.T, fault string, p path, ld load, inject func(t *testin
 		t.Errorf("%s: not every stream had a receipt within 3 minutes after the fault healed:\n%s", fault, e.failures())
 		recovered = -1
 	}
+	over := time.Now()
+	e.closeWindow()
+	after := e.disturbanceCounts()
 	t.Logf("%s: fault lasted %s, recovered %s after it healed", fault, healed.Sub(t0).Round(100*time.Millisecond), recovered.Round(10*time.Millisecond))
 	close(stop)
 	iwg.Wait()
+	dist := e.disturbance(e.before, after, warm, t0, over)
+	r.Disturbance = dist.String()
+	r.InFlight = e.inFlight
 
 	// The oracle: what reached the topics.
 	receipted := map[string]string{}
@@ -203,7 +246,7 @@ func scenario(t *testing.T, fault string, p path, ld load, inject func(t *testin
 		unreceipted += ic.unreceipted()
 	}
 	counts, order := readAll(t, c, e.topics)
-	r := row{Fault: fault, Load: ld.String() + ", " + p.String(), Receipted: len(receipted)}
+	r.Receipted = len(receipted)
 	var lostSample []string
 	for _, id := range sortedKeys(receipted) {
 		if counts[id] == 0 {
@@ -249,21 +292,27 @@ func scenario(t *testing.T, fault string, p path, ld load, inject func(t *testin
 	// (producers idle out after 5 s; a little slack for the broker connections).
 	// The clients' idle keep-alive connections hold server goroutines: they go first.
 	ingressHTTP.CloseIdleConnections()
-	var after int
-	back := waitFor(ctx, time.Minute, func() bool { after = e.b.goroutines(); return after >= 0 && after <= baseGoroutines+20 })
+	var afterGoroutines int
+	back := waitFor(ctx, time.Minute, func() bool {
+		afterGoroutines = e.b.goroutines()
+		return afterGoroutines >= 0 && afterGoroutines <= baseGoroutines+20
+	})
 	if !back {
-		t.Errorf("%s: the bridge has %d goroutines a minute after the load ended, %d before it", fault, after, baseGoroutines)
+		t.Errorf("%s: the bridge has %d goroutines a minute after the load ended, %d before it", fault, afterGoroutines, baseGoroutines)
 	}
 	if pk := peakRSS.Load(); pk > memoryLimit {
 		t.Errorf("%s: peak resident memory %d MiB is above memory.limit %d MiB", fault, pk>>20, memoryLimit>>20)
 	}
-	r.Memory = fmt.Sprintf("%d MiB, %d→%d goroutines", peakRSS.Load()>>20, baseGoroutines, after)
+	r.Memory = fmt.Sprintf("%d MiB, %d→%d goroutines", peakRSS.Load()>>20, baseGoroutines, afterGoroutines)
 	if recovered >= 0 {
 		r.Recovered = recovered.Round(100 * time.Millisecond).String()
 	} else {
 		r.Recovered = "not recovered"
 	}
 	var problems []string
+	if e.faults == 0 {
+		problems = append(problems, "no fault injected (inject never called env.fault)")
+	}
 	if r.Lost > 0 {
 		problems = append(problems, fmt.Sprintf("%d receipted records missing", r.Lost))
 		t.Logf("receipted but missing (first 20): %s", strings.Join(lostSample, ", "))
@@ -271,22 +320,222 @@ func scenario(t *testing.T, fault string, p path, ld load, inject func(t *testin
 	if unreceipted > 0 {
 		problems = append(problems, fmt.Sprintf("%d records never receipted", unreceipted))
 	}
+	if order > 0 {
+		problems = append(problems, fmt.Sprintf("%d records out of order in their key", order))
+	}
+	if r.Duplicated > r.InFlight {
+		problems = append(problems, fmt.Sprintf("%d duplicates, more than the %d records in flight at the faults", r.Duplicated, r.InFlight))
+	}
 	if r.EgressMissing > 0 {
 		problems = append(problems, fmt.Sprintf("%d records never reached egress", r.EgressMissing))
 	}
 	if recovered < 0 {
 		problems = append(problems, "no recovery")
 	}
-	if order > 0 {
-		r.Result = fmt.Sprintf("ok, %d out of order", order)
-	} else {
-		r.Result = "ok"
+	if !dist.any() {
+		problems = append(problems, "fault had no effect")
 	}
+	r.Result = "ok"
 	if len(problems) > 0 {
 		r.Result = "FAIL: " + strings.Join(problems, "; ")
-		t.Errorf("%s: %s\ningress failures:\n%s\negress ends:\n%s", fault, r.Result, e.failures(), egressEnds(outs))
+		t.Errorf("%s: %s\ndisturbance: %s\ningress failures:\n%s\negress ends:\n%s", fault, r.Result, r.Disturbance, e.failures(), egressEnds(outs))
 	}
+	added = true
 	addRow(r)
+}
+
+// fault is called by a scenario's inject right before each injection. A fault aimed at a
+// broker (targets broker1, broker2) proves nothing unless that broker owns part of the load
+// at that moment: when it owns none of the topics, the bundles are placed again (twice at
+// most), then the test fails. From here until the next fault, or until the load has
+// recovered, the records in flight are counted: they bound the duplicates.
+func (e *env) fault(t *testing.T, targets ...string) {
+	t.Helper()
+	for _, target := range targets {
+		for try := 0; ; try++ {
+			mine := e.owned(t, target)
+			if len(mine) > 0 {
+				t.Logf("fault %d: %s owns %d of the %d topics", e.faults+1, target, len(mine), len(e.topics))
+				break
+			}
+			if try == 2 {
+				e.aborted = fmt.Sprintf("%s owns none of the topics at the fault", target)
+				t.Fatalf("%s owns none of the %d topics right before the fault, after placing the bundles again twice: the fault would hit nothing of the load", target, len(e.topics))
+			}
+			t.Logf("%s owns none of the topics right before the fault: placing the bundles again", target)
+			e.spread(t)
+		}
+	}
+	e.closeWindow()
+	e.windowOpen = true
+	if e.faults == 0 {
+		e.before, e.first = e.disturbanceCounts(), time.Now()
+	}
+	e.faults++
+}
+
+// closeWindow adds the records in flight since the last fault to the bound, and starts
+// counting them again from those in flight now.
+func (e *env) closeWindow() {
+	for _, ic := range e.ins {
+		if p := ic.peakSince(); e.windowOpen {
+			e.inFlight += p
+		}
+	}
+	e.windowOpen = false
+}
+
+// owned is the topics the cluster member name (broker1, broker2) owns now.
+func (e *env) owned(t testing.TB, name string) []string {
+	t.Helper()
+	var addr string
+	switch name {
+	case "broker1":
+		addr = hostPort(e.c.Broker1URL)
+	case "broker2":
+		addr = hostPort(e.c.Broker2URL)
+	default:
+		t.Fatalf("no broker %q", name)
+	}
+	var mine []string
+	for _, tp := range e.topics {
+		if hostPort(e.c.owner(t, tp)) == addr {
+			mine = append(mine, tp)
+		}
+	}
+	return mine
+}
+
+// tally is the running totals a fault can move.
+type tally struct {
+	reconnects                int64 // the bridge's, -1 when it did not answer
+	requests, failed, egressE int
+}
+
+func (e *env) disturbanceCounts() tally {
+	k := tally{reconnects: -1}
+	if e.b != nil {
+		k.reconnects = e.b.reconnects()
+	}
+	for _, ic := range e.ins {
+		rq, f := ic.counts()
+		k.requests += rq
+		k.failed += f
+	}
+	for _, ec := range e.outs {
+		k.egressE += ec.ends()
+	}
+	return k
+}
+
+// disturbance is what a fault did to the load, from its injection until the load recovered,
+// against the baseline just before.
+type disturbance struct {
+	reconnects int64 // the bridge's to the brokers
+	failed     int   // failed receipts and stalled requests
+	broken     int   // ingress requests that ended and were made again
+	egressEnds int   // egress streams that ended and were opened again
+	// Receipt latency (send to receipt) of the records sent before and during the fault.
+	baseMedian, baseP90, faultMedian time.Duration
+	// The longest time a stream went without a receipt, before and during the fault.
+	baseStall, faultStall time.Duration
+}
+
+// delayed: the typical record sent during the fault waited for its receipt more than twice
+// as long as the typical record before it, and longer than nine in ten of those.
+func (d disturbance) delayed() bool {
+	return d.faultMedian > 2*d.baseMedian && d.faultMedian > d.baseP90
+}
+
+// stalled: some stream went without a receipt during the fault for longer than the whole
+// baseline, and four times as long as any stream did before it.
+func (d disturbance) stalled() bool {
+	return d.faultStall > baseline && d.faultStall > 4*d.baseStall
+}
+
+func (d disturbance) any() bool {
+	return d.reconnects > 0 || d.failed > 0 || d.broken > 0 || d.egressEnds > 0 || d.delayed() || d.stalled()
+}
+
+func (d disturbance) String() string {
+	var parts []string
+	for _, f := range []struct {
+		n    int64
+		what string
+	}{{d.reconnects, "reconnects"}, {int64(d.failed), "failed receipts"}, {int64(d.broken), "broken requests"}, {int64(d.egressEnds), "egress ends"}} {
+		if f.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", f.n, f.what))
+		}
+	}
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	lat := fmt.Sprintf("receipt median %s→%s", ms(d.baseMedian), ms(d.faultMedian))
+	if d.delayed() {
+		lat += " (delayed)"
+	}
+	stall := fmt.Sprintf("longest stall %s→%s", ms(d.baseStall), ms(d.faultStall))
+	if d.stalled() {
+		stall += " (stalled)"
+	}
+	parts = append(parts, lat, stall)
+	return strings.Join(parts, ", ")
+}
+
+// disturbance compares the counts and receipts of the fault [t0, over) with the baseline [warm, t0).
+func (e *env) disturbance(before, after tally, warm, t0, over time.Time) disturbance {
+	d := disturbance{failed: after.failed - before.failed, broken: after.requests - before.requests, egressEnds: after.egressE - before.egressE}
+	switch {
+	case after.reconnects < 0 || before.reconnects < 0:
+	case after.reconnects < before.reconnects: // a new bridge process counts from 0
+		d.reconnects = after.reconnects
+	default:
+		d.reconnects = after.reconnects - before.reconnects
+	}
+	var baseLat, faultLat []time.Duration
+	for _, ic := range e.ins {
+		ic.mu.Lock()
+		rs := slices.Clone(ic.receipts)
+		ic.mu.Unlock()
+		for _, x := range rs {
+			switch {
+			case x.sent >= warm.UnixNano() && x.sent < t0.UnixNano():
+				baseLat = append(baseLat, time.Duration(x.got-x.sent))
+			case x.sent >= t0.UnixNano() && x.sent < over.UnixNano():
+				faultLat = append(faultLat, time.Duration(x.got-x.sent))
+			}
+		}
+		d.baseStall = max(d.baseStall, longestGap(rs, warm, t0))
+		d.faultStall = max(d.faultStall, longestGap(rs, t0, over))
+	}
+	d.baseMedian, d.baseP90 = quantile(baseLat, 0.5), quantile(baseLat, 0.9)
+	d.faultMedian = quantile(faultLat, 0.5)
+	return d
+}
+
+// longestGap is the longest time in [from, to) without a receipt.
+func longestGap(rs []receiptTimes, from, to time.Time) time.Duration {
+	got := make([]int64, 0, len(rs))
+	for _, x := range rs {
+		if x.got >= from.UnixNano() && x.got < to.UnixNano() {
+			got = append(got, x.got)
+		}
+	}
+	slices.Sort(got)
+	prev, gap := from.UnixNano(), int64(0)
+	for _, g := range append(got, to.UnixNano()) {
+		gap = max(gap, g-prev)
+		prev = g
+	}
+	return time.Duration(gap)
+}
+
+// quantile is the q-quantile of ds (0 when empty).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
 // allReceiptedSince reports whether every ingress stream had a receipt after t.
@@ -418,28 +667,33 @@ func quietLogger() log.Logger {
 
 // spread places the topics' bundles on both brokers (the first topic's bundle on broker 2,
 // the next distinct bundle on broker 1, and so on) by unloading each with a destination
-// broker, so a broker fault always hits part of the load; it says so in the log when the
-// topics still do not split (all of them in one bundle).
+// broker, so a broker fault hits part of the load; when the topics still do not split it
+// tries again, twice, then says so in the log (a fault aimed at a broker checks, with
+// env.fault, that the broker owns part of the load right before it strikes).
 func (e *env) spread(t *testing.T) {
 	t.Helper()
 	dests := []string{hostPort(e.c.Broker2Admin), hostPort(e.c.Broker1Admin)}
-	var order []string
-	target := map[string]string{}
-	for _, tp := range e.topics {
-		b := strings.TrimSpace(string(e.c.mustAdmin(t, http.MethodGet, e.c.Broker1Admin+"/lookup/v2/topic/"+strings.Replace(tp, "://", "/", 1)+"/bundle", "")))
-		if _, ok := target[b]; !ok {
-			target[b] = dests[len(order)%2]
-			order = append(order, b)
+	var on map[string]int
+	for range 3 {
+		var order []string
+		target := map[string]string{}
+		for _, tp := range e.topics {
+			b := strings.TrimSpace(string(e.c.mustAdmin(t, http.MethodGet, e.c.Broker1Admin+"/lookup/v2/topic/"+strings.Replace(tp, "://", "/", 1)+"/bundle", "")))
+			if _, ok := target[b]; !ok {
+				target[b] = dests[len(order)%2]
+				order = append(order, b)
+			}
+		}
+		for _, b := range order {
+			e.c.mustAdmin(t, http.MethodPut, e.c.Broker1Admin+"/admin/v2/namespaces/chaos/allowed/"+b+"/unload?destinationBroker="+target[b], "")
+		}
+		on = map[string]int{}
+		for _, tp := range e.topics {
+			on[e.c.owner(t, tp)]++
+		}
+		if len(on) >= 2 {
+			return
 		}
 	}
-	for _, b := range order {
-		e.c.mustAdmin(t, http.MethodPut, e.c.Broker1Admin+"/admin/v2/namespaces/chaos/allowed/"+b+"/unload?destinationBroker="+target[b], "")
-	}
-	on := map[string]int{}
-	for _, tp := range e.topics {
-		on[e.c.owner(t, tp)]++
-	}
-	if len(on) < 2 {
-		t.Logf("the topics are all on one broker: %v", on)
-	}
+	t.Logf("the topics are all on one broker: %v", on)
 }
