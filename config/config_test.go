@@ -349,3 +349,19 @@ func TestMaxPendingChunkedMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestHashingSchemeDefaultsToTheJavaClients: a keyed message goes to the partition a Java
+// producer would pick (murmur3) unless javaString is asked for; anything else is refused.
+func TestHashingSchemeDefaultsToTheJavaClients(t *testing.T) {
+	if d := Default().Pulsar.HashingScheme; d != "murmur3" {
+		t.Fatalf("default %q", d)
+	}
+	cfg, err := Parse([]byte("pulsar:\n  hashingScheme: javaString\n"))
+	if err != nil || cfg.Pulsar.HashingScheme != "javaString" {
+		t.Fatalf("%+v %v", cfg.Pulsar, err)
+	}
+	_, err = Parse([]byte("pulsar:\n  hashingScheme: murmur\n"))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `pulsar.hashingScheme: "murmur" is not one of murmur3, javaString`) {
+		t.Fatalf("%v", err)
+	}
+}
