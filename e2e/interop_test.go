@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -343,8 +345,8 @@ func attrDiff(m javapeer.Message, e *egressRecord, spec javapeer.Spec) string {
 	if e.Key != m.Key {
 		d = append(d, fmt.Sprintf("key %q, sent %q", e.Key, m.Key))
 	}
-	if spec.OrderingKeys && e.OrderingKey != m.OrderingKey {
-		d = append(d, fmt.Sprintf("orderingKey %q, sent %q", e.OrderingKey, m.OrderingKey))
+	if ok, _ := base64.StdEncoding.DecodeString(e.OrderingKey); spec.OrderingKeys && string(ok) != m.OrderingKey {
+		d = append(d, fmt.Sprintf("orderingKey %q (base64), sent %q", e.OrderingKey, m.OrderingKey))
 	}
 	if spec.Properties && (e.Properties["i"] != strconv.Itoa(m.I) || e.Properties["p"] != "peer") {
 		d = append(d, fmt.Sprintf("properties %v", e.Properties))
@@ -429,6 +431,12 @@ func publishIngress(t *testing.T, p *bridgeProc, recs [][]byte, oneByOne bool) [
 // ingressToJava: records POSTed to the bridge are read by the Java consumer; payloads by
 // hash, keys and the seq property compared.
 func ingressToJava(t *testing.T, r *interopRow, recs [][]byte, keys []string, pulsarExtra, top string, oneByOne bool) []javapeer.Message {
+	return ingressToJavaRouted(t, r, recs, keys, pulsarExtra, top, oneByOne, true)
+}
+
+// ingressToJavaRouted is ingressToJava; routed false expects no key and no JSON-derived
+// property (a record above ingress.bufferRecordBytes is streamed, unrouted by its JSON).
+func ingressToJavaRouted(t *testing.T, r *interopRow, recs [][]byte, keys []string, pulsarExtra, top string, oneByOne, routed bool) []javapeer.Message {
 	b := broker.Get(t)
 	topic := b.Topic(t, "interop")
 	p := ingressBridge(t, b, topic, pulsarExtra, top)
@@ -452,7 +460,11 @@ func ingressToJava(t *testing.T, r *interopRow, recs [][]byte, keys []string, pu
 		if !ok {
 			continue
 		}
-		if m.Key != keys[i] || m.Properties["seq"] != strconv.Itoa(i) {
+		wantKey, wantSeq := keys[i], strconv.Itoa(i)
+		if !routed {
+			wantKey, wantSeq = "", ""
+		}
+		if m.Key != wantKey || m.Properties["seq"] != wantSeq {
 			attr++
 			if r.Note == "" {
 				r.Note = fmt.Sprintf("message %d: key %q (sent %q), properties %v", i, m.Key, keys[i], m.Properties)
@@ -533,4 +545,442 @@ func TestInteropWithTheJavaClient(t *testing.T) {
 			})
 		}
 	}
+
+	// Chunked messages both ways: 8 MiB and three times the broker's maxMessageSize (5 MiB).
+	// The Java rows use 4 MiB chunks; the full form adds the Java default (the broker's
+	// limit less the metadata), which needs the bookie's frame limit above maxMessageSize
+	// (e2e/pulsar/standalone.conf's nettyMaxFrameSizeBytes).
+	for _, size := range []int{8 << 20, 15 << 20} {
+		short := size == 8<<20
+		name := fmt.Sprintf("chunked-%dMiB", size>>20)
+		for _, chunk := range []int{4 << 20, 0} {
+			cname := "4MiB-chunks"
+			if chunk == 0 {
+				cname = "default-chunks"
+			}
+			t.Run(name+"/java-"+cname+"-to-egress", func(t *testing.T) {
+				if !interopFull && !(short && chunk != 0) {
+					t.Skip("INTEROP_FULL=1 runs this row")
+				}
+				r := row(t, "Java producer (enableChunking) -> egress")
+				javaToEgress(t, r, javapeer.Spec{Count: 2, Size: size, Chunking: true, ChunkMaxBytes: chunk, NoBatching: true, SendTimeoutMs: 60000}, true)
+			})
+		}
+		t.Run(name+"/ingress-streamed-to-java", func(t *testing.T) {
+			if !interopFull && !short {
+				t.Skip("INTEROP_FULL=1 runs this row")
+			}
+			r := row(t, "ingress (streamed, chunked) -> Java consumer")
+			recs, keys := ingressRecords(2, []int{size}, 1)
+			ingressToJavaRouted(t, r, recs, keys, "", "ingress:\n  maxRecordBytes: 32MiB\n", true, false)
+		})
+		t.Run(name+"/ingress-held-to-java", func(t *testing.T) {
+			if !interopFull {
+				t.Skip("INTEROP_FULL=1 runs this row")
+			}
+			r := row(t, "ingress (held, chunked) -> Java consumer")
+			recs, keys := ingressRecords(2, []int{size}, 1)
+			ingressToJava(t, r, recs, keys, "", "ingress:\n  maxRecordBytes: 32MiB\n  bufferRecordBytes: 32MiB\n", true)
+		})
+	}
+
+	// Keys, ordering keys, properties and event time, Java -> egress.
+	t.Run("attributes/java-to-egress", func(t *testing.T) {
+		r := row(t, "Java producer -> egress")
+		javaToEgress(t, r, javapeer.Spec{Count: 20, Size: 64, Keys: 5, OrderingKeys: true, Properties: true, EventTime: 1_700_000_000_000}, false)
+	})
+
+	// The same key lands on the same partition from either client.
+	t.Run("partitions-by-key/bridge-and-java", func(t *testing.T) {
+		r := row(t, "ingress and Java producer -> Java consumer, 3 partitions")
+		interopPartitions(t, r)
+	})
+
+	// Batch-index acknowledgement (PIP-54) across clients.
+	t.Run("batch-index-ack/java-consumer-acks-part-of-a-bridge-batch", func(t *testing.T) {
+		r := row(t, "ingress batch -> Java consumer (batch index ack)")
+		interopJavaAcksPartOfABridgeBatch(t, r)
+	})
+	t.Run("batch-index-ack/egress-acks-part-of-a-java-batch", func(t *testing.T) {
+		r := row(t, "Java batch -> egress (ack: client)")
+		interopEgressAcksPartOfAJavaBatch(t, r)
+	})
+
+	// Negative acknowledgements and dead letters inside batches.
+	t.Run("nack-dlq/java-consumer-nacks-inside-a-bridge-batch", func(t *testing.T) {
+		r := row(t, "ingress batch -> Java consumer (nack, DLQ)")
+		interopJavaNacksInsideABridgeBatch(t, r)
+	})
+	t.Run("nack-dlq/egress-nacks-inside-a-java-batch", func(t *testing.T) {
+		r := row(t, "Java batch -> egress (nack, maxDeliveries) -> DLQ -> Java consumer")
+		interopEgressNacksInsideAJavaBatch(t, r)
+	})
+
+	// Messages encrypted by the Java producer, through each cryptoFailure setting.
+	for _, action := range []string{"deliver", "discard", "fail"} {
+		t.Run("encrypted/cryptoFailure-"+action, func(t *testing.T) {
+			if !interopFull && action != "deliver" {
+				t.Skip("INTEROP_FULL=1 runs this row")
+			}
+			r := row(t, "Java producer (encrypted) -> egress")
+			interopEncrypted(t, r, action)
+		})
+	}
+
+	// A Java producer with a JSON schema: egress delivers the payload byte-exact.
+	t.Run("json-schema/java-to-egress", func(t *testing.T) {
+		r := row(t, "Java producer (Schema.JSON) -> egress")
+		javaToEgress(t, r, javapeer.Spec{Count: 20, Schema: "JSON"}, true)
+	})
+}
+
+// interopPartitions: Java (default hashing) and the bridge publish the same keys to a
+// 3-partition topic; every key must land on one partition only.
+func interopPartitions(t *testing.T, r *interopRow) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "interop-parts")
+	b.CreatePartitionedTopic(t, topic, 3)
+	const keys, per = 24, 2
+	jsent := mustProduce(t, javapeer.Spec{URL: b.URL, Topic: topic, Count: keys * per, Size: 50, Keys: keys})
+	p := ingressBridge(t, b, topic, "", "")
+	recs, ks := ingressRecords(keys*per, []int{80}, keys)
+	publishIngress(t, p, recs, false)
+	got, _ := javapeer.Consume(t, javapeer.Spec{URL: b.URL, Topic: topic, Subscription: "check", Count: 2 * keys * per, TimeoutMs: 20000})
+	fromBridge := map[string]bool{}
+	var sent []string
+	for _, rec := range recs {
+		fromBridge[hashOf(rec)] = true
+		sent = append(sent, hashOf(rec))
+	}
+	sent = append(sent, sentHashes(jsent)...)
+	jpart := map[string]map[int]bool{} // key -> partitions, per producer
+	bpart := map[string]map[int]bool{}
+	var hs []string
+	for _, m := range got {
+		hs = append(hs, m.SHA256)
+		dst := jpart
+		if fromBridge[m.SHA256] {
+			dst = bpart
+		}
+		if dst[m.Key] == nil {
+			dst[m.Key] = map[int]bool{}
+		}
+		dst[m.Key][m.ID.Partition] = true
+	}
+	r.tallyHashes(sent, hs)
+	differ := 0
+	var eg []string
+	for i := range keys {
+		k := ks[i]
+		if len(jpart[k]) != 1 || len(bpart[k]) != 1 || fmt.Sprint(jpart[k]) != fmt.Sprint(bpart[k]) {
+			differ++
+			if len(eg) < 3 {
+				eg = append(eg, fmt.Sprintf("%s: Java %v, bridge %v", k, keys2(jpart[k]), keys2(bpart[k])))
+			}
+		}
+	}
+	r.Mismatch += differ
+	r.Note = fmt.Sprintf("%d of %d keys on different partitions", differ, keys)
+	if len(eg) > 0 {
+		r.Note += " (" + strings.Join(eg, "; ") + ")"
+	}
+	r.check(t)
+}
+
+func keys2(m map[int]bool) []int {
+	var out []int
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// interopJavaAcksPartOfABridgeBatch: the bridge publishes a batch; a Java consumer with
+// batch-index acknowledgement acks every other message and leaves; the next consumer of
+// the subscription gets exactly the others.
+func interopJavaAcksPartOfABridgeBatch(t *testing.T, r *interopRow) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "interop-bia")
+	p := ingressBridge(t, b, topic, "", "")
+	const n = 20
+	recs, _ := ingressRecords(n, []int{60}, 2)
+	publishIngress(t, p, recs, false)
+	spec := javapeer.Spec{URL: b.URL, Topic: topic, Subscription: "check", Type: "Shared", Count: n, TimeoutMs: 20000, BatchIndexAck: true, Ack: "mod", AckMod: 2}
+	first, _ := javapeer.Consume(t, spec)
+	var acked, rest []string
+	batched := 0
+	for _, m := range first {
+		if m.ID.BatchSize > 1 {
+			batched++
+		}
+		if m.Action == "ack" {
+			acked = append(acked, m.SHA256)
+		} else {
+			rest = append(rest, m.SHA256)
+		}
+	}
+	if batched == 0 {
+		t.Fatalf("no message of the bridge's came in a batch: the row tests nothing")
+	}
+	spec.Ack, spec.Count, spec.TimeoutMs = "all", 0, 5000
+	second, _ := javapeer.Consume(t, spec)
+	var again []string
+	for _, m := range second {
+		again = append(again, m.SHA256)
+	}
+	r.tallyHashes(rest, again)
+	r.Sent = n
+	r.Received = len(first) + len(second)
+	r.Lost += n - len(first)
+	r.Note = fmt.Sprintf("first consumer: %d received (%d in batches), %d acked; redelivered: %d", len(first), batched, len(acked), len(second))
+	r.check(t)
+}
+
+// interopEgressAcksPartOfAJavaBatch: a Java producer's batch is read by egress (ack:
+// client), which acknowledges every other message and disconnects; the next GET gets
+// exactly the others.
+func interopEgressAcksPartOfAJavaBatch(t *testing.T, r *interopRow) {
+	b := broker.Get(t)
+	const n = 20
+	spec := javapeer.Spec{URL: b.URL, Topic: b.Topic(t, "interop-bia"), Count: n, Size: 60, BatchMaxMessages: n, BatchDelayMs: 200}
+	sent := mustProduce(t, spec)
+	if sent[n-1].ID.BatchIndex == 0 && sent[n-1].ID.Entry != sent[0].ID.Entry {
+		t.Fatalf("the Java producer sent no batch: %+v", sent[n-1].ID)
+	}
+	p := egressBridge(t, b, spec.Topic, "    envelope: json\n    ack: client\n    type: shared\n    ackTimeout: 10m", "")
+	rd := openEgressReader(t, p.DataURL+"/v1/streams/out", true)
+	recs := rd.readAll(t, n, 15*time.Second, 500*time.Millisecond, true)
+	var ids []string
+	var rest []string
+	for i, e := range recs {
+		if i%2 == 0 {
+			ids = append(ids, e.MessageID)
+		} else {
+			rest = append(rest, hashOf(e.bytes()))
+		}
+	}
+	body, _ := json.Marshal(ids)
+	if st, m := postAck(t, p.DataURL+"/v1/streams/out/ack", rd.sid, "application/json", body); st != 200 {
+		t.Fatalf("ack: %d %v", st, m)
+	}
+	rd.close()
+	rd2 := openEgressReader(t, p.DataURL+"/v1/streams/out", true)
+	recs2 := rd2.readAll(t, len(rest), 15*time.Second, 2*time.Second, true)
+	var again []string
+	for _, e := range recs2 {
+		again = append(again, hashOf(e.bytes()))
+	}
+	r.tallyHashes(rest, again)
+	r.Sent, r.Received = n, len(recs)+len(recs2)
+	r.Lost += n - len(recs)
+	r.Note = fmt.Sprintf("first GET: %d received, %d acked; second GET: %d", len(recs), len(ids), len(recs2))
+	r.check(t)
+}
+
+// interopJavaNacksInsideABridgeBatch: a Java consumer (Shared, DeadLetterPolicy 1
+// redelivery) nacks every delivery of the even messages of a bridge batch and acks the
+// rest: each even one comes twice, then is on the dead-letter topic with REAL_TOPIC and
+// ORIGIN_MESSAGE_ID.
+func interopJavaNacksInsideABridgeBatch(t *testing.T, r *interopRow) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "interop-nack")
+	p := ingressBridge(t, b, topic, "", "")
+	const n = 10
+	recs, _ := ingressRecords(n, []int{60}, 2)
+	publishIngress(t, p, recs, false)
+	var poison []string
+	for i, rec := range recs {
+		if i%2 == 0 {
+			poison = append(poison, hashOf(rec))
+		}
+	}
+	dlq := topic + "-check-DLQ"
+	got, _ := javapeer.Consume(t, javapeer.Spec{URL: b.URL, Topic: topic, Subscription: "check", Type: "Shared", TimeoutMs: 6000,
+		NackSHA256: poison, NegativeAckDelayMs: 100, DLQMaxRedeliver: 1, DLQSubscription: "dlq-check"})
+	dead, _ := javapeer.Consume(t, javapeer.Spec{URL: b.URL, Topic: dlq, Subscription: "dlq-check", TimeoutMs: 5000})
+	interopDLQTally(t, r, topic, recs, poison, got, dead, 2)
+}
+
+// interopDLQTally counts a nack/DLQ row: every message received; each poison one
+// delivered deliveries times, then once on the dead-letter topic with the Java client's
+// properties.
+func interopDLQTally(t *testing.T, r *interopRow, topic string, recs [][]byte, poison []string, got []javapeer.Message, dead []javapeer.Message, deliveries int) {
+	isPoison := map[string]bool{}
+	for _, h := range poison {
+		isPoison[h] = true
+	}
+	count := map[string]int{}
+	for _, m := range got {
+		count[m.SHA256]++
+	}
+	r.Sent = len(recs)
+	r.Received = len(got)
+	short := 0
+	for _, rec := range recs {
+		h := hashOf(rec)
+		switch {
+		case count[h] == 0:
+			r.Lost++
+		case isPoison[h] && count[h] < deliveries:
+			short++
+		case isPoison[h] && count[h] > deliveries, !isPoison[h] && count[h] > 1:
+			r.Dup++
+		}
+	}
+	var dh []string
+	badProps := 0
+	for _, m := range dead {
+		dh = append(dh, m.SHA256)
+		if m.Properties["REAL_TOPIC"] != topic || m.Properties["ORIGIN_MESSAGE_ID"] == "" {
+			badProps++
+			if badProps == 1 {
+				r.Note = fmt.Sprintf("dead letter properties %v; ", m.Properties)
+			}
+		}
+	}
+	var dl dlqCounts
+	dl.tally(poison, dh)
+	r.Mismatch = badProps + dl.mismatch
+	r.Note += fmt.Sprintf("poison %d: delivered fewer than %d times %d; dead letters %d (missing %d, extra %d)", len(poison), deliveries, short, len(dead), dl.lost, dl.dup)
+	if short > 0 || dl.lost > 0 || dl.dup > 0 {
+		r.Lost += dl.lost
+		r.Dup += dl.dup
+		t.Errorf("%s", r.Note)
+	}
+	r.check(t)
+}
+
+type dlqCounts struct{ lost, dup, mismatch int }
+
+func (d *dlqCounts) tally(want, got []string) {
+	var x interopRow
+	x.tallyHashes(want, got)
+	d.lost, d.dup, d.mismatch = x.Lost, x.Dup, x.Mismatch
+}
+
+// interopEgressNacksInsideAJavaBatch: a Java producer's batch read by egress (shared,
+// ack: client, retry.maxDeliveries 2): the client nacks every delivery of the even
+// messages and acks the rest; each even one comes twice, then is on the dead-letter
+// topic, read by a Java consumer, with REAL_TOPIC and ORIGIN_MESSAGE_ID.
+func interopEgressNacksInsideAJavaBatch(t *testing.T, r *interopRow) {
+	b := broker.Get(t)
+	const n = 10
+	spec := javapeer.Spec{URL: b.URL, Topic: b.Topic(t, "interop-nack"), Count: n, Size: 60, BatchMaxMessages: n, BatchDelayMs: 200}
+	sent := mustProduce(t, spec)
+	dlq := spec.Topic + "-bridge-out-DLQ"
+	b.MustAdmin(t, http.MethodPut, "/admin/v2/"+strings.Replace(dlq, "://", "/", 1)+"/subscription/dlq-check", nil)
+	p := egressBridge(t, b, spec.Topic, `    envelope: json
+    ack: client
+    type: shared
+    retry: {initial: 100ms, max: 200ms, jitter: 0, maxDeliveries: 2}`, "")
+	var poison []string
+	isPoison := map[string]bool{}
+	recs := make([][]byte, n)
+	for i, m := range sent {
+		if i%2 == 0 {
+			poison = append(poison, m.SHA256)
+			isPoison[m.SHA256] = true
+		}
+	}
+	rd := openEgressReader(t, p.DataURL+"/v1/streams/out", true)
+	var got []javapeer.Message
+	for {
+		e, ok := rd.next(t, 8*time.Second, true)
+		if !ok {
+			break
+		}
+		h := hashOf(e.bytes())
+		got = append(got, javapeer.Message{SHA256: h})
+		path := "/ack"
+		if isPoison[h] {
+			path = "/nack"
+		}
+		body, _ := json.Marshal([]string{e.MessageID})
+		if st, m := postAck(t, p.DataURL+"/v1/streams/out"+path, rd.sid, "application/json", body); st != 200 {
+			t.Fatalf("%s: %d %v", path, st, m)
+		}
+	}
+	dead, _ := javapeer.Consume(t, javapeer.Spec{URL: b.URL, Topic: dlq, Subscription: "dlq-check", TimeoutMs: 5000})
+	// The sent messages' hashes stand in for records.
+	for i, m := range sent {
+		recs[i] = []byte(m.SHA256)
+	}
+	hashed := make([]javapeer.Message, len(got))
+	for i, g := range got {
+		hashed[i] = javapeer.Message{SHA256: hashOf([]byte(g.SHA256))}
+	}
+	poisonH := make([]string, len(poison))
+	for i, h := range poison {
+		poisonH[i] = hashOf([]byte(h))
+	}
+	deadH := make([]javapeer.Message, len(dead))
+	for i, d := range dead {
+		deadH[i] = d
+		deadH[i].SHA256 = hashOf([]byte(d.SHA256))
+	}
+	interopDLQTally(t, r, spec.Topic, recs, poisonH, hashed, deadH, 2)
+}
+
+// interopEncrypted: a Java producer encrypts (RSA key made with openssl); the Java
+// consumer with the private key reads the plaintext (the reference), and egress, which
+// holds no key, behaves as its stream's cryptoFailure says: deliver hands the encrypted
+// payload over (as the Java client's CONSUME), discard acknowledges it and delivers
+// nothing (DISCARD), fail delivers nothing and leaves it on the subscription (FAIL).
+func interopEncrypted(t *testing.T, r *interopRow, action string) {
+	b := broker.Get(t)
+	dir := t.TempDir()
+	priv, pub := filepath.Join(dir, "private.pem"), filepath.Join(dir, "public.pem")
+	if out, err := exec.Command("openssl", "genrsa", "-out", priv, "2048").CombinedOutput(); err != nil {
+		t.Skipf("openssl genrsa: %v %s", err, out)
+	}
+	if out, err := exec.Command("openssl", "rsa", "-in", priv, "-pubout", "-out", pub).CombinedOutput(); err != nil {
+		t.Fatalf("openssl rsa: %v %s", err, out)
+	}
+	const n = 5
+	spec := javapeer.Spec{URL: b.URL, Topic: b.Topic(t, "interop-enc"), Count: n, Size: 100, EncryptKey: "k1", PublicKey: pub}
+	sent := mustProduce(t, spec)
+	ref, _ := javapeer.Consume(t, javapeer.Spec{URL: b.URL, Topic: spec.Topic, Subscription: "reference", Count: n, TimeoutMs: 15000, PrivateKey: priv})
+	var refH []string
+	for _, m := range ref {
+		refH = append(refH, m.SHA256)
+	}
+	var refRow interopRow
+	refRow.tallyHashes(sentHashes(sent), refH)
+	if refRow.Lost+refRow.Dup+refRow.Mismatch > 0 {
+		t.Fatalf("the Java consumer with the key did not read what was sent: %+v", refRow)
+	}
+	r.Sent = n
+	r.Note = "the bridge did not start with cryptoFailure: " + action
+	p := egressBridge(t, b, spec.Topic, "    envelope: json\n    cryptoFailure: "+action, "")
+	rd := openEgressReader(t, p.DataURL+"/v1/streams/out", true)
+	recs := rd.readAll(t, n, 8*time.Second, time.Second, true)
+	r.Sent, r.Received = n, len(recs)
+	plain := map[string]bool{}
+	for _, m := range sent {
+		plain[m.SHA256] = true
+	}
+	for _, e := range recs {
+		if plain[hashOf(e.bytes())] {
+			r.Mismatch++ // plaintext out of a bridge that holds no key
+		}
+	}
+	rd.close()
+	backlog := subscriptionBacklog(t, b, spec.Topic, "bridge-out")
+	r.Note = fmt.Sprintf("Java consumer with the key: %d of %d plaintext; egress: %d records, backlog after %d", len(ref), n, len(recs), backlog)
+	switch action {
+	case "deliver":
+		r.Lost = n - min(n, len(recs))
+		r.Dup = max(0, len(recs)-n)
+	case "discard":
+		r.Dup = len(recs)
+		if backlog != 0 {
+			t.Errorf("discard left %d messages on the subscription", backlog)
+		}
+	case "fail":
+		r.Dup = len(recs)
+		if backlog != n {
+			t.Errorf("fail left %d of %d messages on the subscription", backlog, n)
+		}
+	}
+	r.check(t)
 }

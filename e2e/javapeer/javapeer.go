@@ -30,7 +30,7 @@ type Spec struct {
 	URL   string `json:"url,omitempty"`
 	Topic string `json:"topic"`
 	// produce
-	Count            int    `json:"count,omitempty"`
+	Count            int    `json:"count"` // consume: 0 reads until TimeoutMs passes without a message
 	Seed             int64  `json:"seed,omitempty"`
 	Size             int    `json:"size,omitempty"`
 	Sizes            []int  `json:"sizes,omitempty"`
