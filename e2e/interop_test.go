@@ -269,6 +269,12 @@ func sentHashes(ms []javapeer.Message) []string {
 
 func mustProduce(t *testing.T, s javapeer.Spec) []javapeer.Message {
 	t.Helper()
+	return mustProduceRow(t, nil, s)
+}
+
+// mustProduceRow is mustProduce noting a failure in r (when given).
+func mustProduceRow(t *testing.T, r *interopRow, s javapeer.Spec) []javapeer.Message {
+	t.Helper()
 	ms, sum := javapeer.Produce(t, s)
 	if sum.Failed > 0 || len(ms) != s.Count {
 		var errs []string
@@ -276,6 +282,9 @@ func mustProduce(t *testing.T, s javapeer.Spec) []javapeer.Message {
 			if m.Error != "" {
 				errs = append(errs, m.Error)
 			}
+		}
+		if r != nil && len(errs) > 0 {
+			r.Sent, r.Note = s.Count, fmt.Sprintf("the Java producer failed %d of %d sends: %.200s", sum.Failed, s.Count, errs[0])
 		}
 		t.Fatalf("the Java producer sent %d of %d (%d failed: %.300s); its log:\n%s", sum.Sent, s.Count, sum.Failed, strings.Join(errs, "; "), sum.Stderr)
 	}
@@ -291,7 +300,7 @@ func javaToEgress(t *testing.T, r *interopRow, spec javapeer.Spec, raw bool) {
 		spec.Topic = b.Topic(t, "interop")
 	}
 	spec.URL = b.URL
-	sent := mustProduce(t, spec)
+	sent := mustProduceRow(t, r, spec)
 	extra := "    envelope: json"
 	if raw {
 		extra = "    envelope: none\n    contentType: application/octet-stream"
@@ -322,8 +331,20 @@ func javaToEgress(t *testing.T, r *interopRow, spec javapeer.Spec, raw bool) {
 	}
 	r.tallyHashes(sentHashes(sent), got)
 	r.Mismatch += attr
-	if len(notes) > 0 {
-		r.Note = strings.Join(notes, "; ")
+	entries := map[[2]int64]int{}
+	for _, m := range sent {
+		entries[[2]int64{m.ID.Ledger, m.ID.Entry}]++
+	}
+	batched := 0
+	for _, m := range sent {
+		if entries[[2]int64{m.ID.Ledger, m.ID.Entry}] > 1 {
+			batched++
+		}
+	}
+	notes = append([]string{fmt.Sprintf("%d of %d sent in batches (%d entries)", batched, len(sent), len(entries))}, notes...)
+	r.Note = strings.Join(notes, "; ")
+	if !spec.NoBatching && !spec.Chunking && spec.Schema == "" && batched == 0 {
+		t.Errorf("the Java producer sent no batch: the row did not test batches")
 	}
 	if r.Lost > 0 {
 		if err, _ := rd.err.Load().(string); err != "" {

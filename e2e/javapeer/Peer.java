@@ -204,7 +204,11 @@ public class Peer {
                 lines.add(line);
                 sent.add(m.sendAsync());
             }
-            p.flush();
+            try {
+                p.flush();
+            } catch (Exception e) {
+                // a failed send is reported on its own line below
+            }
             int failed = 0;
             for (int i = 0; i < sent.size(); i++) {
                 ObjectNode line = lines.get(i);

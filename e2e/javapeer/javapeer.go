@@ -250,36 +250,6 @@ func Consume(t testing.TB, s Spec) ([]Message, Summary) {
 	return run(t, s)
 }
 
-// Running is a peer started by Start.
-type Running struct {
-	done chan struct{}
-	msgs []Message
-	sum  Summary
-	err  error
-}
-
-// Start runs the peer in the background (a consumer waiting for what a test sends next).
-func Start(t testing.TB, s Spec) *Running {
-	t.Helper()
-	cp := Build(t)
-	r := &Running{done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		r.msgs, r.sum, r.err = exec1(cp, s)
-	}()
-	return r
-}
-
-// Wait returns what a started peer reported.
-func (r *Running) Wait(t testing.TB) ([]Message, Summary) {
-	t.Helper()
-	<-r.done
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	return r.msgs, r.sum
-}
-
 func run(t testing.TB, s Spec) ([]Message, Summary) {
 	t.Helper()
 	cp := Build(t)
