@@ -98,12 +98,16 @@ public class Peer {
         out = new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), true, StandardCharsets.UTF_8);
         System.setOut(System.err); // the libraries' console output goes to stderr
         Spec s = json.readValue(System.in, Spec.class);
-        try (PulsarClient c = PulsarClient.builder().serviceUrl(s.url).build()) {
-            switch (s.op) {
-                case "produce" -> produce(c, s);
-                case "consume" -> consume(c, s);
-                default -> throw new IllegalArgumentException("op " + s.op);
-            }
+        PulsarClient c = PulsarClient.builder().serviceUrl(s.url).build();
+        switch (s.op) {
+            case "produce" -> produce(c, s);
+            case "consume" -> consume(c, s);
+            default -> throw new IllegalArgumentException("op " + s.op);
+        }
+        try {
+            c.close();
+        } catch (Exception e) {
+            System.err.println("closing the client: " + e);
         }
         System.exit(0); // client threads must not keep the JVM up
     }
@@ -162,7 +166,8 @@ public class Peer {
         }
         @SuppressWarnings("unchecked")
         Schema<Object> enc = (Schema<Object>) schema;
-        try (Producer<Object> p = pb.create()) {
+        Producer<Object> p = pb.create();
+        try {
             List<CompletableFuture<MessageId>> sent = new ArrayList<>();
             List<ObjectNode> lines = new ArrayList<>();
             for (int i = 0; i < s.count; i++) {
@@ -225,6 +230,13 @@ public class Peer {
             done.put("sent", sent.size() - failed);
             done.put("failed", failed);
             out.println(json.writeValueAsString(done));
+        } finally {
+            try {
+                p.close();
+            } catch (Exception e) {
+                // a broker that failed the sends may fail the close too: the summary is out
+                System.err.println("closing the producer: " + e);
+            }
         }
     }
 
