@@ -11,7 +11,7 @@ MODULES := . e2e bench k8s
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e chaos demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing bench-named e2e-exactly-once fuzz clean
+.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e chaos interop demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing bench-named e2e-exactly-once fuzz clean
 
 all: build
 
@@ -79,6 +79,15 @@ chaos: build
 	@mkdir -p bin
 	cd e2e && BRIDGE_BIN=$(CURDIR)/$(BIN) CHAOS_FULL=1 CHAOS_TABLE=$(CURDIR)/bin/chaos.md $(GO) test -count=1 -p 1 -timeout 90m ./chaos; \
 	status=$$?; cat $(CURDIR)/bin/chaos.md 2>/dev/null; exit $$status
+
+## interop: the conformance matrix with Pulsar's reference Java client (e2e/interop_test.go, the Java
+## peer e2e/javapeer, compiled against the fetched distribution): both directions, every compression,
+## batching, chunking, keys and partitions, batch-index acks, nacks and dead letters, encryption, a JSON
+## schema; prints the table (also written to bin/interop.md). `make e2e` runs its short form (one row of each kind).
+interop: build
+	@mkdir -p bin
+	BRIDGE_BIN=$(CURDIR)/$(BIN) INTEROP_FULL=1 INTEROP_TABLE=$(CURDIR)/bin/interop.md $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -count=1 -p 1 -timeout 30m -run "^TestInteropWithTheJavaClient$$" .'; \
+	status=$$?; cat $(CURDIR)/bin/interop.md 2>/dev/null; exit $$status
 
 ## demo: the bridge's main job end to end on a local broker.
 demo: build

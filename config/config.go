@@ -57,6 +57,9 @@ type Pulsar struct {
 	WriteTimeout     Duration `yaml:"writeTimeout"`     // 30s: a broker that stops reading for this long is dropped
 	// Compression of what the bridge publishes: none, lz4, zlib, zstd or snappy.
 	Compression string `yaml:"compression"` // none
+	// HashingScheme picks the partition of a keyed message, as the Java client computes it:
+	// javaString (JavaStringHash, its default) or murmur3 (Murmur3_32Hash).
+	HashingScheme string `yaml:"hashingScheme"` // javaString
 	// ProducerIdleTimeout closes the producer of a topic no stream has used for this long.
 	ProducerIdleTimeout Duration `yaml:"producerIdleTimeout"` // 10m
 	// MaxProducers caps the live producers (one per topic a templated route reaches); a
@@ -153,7 +156,7 @@ func Default() Config {
 	return Config{
 		Listen: Listen{Data: "127.0.0.1:8080", Ops: "127.0.0.1:9090"},
 		Pulsar: Pulsar{URL: "pulsar://127.0.0.1:6650", OperationTimeout: Duration(30 * time.Second), KeepAlive: Duration(30 * time.Second),
-			WriteTimeout: Duration(30 * time.Second), Compression: "none", ProducerIdleTimeout: Duration(10 * time.Minute), MaxProducers: 1000},
+			WriteTimeout: Duration(30 * time.Second), Compression: "none", HashingScheme: "javaString", ProducerIdleTimeout: Duration(10 * time.Minute), MaxProducers: 1000},
 		Ingress: Ingress{
 			MaxRecordBytes: 4 << 20, BufferRecordBytes: 4 << 20, MaxStreams: 1000, IdleTimeout: Duration(5 * time.Minute), PublishTimeout: Duration(30 * time.Second),
 			PendingRecords: 1000, PendingBytes: 16 << 20, DrainTimeout: Duration(30 * time.Second),
@@ -302,6 +305,11 @@ func (c Config) Validate() error {
 	case "none", "lz4", "zlib", "zstd", "snappy":
 	default:
 		add("pulsar.compression: %q is not one of none, lz4, zlib, zstd, snappy", c.Pulsar.Compression)
+	}
+	switch c.Pulsar.HashingScheme {
+	case "javaString", "murmur3":
+	default:
+		add("pulsar.hashingScheme: %q is not one of javaString, murmur3", c.Pulsar.HashingScheme)
 	}
 	positive("egress.maxStreams", int64(c.Egress.MaxStreams))
 	positive("egress.writeTimeout", int64(c.Egress.WriteTimeout))

@@ -410,3 +410,20 @@ func TestOAuth2IsValidatedWithoutShowingTheCredentials(t *testing.T) {
 		})
 	}
 }
+
+// TestHashingSchemeDefaultsToTheJavaClients: a keyed message goes to the partition a Java
+// producer with its default scheme would pick (javaString) unless murmur3 is asked for;
+// anything else is refused.
+func TestHashingSchemeDefaultsToTheJavaClients(t *testing.T) {
+	if d := Default().Pulsar.HashingScheme; d != "javaString" {
+		t.Fatalf("default %q", d)
+	}
+	cfg, err := Parse([]byte("pulsar:\n  hashingScheme: murmur3\n"))
+	if err != nil || cfg.Pulsar.HashingScheme != "murmur3" {
+		t.Fatalf("%+v %v", cfg.Pulsar, err)
+	}
+	_, err = Parse([]byte("pulsar:\n  hashingScheme: murmur\n"))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `pulsar.hashingScheme: "murmur" is not one of javaString, murmur3`) {
+		t.Fatalf("%v", err)
+	}
+}

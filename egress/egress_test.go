@@ -234,6 +234,22 @@ func TestEnvelopeCarriesJSONRawAndOtherPayloadsInBase64(t *testing.T) {
 	}
 }
 
+// TestEnvelopeCarriesTheOrderingKey: a message's ordering key (bytes, set by a Java
+// producer's orderingKey) is in the JSON envelope, base64-encoded; none, no field.
+func TestEnvelopeCarriesTheOrderingKey(t *testing.T) {
+	st := &stream{opts: options{envelope: "json"}}
+	for _, c := range []struct {
+		key  []byte
+		want string
+	}{{[]byte("o1"), `"orderingKey":"bzE="`}, {[]byte{0xff, 0}, `"orderingKey":"/wA="`}, {nil, ""}} {
+		buf := st.appendRecord(nil, &Delivery{ID: "1:2:-1:-1", Topic: "t", Key: "k", OrderingKey: c.key, Payload: []byte(`{}`), PublishTime: time.Unix(0, 0)})
+		rec, err := recordio.NewReader(strings.NewReader(string(buf))).Next()
+		if err != nil || (c.want != "" && !strings.Contains(string(rec), c.want)) || (c.want == "" && strings.Contains(string(rec), "orderingKey")) {
+			t.Errorf("%q: %s %v", c.key, rec, err)
+		}
+	}
+}
+
 // TestAFailedAckKeepsTheID: the broker fails the acknowledgement of one id; the client
 // learns which id failed (and which were not processed), and posting it again succeeds.
 func TestAFailedAckKeepsTheID(t *testing.T) {

@@ -64,6 +64,7 @@ type Delivery struct {
 	ID           string // ledger:entry:partition:batchIndex
 	Topic        string
 	Key          string
+	OrderingKey  []byte // Key_Shared's ordering key, when the producer set one
 	Properties   map[string]string
 	PublishTime  time.Time
 	EventTime    time.Time

@@ -747,6 +747,7 @@ type envelope struct {
 	MessageID       string            `json:"messageId"`
 	Topic           string            `json:"topic"`
 	Key             string            `json:"key,omitempty"`
+	OrderingKey     string            `json:"orderingKey,omitempty"` // base64 (it is bytes)
 	Properties      map[string]string `json:"properties,omitempty"`
 	PublishTime     string            `json:"publishTime"`
 	EventTime       string            `json:"eventTime,omitempty"`
@@ -836,6 +837,9 @@ func (st *stream) envelope(d *Delivery) envelope {
 		Encrypted: d.Encryption != nil, Encryption: d.Encryption}
 	if !d.EventTime.IsZero() {
 		e.EventTime = d.EventTime.UTC().Format(time.RFC3339Nano)
+	}
+	if len(d.OrderingKey) > 0 {
+		e.OrderingKey = base64.StdEncoding.EncodeToString(d.OrderingKey)
 	}
 	return e
 }

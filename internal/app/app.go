@@ -122,6 +122,7 @@ func New(o Options) (_ *App, err error) {
 	a.prods = pulsarpool.New(a.client, pulsarpool.Options{
 		Producer: pulsar.ProducerOptions{
 			SendTimeout: cfg.Ingress.PublishTimeout.D(), Compression: compressions[cfg.Pulsar.Compression],
+			HashingScheme:      hashingSchemes[cfg.Pulsar.HashingScheme],
 			MaxPendingMessages: 10000, MaxPendingBytes: 64 << 20,
 		},
 		CreateTimeout: cfg.Pulsar.OperationTimeout.D(), IdleTimeout: cfg.Pulsar.ProducerIdleTimeout.D(),

@@ -78,6 +78,8 @@ func tracingOf(c config.Config) telemetry.TracingOptions {
 		RecordSpans: t.RecordSpans}
 }
 
+var hashingSchemes = map[string]pulsar.HashingScheme{"murmur3": pulsar.Murmur3_32Hash, "javaString": pulsar.JavaStringHash}
+
 var compressions = map[string]pulsar.Compression{
 	"none": pulsar.NoCompression, "lz4": pulsar.LZ4, "zlib": pulsar.ZLib, "zstd": pulsar.ZStd, "snappy": pulsar.Snappy,
 }

@@ -192,7 +192,7 @@ func (s *subscription) delivery(m *pulsar.Message) *egress.Delivery {
 		s.heldBytes += h.size
 		s.mu.Unlock()
 	}
-	d := &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, Properties: m.Properties, PublishTime: m.PublishTime,
+	d := &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, OrderingKey: m.OrderingKey, Properties: m.Properties, PublishTime: m.PublishTime,
 		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, Handle: h}
 	if m.Undecodable != nil {
 		d.Undecodable = m.Undecodable
