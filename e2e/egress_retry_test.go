@@ -52,20 +52,7 @@ type retryEnvelope struct {
 // subscriptionBacklog is the subscription's backlog on topic, from the broker's stats.
 func subscriptionBacklog(t testing.TB, b *broker.Broker, topic, sub string) int64 {
 	t.Helper()
-	raw := b.MustAdmin(t, http.MethodGet, "/admin/v2/"+strings.Replace(topic, "://", "/", 1)+"/stats", nil)
-	var st struct {
-		Subscriptions map[string]struct {
-			MsgBacklog int64 `json:"msgBacklog"`
-		} `json:"subscriptions"`
-	}
-	if err := json.Unmarshal(raw, &st); err != nil {
-		t.Fatalf("stats of %s: %v: %s", topic, err, raw)
-	}
-	s, ok := st.Subscriptions[sub]
-	if !ok {
-		t.Fatalf("no subscription %s on %s: %s", sub, topic, raw)
-	}
-	return s.MsgBacklog
+	return getSubscriptionStats(t, b, topic, sub).MsgBacklog
 }
 
 // TestEgressPoisonMessagesAreDeadLettered: a client nacks every message whose payload
@@ -515,17 +502,7 @@ streams:
 	elapsed := time.Since(start)
 	rate := 2000 / elapsed.Seconds()
 	rss1 := processRSS(t, p.cmd.Process.Pid)
-	raw := b.MustAdmin(t, http.MethodGet, "/admin/v2/"+strings.Replace(slowTopic, "://", "/", 1)+"/stats", nil)
-	var st struct {
-		Subscriptions map[string]struct {
-			MsgOutCounter int64 `json:"msgOutCounter"`
-			MsgBacklog    int64 `json:"msgBacklog"`
-		} `json:"subscriptions"`
-	}
-	if err := json.Unmarshal(raw, &st); err != nil {
-		t.Fatal(err)
-	}
-	s := st.Subscriptions["bridge-limited"]
+	s := getSubscriptionStats(t, b, slowTopic, "bridge-limited")
 	t.Logf("limited: %.1f records/s over %d records; broker dispatched %d (backlog %d); RSS %d -> %d MiB; the other stream meanwhile: %.0f records/s",
 		rate, 2000, s.MsgOutCounter, s.MsgBacklog, rss0>>20, rss1>>20, fastRate)
 	if rate < 180 || rate > 220 {

@@ -314,15 +314,7 @@ streams:
 	defer resp.Body.Close()
 	rd := recordio.NewReader(resp.Body, recordio.BufferSize(1100))
 	subStats := func() (out int64, backlog int64) {
-		raw := b.MustAdmin(t, http.MethodGet, "/admin/v2/"+strings.Replace(slowTopic, "://", "/", 1)+"/stats", nil)
-		var st struct {
-			Subscriptions map[string]struct {
-				MsgOutCounter int64 `json:"msgOutCounter"`
-				MsgBacklog    int64 `json:"msgBacklog"`
-			} `json:"subscriptions"`
-		}
-		_ = json.Unmarshal(raw, &st)
-		s := st.Subscriptions["bridge-slow"]
+		s := getSubscriptionStats(t, b, slowTopic, "bridge-slow")
 		return s.MsgOutCounter, s.MsgBacklog
 	}
 	var rss []int64
