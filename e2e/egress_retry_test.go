@@ -454,10 +454,11 @@ streams:
 	t.Logf("exclusive: through=4 twice (cumulative), the second client resumed at seq 5; shared: %d messages over two clients acked by position %v", len(seen), seen)
 }
 
-// TestEgressMaxRate: a stream with maxRate 200 over a 10 000-message backlog delivers
-// 200 ± 10 % records/s, the broker dispatches no more than what was written plus the
-// receiver window (the backlog stays on the broker), the bridge's memory stays flat, and
-// another stream on the same bridge runs unthrottled meanwhile.
+// TestEgressMaxRate: a stream with maxRate 200 over a 10 000-message backlog delivers at
+// most 200 records/s (plus its one-second burst) and not much less, the broker dispatches
+// no more than what was written plus the receiver window (the backlog stays on the
+// broker), the bridge's memory stays flat, and another stream on the same bridge runs
+// unthrottled meanwhile: several times the limited one's rate, measured in the same run.
 func TestEgressMaxRate(t *testing.T) {
 	b := broker.Get(t)
 	slowTopic, fastTopic := b.Topic(t, "rate"), b.Topic(t, "unrated")
@@ -505,8 +506,13 @@ streams:
 	s := getSubscriptionStats(t, b, slowTopic, "bridge-limited")
 	t.Logf("limited: %.1f records/s over %d records; broker dispatched %d (backlog %d); RSS %d -> %d MiB; the other stream meanwhile: %.0f records/s",
 		rate, 2000, s.MsgOutCounter, s.MsgBacklog, rss0>>20, rss1>>20, fastRate)
-	if rate < 180 || rate > 220 {
-		t.Errorf("maxRate 200: %.1f records/s", rate)
+	// The ceiling is the limiter's and no machine makes it faster: 200 a second plus the
+	// burst (a second's worth, which may have refilled while the first 400 were read:
+	// 200 in 2000, +10 %) and timer rounding: 230. The floor has slack for a loaded machine,
+	// where the client and the bridge fall behind the pace now and then: 150 (-25 %); a
+	// limiter charging twice would give 100.
+	if rate < 150 || rate > 230 {
+		t.Errorf("maxRate 200: %.1f records/s, want 150..230", rate)
 	}
 	// Written: 2400 records; the consumer holds at most its receiver window (100) more.
 	if s.MsgOutCounter > 2400+100 {
@@ -515,8 +521,11 @@ streams:
 	if rss1-rss0 > 32<<20 {
 		t.Errorf("the bridge's RSS grew %d MiB while rate-limited", (rss1-rss0)>>20)
 	}
-	if fastRate < 5*200 {
-		t.Errorf("the unlimited stream ran at %.0f records/s next to a limited one", fastRate)
+	// Unthrottled: at least twice the limited stream's rate, in the same run on the same
+	// machine (it reaches thousands a second when idle; a limit that leaked onto it would
+	// hold it at about 1x).
+	if fastRate < 2*rate {
+		t.Errorf("the unlimited stream ran at %.0f records/s next to a limited one at %.0f: less than twice its rate", fastRate, rate)
 	}
 }
 

@@ -280,8 +280,13 @@ routes:
 	if err != nil {
 		t.Fatalf("exit after SIGTERM: %v (after %s)\n%s", err, took, tail(p.logs.String(), 20))
 	}
-	if took > 5*time.Second {
-		t.Fatalf("exit took %s, the drain timeout is 5s", took)
+	// The drain's deadline is the bridge's to keep; past it only the exit itself is left
+	// (closing connections, flushing nothing more, the race detector's report on the
+	// -race binary), which a loaded 2-core machine can stretch by a second or two: the
+	// slack. A bridge that waited for its endless streams would exit much later, or not.
+	const drain, slack = 5 * time.Second, 2 * time.Second
+	if took > drain+slack {
+		t.Fatalf("exit took %s, the drain timeout is %s (+ %s for the exit)", took, drain, slack)
 	}
 	close(stop)
 	receipted := 0
