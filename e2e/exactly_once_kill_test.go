@@ -196,7 +196,10 @@ routes:
 			break
 		}
 		if k*brokerKills/kills != (k-1)*brokerKills/kills { // brokerKills slots, evenly spread, the last one included
-			// The next events go; the broker dies once the client has written some.
+			// The next events go; the broker dies once the client has written some. The
+			// receipts are held meanwhile, so the client cannot have them all (and be done)
+			// before the kill.
+			hold.start()
 			gate.open(at(k + 1))
 			if !waitFor("broker kill", func() bool { return sent.Load() > int64(at(k)) }) {
 				break
@@ -204,6 +207,7 @@ routes:
 			brokerDone++
 			t.Logf("kill -9 of the broker at %d receipted, %d written", progress.Load(), sent.Load())
 			b.Restart(t)
+			hold.release()
 			continue
 		}
 		// The receipts stop reaching the client, then the next events go; once the
@@ -510,6 +514,16 @@ func (h *receiptHold) reading() bool {
 	return h.waiting
 }
 
+// release ends the hold: the receipts held flow on.
+func (h *receiptHold) release() {
+	h.mu.Lock()
+	if h.held != nil {
+		close(h.held)
+		h.held = nil
+	}
+	h.mu.Unlock()
+}
+
 // cut closes every connection and ends the hold.
 func (h *receiptHold) cut() {
 	h.mu.Lock()
@@ -517,11 +531,8 @@ func (h *receiptHold) cut() {
 		c.close()
 		delete(h.conns, c)
 	}
-	if h.held != nil {
-		close(h.held)
-		h.held = nil
-	}
 	h.mu.Unlock()
+	h.release()
 }
 
 func (c *heldConn) Read(p []byte) (int, error) {
