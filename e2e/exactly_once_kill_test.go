@@ -45,7 +45,10 @@ func exactlyOnceSize() (events, bridgeKills, brokerKills int) {
 // request fails, while the test kill -9s the bridge and the broker. With a stream name
 // every event is stored once, in input order per topic and key, and each receipt says
 // duplicate exactly when the copy in Pulsar came from an earlier request; without one,
-// the resent records that had been persisted are stored twice, and counted.
+// the resent records that had been persisted are stored twice, and counted. Each bridge
+// kill is made to land while records it persisted still have their receipts on the way
+// (the client holds them back until the bridge's metrics count more than it has), and
+// those records must come back as duplicates, or be stored twice without a name.
 func TestExactlyOnceAcrossKills(t *testing.T) {
 	b := broker.Get(t)
 	if !b.Controllable() {
