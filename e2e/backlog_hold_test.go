@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -44,13 +43,7 @@ func TestBacklogQuotaHoldKeepsMessagesPending(t *testing.T) {
 	}
 	defer p.Close()
 	publishers := func() int {
-		var st struct {
-			Publishers []json.RawMessage `json:"publishers"`
-		}
-		if err := json.Unmarshal(b.MustAdmin(t, http.MethodGet, adminTopicPath(topic)+"/stats", nil), &st); err != nil {
-			t.Fatal(err)
-		}
-		return len(st.Publishers)
+		return len(getTopicStats(t, b, topic).Publishers)
 	}
 	payload := bytes.Repeat([]byte("b"), 2048)
 	// Fill the backlog (nobody acknowledges), unloading the topic after each message,
@@ -213,15 +206,7 @@ func TestBacklogQuotaHoldResendIsDroppedByDeduplication(t *testing.T) {
 			sub := adminTopicPath(topic) + "/subscription/slow"
 			b.MustAdmin(t, http.MethodPut, sub, nil) // a subscription nobody reads: the backlog
 			backlog := func() int64 {
-				var st struct {
-					Subscriptions map[string]struct {
-						MsgBacklog int64 `json:"msgBacklog"`
-					} `json:"subscriptions"`
-				}
-				if err := json.Unmarshal(b.MustAdmin(t, http.MethodGet, adminTopicPath(topic)+"/stats", nil), &st); err != nil {
-					t.Fatal(err)
-				}
-				return st.Subscriptions["slow"].MsgBacklog
+				return getSubscriptionStats(t, b, topic, "slow").MsgBacklog
 			}
 			// 2 KiB over a 1 KiB quota: the backlog is over it from here on.
 			if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: bytes.Repeat([]byte("a"), 2048), SequenceID: seq(0)}); err != nil {

@@ -184,9 +184,6 @@ streams:
 	for {
 		m := scrape(t, p.OpsURL)
 		u := metricValue(t, m, used)
-		if u < 0 {
-			t.Fatalf("/metrics lacks %s", used)
-		}
 		if u == 0 {
 			for _, user := range []string{"ingress", "consumer_queues", "consumer_reserved", "egress"} {
 				if v := metricValue(t, m, `bridge_memory_budget_charged_bytes{user="`+user+`"}`); v != 0 {
@@ -279,9 +276,6 @@ streams:
 	for {
 		m := scrape(t, p.OpsURL)
 		v := metricValue(t, m, egressCharge)
-		if v < 0 {
-			t.Fatalf("/metrics lacks %s", egressCharge)
-		}
 		if v == 0 {
 			return
 		}
@@ -469,9 +463,6 @@ streams:
 		u := metricValue(t, m, used)
 		if u == 0 {
 			return
-		}
-		if u < 0 {
-			t.Fatalf("/metrics lacks %s", used)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("60 s after the stream ended the budget counts %.0f bytes: %s", u, grepLines(m, "bridge_memory_budget"))

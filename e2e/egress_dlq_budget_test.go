@@ -57,9 +57,6 @@ streams:
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		u := metricValue(t, scrape(t, p.OpsURL), used)
-		if u < 0 {
-			t.Fatalf("/metrics lacks %s", used)
-		}
 		if budget-u < float64(size) {
 			break
 		}

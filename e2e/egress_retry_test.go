@@ -52,20 +52,7 @@ type retryEnvelope struct {
 // subscriptionBacklog is the subscription's backlog on topic, from the broker's stats.
 func subscriptionBacklog(t testing.TB, b *broker.Broker, topic, sub string) int64 {
 	t.Helper()
-	raw := b.MustAdmin(t, http.MethodGet, "/admin/v2/"+strings.Replace(topic, "://", "/", 1)+"/stats", nil)
-	var st struct {
-		Subscriptions map[string]struct {
-			MsgBacklog *int64 `json:"msgBacklog"`
-		} `json:"subscriptions"`
-	}
-	if err := json.Unmarshal(raw, &st); err != nil {
-		t.Fatalf("stats of %s: %v: %s", topic, err, raw)
-	}
-	s, ok := st.Subscriptions[sub]
-	if !ok || s.MsgBacklog == nil {
-		t.Fatalf("no subscription %s with a msgBacklog on %s: %s", sub, topic, raw)
-	}
-	return *s.MsgBacklog
+	return getSubscriptionStats(t, b, topic, sub).MsgBacklog
 }
 
 // TestEgressPoisonMessagesAreDeadLettered: a client nacks every message whose payload
@@ -467,10 +454,11 @@ streams:
 	t.Logf("exclusive: through=4 twice (cumulative), the second client resumed at seq 5; shared: %d messages over two clients acked by position %v", len(seen), seen)
 }
 
-// TestEgressMaxRate: a stream with maxRate 200 over a 10 000-message backlog delivers
-// 200 ± 10 % records/s, the broker dispatches no more than what was written plus the
-// receiver window (the backlog stays on the broker), the bridge's memory stays flat, and
-// another stream on the same bridge runs unthrottled meanwhile.
+// TestEgressMaxRate: a stream with maxRate 200 over a 10 000-message backlog delivers at
+// most 200 records/s (plus its one-second burst) and not much less, the broker dispatches
+// no more than what was written plus the receiver window (the backlog stays on the
+// broker), the bridge's memory stays flat, and another stream on the same bridge runs
+// unthrottled meanwhile: several times the limited one's rate, measured in the same run.
 func TestEgressMaxRate(t *testing.T) {
 	b := broker.Get(t)
 	slowTopic, fastTopic := b.Topic(t, "rate"), b.Topic(t, "unrated")
@@ -515,21 +503,16 @@ streams:
 	elapsed := time.Since(start)
 	rate := 2000 / elapsed.Seconds()
 	rss1 := processRSS(t, p.cmd.Process.Pid)
-	raw := b.MustAdmin(t, http.MethodGet, "/admin/v2/"+strings.Replace(slowTopic, "://", "/", 1)+"/stats", nil)
-	var st struct {
-		Subscriptions map[string]struct {
-			MsgOutCounter int64 `json:"msgOutCounter"`
-			MsgBacklog    int64 `json:"msgBacklog"`
-		} `json:"subscriptions"`
-	}
-	if err := json.Unmarshal(raw, &st); err != nil {
-		t.Fatal(err)
-	}
-	s := st.Subscriptions["bridge-limited"]
+	s := getSubscriptionStats(t, b, slowTopic, "bridge-limited")
 	t.Logf("limited: %.1f records/s over %d records; broker dispatched %d (backlog %d); RSS %d -> %d MiB; the other stream meanwhile: %.0f records/s",
 		rate, 2000, s.MsgOutCounter, s.MsgBacklog, rss0>>20, rss1>>20, fastRate)
-	if rate < 180 || rate > 220 {
-		t.Errorf("maxRate 200: %.1f records/s", rate)
+	// The ceiling is the limiter's and no machine makes it faster: 200 a second plus the
+	// burst (a second's worth, which may have refilled while the first 400 were read:
+	// 200 in 2000, +10 %) and timer rounding: 230. The floor has slack for a loaded machine,
+	// where the client and the bridge fall behind the pace now and then: 150 (-25 %); a
+	// limiter charging twice would give 100.
+	if rate < 150 || rate > 230 {
+		t.Errorf("maxRate 200: %.1f records/s, want 150..230", rate)
 	}
 	// Written: 2400 records; the consumer holds at most its receiver window (100) more.
 	if s.MsgOutCounter > 2400+100 {
@@ -538,8 +521,11 @@ streams:
 	if rss1-rss0 > 32<<20 {
 		t.Errorf("the bridge's RSS grew %d MiB while rate-limited", (rss1-rss0)>>20)
 	}
-	if fastRate < 5*200 {
-		t.Errorf("the unlimited stream ran at %.0f records/s next to a limited one", fastRate)
+	// Unthrottled: at least twice the limited stream's rate, in the same run on the same
+	// machine (it reaches thousands a second when idle; a limit that leaked onto it would
+	// hold it at about 1x).
+	if fastRate < 2*rate {
+		t.Errorf("the unlimited stream ran at %.0f records/s next to a limited one at %.0f: less than twice its rate", fastRate, rate)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -44,7 +45,10 @@ func exactlyOnceSize() (events, bridgeKills, brokerKills int) {
 // request fails, while the test kill -9s the bridge and the broker. With a stream name
 // every event is stored once, in input order per topic and key, and each receipt says
 // duplicate exactly when the copy in Pulsar came from an earlier request; without one,
-// the resent records that had been persisted are stored twice, and counted.
+// the resent records that had been persisted are stored twice, and counted. Each bridge
+// kill is made to land while records it persisted still have their receipts on the way
+// (the client holds them back until the bridge's metrics count more than it has), and
+// those records must come back as duplicates, or be stored twice without a name.
 func TestExactlyOnceAcrossKills(t *testing.T) {
 	b := broker.Get(t)
 	if !b.Controllable() {
@@ -104,15 +108,21 @@ routes:
 		evs[i] = e
 	}
 
-	// Kill k happens once event at(k) is receipted; meanwhile the client may send up to
-	// ahead events past it, so records are in flight when the kill comes.
+	// Kill k happens once event at(k) is receipted: the client's writer waits at the gate
+	// there, so everything before it is settled, and the killer lets the next events go
+	// only once it is ready to catch them in flight.
 	kills := bridgeKills + brokerKills
 	at := func(k int) int { return k * n / (kills + 1) }
-	ahead := max(min(2000, n/(kills+1)/2), 1)
-	gate := newEOGate(at(1) + ahead)
+	gate := newEOGate(at(1))
 	if kills == 0 {
 		gate.open(n)
 	}
+
+	// The client's connections hold back the receipts while the killer asks them to, so
+	// that a bridge kill -9 lands when records are persisted but their receipts are still
+	// on their way: the receipts the kill cuts are what a network loses with the process.
+	hold := newReceiptHold()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true, DialContext: hold.dial}}
 
 	var url atomic.Value
 	p := startBridge(t, cfg)
@@ -120,7 +130,9 @@ routes:
 
 	// The client: keeps every event until it is receipted and, after any failure, sends
 	// again from the first unreceipted one.
-	var progress atomic.Int64 // the first unreceipted event
+	var progress atomic.Int64  // the first unreceipted event
+	var sent atomic.Int64      // one past the last event written
+	var persisted atomic.Int64 // receipts with status 200 received, over the run
 	receipts := make([][]eoReceipt, n)
 	sentCount := make([]int, n)
 	var requests int
@@ -137,9 +149,10 @@ routes:
 			}
 			requests++
 			advanced := false
-			err := eoRequest(url.Load().(string), named, requests, next, evs, sentCount, gate, func(r eoResult) {
+			err := eoRequest(client, url.Load().(string), named, requests, next, evs, sentCount, &sent, gate, func(r eoResult) {
 				if r.status == 200 {
 					receipts[r.index] = append(receipts[r.index], eoReceipt{req: requests, dup: r.dup})
+					persisted.Add(1)
 				}
 				for next < n && len(receipts[next]) > 0 {
 					next++
@@ -161,37 +174,70 @@ routes:
 	start := time.Now()
 	deadline := time.Now().Add(time.Duration(n/50+600) * time.Second)
 	bridgeDone, brokerDone := 0, 0
+	caught := 0              // records persisted by a killed bridge whose receipts the kill cut
+	base := persisted.Load() // 200 receipts before this bridge process answered any
 	done := false
 	var clientResult error
-	for k := 1; k <= kills && !done; k++ {
-		for progress.Load() < int64(at(k)) && !done {
+	// waitFor polls cond until it holds, the client ends (false) or the deadline passes.
+	waitFor := func(what string, cond func() bool) bool {
+		for !cond() {
 			select {
 			case clientResult = <-clientErr:
 				done = true
-			case <-time.After(20 * time.Millisecond): // polling the client's progress
+				return false
+			case <-time.After(20 * time.Millisecond): // polling the client and the bridge
 			}
 			if time.Now().After(deadline) {
 				close(stop)
-				t.Fatalf("only %d of %d events receipted after %s", progress.Load(), n, time.Since(start))
+				t.Fatalf("%s: only %d of %d events receipted after %s", what, progress.Load(), n, time.Since(start))
 			}
 		}
-		if done {
+		return true
+	}
+	for k := 1; k <= kills && !done; k++ {
+		if !waitFor("before kill "+strconv.Itoa(k), func() bool { return progress.Load() >= int64(at(k)) }) {
 			break
 		}
 		if k*brokerKills/kills != (k-1)*brokerKills/kills { // brokerKills slots, evenly spread, the last one included
+			// The next events go; the broker dies once the client has written some. The
+			// receipts are held meanwhile, so the client cannot have them all (and be done)
+			// before the kill.
+			hold.start()
+			gate.open(at(k + 1))
+			if !waitFor("broker kill", func() bool { return sent.Load() > int64(at(k)) }) {
+				break
+			}
 			brokerDone++
-			t.Logf("kill -9 of the broker at %d receipted", progress.Load())
+			t.Logf("kill -9 of the broker at %d receipted, %d written", progress.Load(), sent.Load())
 			b.Restart(t)
-			gate.open(min(at(k+1)+ahead, n))
+			hold.release()
 			continue
 		}
+		// The receipts stop reaching the client, then the next events go; once the
+		// client's reader waits on the hold, the receipts it has are final, and the bridge
+		// dies as soon as its metrics count more records persisted than that.
+		hold.start()
+		gate.open(at(k + 1))
+		if !waitFor("holding the receipts", hold.reading) {
+			break
+		}
+		got := persisted.Load() - base
+		var settled int64
+		if !waitFor("a record persisted under the hold", func() bool {
+			settled = int64(metricValue(t, scrape(t, p.OpsURL), `bridge_ingress_records_total{route="mesos",status="200"}`))
+			return settled > got
+		}) {
+			break
+		}
 		bridgeDone++
-		t.Logf("kill -9 of the bridge at %d receipted", progress.Load())
 		_ = p.cmd.Process.Kill()
 		<-p.exited
+		hold.cut() // the receipts still on their way are lost with the connection
+		caught += int(settled - got)
+		t.Logf("kill -9 of the bridge at %d receipted, %d written: %d records persisted, %d receipted", progress.Load(), sent.Load(), settled, got)
+		base = persisted.Load()
 		p = startBridge(t, cfg)
 		url.Store(p.DataURL + "/v1/publish/mesos")
-		gate.open(min(at(k+1)+ahead, n))
 	}
 	if !done {
 		select {
@@ -203,6 +249,9 @@ routes:
 	}
 	if clientResult != nil {
 		t.Fatal(clientResult)
+	}
+	if bridgeDone != bridgeKills || brokerDone != brokerKills {
+		t.Fatalf("the client finished after %d bridge and %d broker kills of %d and %d", bridgeDone, brokerDone, bridgeKills, brokerKills)
 	}
 	elapsed := time.Since(start)
 
@@ -259,14 +308,23 @@ routes:
 				}
 			}
 		}
-		t.Logf("named stream: %d events, %d requests, %d bridge and %d broker kills in %s: every event stored once, in order per topic and key; %d records resent, %d of them already persisted = %d duplicate receipts",
-			n, requests, bridgeDone, brokerDone, elapsed.Round(time.Second), resent, persistedResent, dupReceipts)
+		t.Logf("named stream: %d events, %d requests, %d bridge and %d broker kills in %s: every event stored once, in order per topic and key; %d records resent, %d of them already persisted = %d duplicate receipts (the bridge kills cut %d receipts)",
+			n, requests, bridgeDone, brokerDone, elapsed.Round(time.Second), resent, persistedResent, dupReceipts, caught)
+		// Each record a killed bridge persisted without its receipt reaching the client is
+		// resent and must come back as a duplicate: the proof has caught records in flight.
+		if bridgeKills > 0 && (resent == 0 || persistedResent == 0 || caught == 0 || persistedResent < caught) {
+			t.Fatalf("the kills caught nothing in flight or lost track of it: %d records resent, %d receipted as duplicates; the bridge kills cut %d receipts of persisted records", resent, persistedResent, caught)
+		}
 	} else {
 		if dupReceipts != 0 {
 			t.Fatalf("%d duplicate receipts without a stream name", dupReceipts)
 		}
-		t.Logf("unnamed stream: %d events, %d requests, %d bridge and %d broker kills in %s: %d records resent, %d stored twice or more (%d copies in all), no duplicate receipts",
-			n, requests, bridgeDone, brokerDone, elapsed.Round(time.Second), resent, copies-n, copies)
+		t.Logf("unnamed stream: %d events, %d requests, %d bridge and %d broker kills in %s: %d records resent, %d stored twice or more (%d copies in all), no duplicate receipts (the bridge kills cut %d receipts)",
+			n, requests, bridgeDone, brokerDone, elapsed.Round(time.Second), resent, copies-n, copies, caught)
+		// Without a stream name each record persisted without its receipt is stored again.
+		if bridgeKills > 0 && (resent == 0 || copies == n || caught == 0 || copies-n < caught) {
+			t.Fatalf("the kills caught nothing in flight or lost track of it: %d records resent, %d extra copies stored; the bridge kills cut %d receipts of persisted records", resent, copies-n, caught)
+		}
 	}
 }
 
@@ -284,7 +342,7 @@ type eoResult struct {
 
 // eoRequest sends events from first on in one streaming request, hands each receipt
 // to onReceipt as it arrives, and returns why the request ended early, if it did.
-func eoRequest(url string, named bool, attempt, first int, evs []eoEvent, sentCount []int, gate *eoGate, onReceipt func(eoResult)) error {
+func eoRequest(client *http.Client, url string, named bool, attempt, first int, evs []eoEvent, sentCount []int, sent *atomic.Int64, gate *eoGate, onReceipt func(eoResult)) error {
 	pr, pw := io.Pipe()
 	req, err := http.NewRequest(http.MethodPost, url, pr)
 	if err != nil {
@@ -311,6 +369,7 @@ func eoRequest(url string, named bool, attempt, first int, evs []eoEvent, sentCo
 						return
 					}
 					buf = buf[:0]
+					sent.Store(int64(i))
 				}
 				if !gate.wait(i, over) {
 					return
@@ -323,6 +382,7 @@ func eoRequest(url string, named bool, attempt, first int, evs []eoEvent, sentCo
 					return
 				}
 				buf = buf[:0]
+				sent.Store(int64(i + 1))
 			}
 		}
 		pw.Close()
@@ -334,7 +394,7 @@ func eoRequest(url string, named bool, attempt, first int, evs []eoEvent, sentCo
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	resp, err := h1Client.Do(req.WithContext(ctx))
+	resp, err := client.Do(req.WithContext(ctx))
 	if err != nil {
 		return err
 	}
@@ -408,4 +468,103 @@ func (g *eoGate) open(limit int) {
 		g.changed = make(chan struct{})
 	}
 	g.mu.Unlock()
+}
+
+// receiptHold wraps the client's connections so that the test can stop the receipts on
+// their way: while held, reads wait (the bytes stay in the kernel's socket buffer), and
+// cut closes every connection, so what was held is lost as with a dead peer.
+type receiptHold struct {
+	mu      sync.Mutex
+	held    chan struct{} // non-nil while held; closed when the hold ends
+	waiting bool          // a read has waited on this hold
+	conns   map[*heldConn]struct{}
+}
+
+type heldConn struct {
+	net.Conn
+	h    *receiptHold
+	dead chan struct{}
+	once sync.Once
+}
+
+func newReceiptHold() *receiptHold { return &receiptHold{conns: map[*heldConn]struct{}{}} }
+
+func (h *receiptHold) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	hc := &heldConn{Conn: c, h: h, dead: make(chan struct{})}
+	h.mu.Lock()
+	h.conns[hc] = struct{}{}
+	h.mu.Unlock()
+	return hc, nil
+}
+
+// start holds every read from now on.
+func (h *receiptHold) start() {
+	h.mu.Lock()
+	h.held, h.waiting = make(chan struct{}), false
+	h.mu.Unlock()
+}
+
+// reading says whether a read waits on the hold: the client has taken every receipt it
+// was given before the hold (the response's reader reads the connection only once its
+// buffers are empty).
+func (h *receiptHold) reading() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.waiting
+}
+
+// release ends the hold: the receipts held flow on.
+func (h *receiptHold) release() {
+	h.mu.Lock()
+	if h.held != nil {
+		close(h.held)
+		h.held = nil
+	}
+	h.mu.Unlock()
+}
+
+// cut closes every connection and ends the hold.
+func (h *receiptHold) cut() {
+	h.mu.Lock()
+	for c := range h.conns {
+		c.close()
+		delete(h.conns, c)
+	}
+	h.mu.Unlock()
+	h.release()
+}
+
+func (c *heldConn) Read(p []byte) (int, error) {
+	c.h.mu.Lock()
+	held := c.h.held
+	if held != nil {
+		c.h.waiting = true
+	}
+	c.h.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-c.dead:
+		}
+	}
+	select {
+	case <-c.dead:
+		return 0, net.ErrClosed
+	default:
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *heldConn) close() { c.once.Do(func() { close(c.dead); _ = c.Conn.Close() }) }
+
+func (c *heldConn) Close() error {
+	c.close()
+	c.h.mu.Lock()
+	delete(c.h.conns, c)
+	c.h.mu.Unlock()
+	return nil
 }

@@ -2,12 +2,9 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,28 +51,6 @@ func (c *cutter) cutAll() int {
 		nc.Close()
 	}
 	return len(conns)
-}
-
-// topicStats is the part of the admin API's topic stats the tests read.
-type topicStats struct {
-	Publishers []struct {
-		ProducerName string `json:"producerName"`
-	} `json:"publishers"`
-	Subscriptions map[string]struct {
-		Consumers []struct {
-			ConsumerName string `json:"consumerName"`
-		} `json:"consumers"`
-	} `json:"subscriptions"`
-}
-
-func getTopicStats(t *testing.T, b *broker.Broker, topic string) topicStats {
-	t.Helper()
-	out := b.MustAdmin(t, http.MethodGet, "/admin/v2/"+strings.Replace(topic, "://", "/", 1)+"/stats", nil)
-	var s topicStats
-	if err := json.Unmarshal(out, &s); err != nil {
-		t.Fatalf("topic stats of %s: %v: %s", topic, err, out)
-	}
-	return s
 }
 
 // TestRegistrationsSurviveConnectionChurn puts 8 producers and 8 consumers on one

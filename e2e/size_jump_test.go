@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -67,19 +65,7 @@ func TestReceiverQueueBytesSizeJumpOnTheBroker(t *testing.T) {
 	// and it has no permit left (or nothing left to send), so the queue no longer changes
 	// until the reader takes one.
 	quiet := func(taken int) bool {
-		raw := b.MustAdmin(t, http.MethodGet, "/admin/v2/"+strings.Replace(topic, "://", "/", 1)+"/stats", nil)
-		var st struct {
-			Subscriptions map[string]struct {
-				MsgOutCounter int64 `json:"msgOutCounter"`
-				Consumers     []struct {
-					AvailablePermits int64 `json:"availablePermits"`
-				} `json:"consumers"`
-			} `json:"subscriptions"`
-		}
-		if err := json.Unmarshal(raw, &st); err != nil {
-			t.Fatal(err)
-		}
-		s, ok := st.Subscriptions["jump"]
+		s, ok := getTopicStats(t, b, topic).Subscriptions["jump"]
 		if !ok || len(s.Consumers) != 1 {
 			return false
 		}
