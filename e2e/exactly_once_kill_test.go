@@ -40,10 +40,11 @@ func exactlyOnceSize() (events, bridgeKills, brokerKills int) {
 	return
 }
 
-// TestExactlyOnceAcrossKills streams Mesos events into three topics (one partitioned, one
-// templated) with a client that resumes from its first unreceipted record whenever its
-// request fails, while the test kill -9s the bridge and the broker. With a stream name
-// every event is stored once, in input order per topic and key, and each receipt says
+// TestExactlyOnceAcrossKills streams Mesos events into three topics (one partitioned,
+// with keyed and keyless records; one templated) with a client that resumes from its
+// first unreceipted record whenever its request fails, while the test kill -9s the
+// bridge and the broker. With a stream name every event is stored once, in input order
+// per topic and key (the keyless ones on one partition), and each receipt says
 // duplicate exactly when the copy in Pulsar came from an earlier request; without one,
 // the resent records that had been persisted are stored twice, and counted. Each bridge
 // kill is made to land while records it persisted still have their receipts on the way
@@ -89,11 +90,13 @@ routes:
       - match: {json: {type: FAILURE}}
         topic: %s
         key: "{json:failure.executor_id.value}"
+      - match: {json: {type: OFFERS}}
+        topic: %s
       - match: {json: {type: HEARTBEAT}}
         topic: %s
     default:
       topic: "%s/events-{json:test.stream}"
-`, b.URL, ns, tasks, tasks, beats, ns)
+`, b.URL, ns, tasks, tasks, tasks, beats, ns)
 	evs := make([]eoEvent, n)
 	for i := range evs {
 		typ := mesosTypes[i%len(mesosTypes)]
@@ -102,6 +105,8 @@ routes:
 		switch typ {
 		case "UPDATE", "FAILURE":
 			e.topic, e.key = tasks, task
+		case "OFFERS":
+			e.topic = tasks // keyless, on the partitioned topic
 		case "HEARTBEAT":
 			e.topic = beats
 		}
@@ -258,6 +263,7 @@ routes:
 	// The oracle: the official client reads the three topics.
 	c := newOfficialClient(t, b)
 	stored := make([][]int, n) // event -> the requests whose copies are stored
+	keyless := map[int]int{}   // the partitioned topic's keyless events by partition
 	for _, topic := range []string{tasks, beats, events} {
 		last := map[string]int{}
 		for _, m := range readAll(t, c, topic, 5*time.Second) {
@@ -271,6 +277,9 @@ routes:
 			}
 			req, _ := strconv.Atoi(m.Properties()["x-attempt"])
 			stored[i] = append(stored[i], req)
+			if topic == tasks && m.Key() == "" {
+				keyless[int(m.ID().PartitionIdx())]++
+			}
 			if named {
 				if prev, ok := last[m.Key()]; ok && i <= prev {
 					t.Fatalf("%s key %q: event %d after %d", topic, m.Key(), i, prev)
@@ -291,6 +300,14 @@ routes:
 				dupReceipts++
 			}
 		}
+	}
+	if len(keyless) == 0 {
+		t.Fatal("no keyless event reached the partitioned topic")
+	}
+	if named && len(keyless) != 1 {
+		// A named stream's keyless records go by its name: one partition, whatever
+		// producer sent them, so a resend meets its first copy's deduplication there.
+		t.Fatalf("the named stream's keyless events are on %d partitions (%v), want one", len(keyless), keyless)
 	}
 	if named {
 		persistedResent := 0

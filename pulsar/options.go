@@ -130,6 +130,11 @@ type ProducerMessage struct {
 	Payload []byte
 	// Key routes the message to a partition and is its partition_key.
 	Key string
+	// RoutingKey, for a message without Key, chooses its partition as a Key would, and is
+	// not stored: keyless messages that must land on one partition whatever producer sent
+	// them (a resend after a reconnect or a restart, deduplicated per partition) [none:
+	// keyless messages go round-robin].
+	RoutingKey string
 	// OrderingKey, when set, orders Key_Shared delivery instead of Key.
 	OrderingKey []byte
 	Properties  map[string]string

@@ -157,6 +157,9 @@ func (p *Producer) route(m *ProducerMessage) *partitionProducer {
 	if m.Key != "" {
 		return parts[p.opts.HashingScheme.partition(m.Key, n)]
 	}
+	if m.RoutingKey != "" {
+		return parts[p.opts.HashingScheme.partition(m.RoutingKey, n)]
+	}
 	// Keyless messages go round-robin, sticking to one partition for a batch's worth.
 	per := uint64(p.opts.BatchingMaxMessages)
 	if p.opts.DisableBatching {

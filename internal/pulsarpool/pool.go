@@ -386,6 +386,7 @@ func (ps *Pool) publishAsync(ctx context.Context, m *ingress.Message, done func(
 	if m.Producer != "" {
 		seq = &m.Sequence
 		pm.SequenceID = seq
+		pm.RoutingKey = namedRoutingKey(m)
 	}
 	producer, topic := m.Producer, m.Topic // m is not kept
 	e.p.SendAsync(ctx, pm, func(id pulsar.MessageID, err error) {
@@ -423,6 +424,15 @@ func budgetErr(err error) error {
 
 var messagePool = sync.Pool{New: func() any { return new(pulsar.ProducerMessage) }}
 
+// namedRoutingKey is what a named stream's record is routed by when it has no key: the
+// stream's producer name (a function of the route and the stream name only) instead of
+// round-robin, so every resend of it lands on the partition its first copy went to,
+// whatever became of the producer that sent that (a restart, an eviction, another
+// bridge), and the broker's deduplication, which is per partition, sees it; the stream's
+// keyless records keep their order in that one partition. A keyed record goes by its
+// key, as always. Both hold while the topic's partition count does not change.
+func namedRoutingKey(m *ingress.Message) string { return m.Producer }
+
 // PublishStream implements ingress.Publisher. The budget is charged with what the
 // producer may hold of the message at once (its pending bytes), not the whole size.
 func (ps *Pool) PublishStream(ctx context.Context, m *ingress.Message, size int64, r io.Reader) (string, error) {
@@ -448,6 +458,7 @@ func (ps *Pool) publishStream(ctx context.Context, m *ingress.Message, size int6
 	if m.Producer != "" {
 		seq := m.Sequence
 		pm.SequenceID = &seq
+		pm.RoutingKey = namedRoutingKey(m)
 	}
 	id, err := e.p.SendStream(ctx, pm, size, r)
 	if err != nil {
