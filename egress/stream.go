@@ -646,6 +646,13 @@ const maxQueuedDeadLetters = 64
 // aside hands d to the stream's dead-letter goroutine without waiting; when its queue is
 // full d goes back for redelivery after its backoff, and comes again.
 func (st *stream) aside(d *Delivery) {
+	if st.def.Type == "exclusive" || st.def.Type == "failover" {
+		// Where acks may be cumulative: none may cover d until it is dead-lettered (or
+		// comes back), as for a nacked message (see retry).
+		st.mu.Lock()
+		st.retrying[d.ID] = d.Topic
+		st.mu.Unlock()
+	}
 	select {
 	case st.asides <- d:
 	default:
@@ -695,11 +702,12 @@ func (st *stream) setAside(ctx context.Context, d *Delivery) bool {
 		st.nackAside(d)
 		return false
 	}
+	st.mu.Lock()
+	delete(st.retrying, d.ID) // acknowledged: it will not come back to be forgotten
 	if d.Undecodable != nil {
-		st.mu.Lock()
 		delete(st.setAsideFails, d.ID)
-		st.mu.Unlock()
 	}
+	st.mu.Unlock()
 	return true
 }
 

@@ -17,9 +17,9 @@ import (
 var ErrClosed = errors.New("budget: closed")
 
 // Budget counts bytes against a limit. Waiters are served first come, first served:
-// bytes released go to the oldest waiter first, and nothing (a later Acquire, a
-// TryAcquire, a TryReserve) takes room ahead of a waiter, so a large request is never
-// starved by a stream of small ones. A nil *Budget is unlimited: every method is a no-op
+// bytes released go to the oldest waiter first, and neither a later Acquire nor a
+// TryAcquire takes room ahead of a waiter, so a large request is never starved by a
+// stream of small ones (consumers' TryReserve is the exception, see there). A nil *Budget is unlimited: every method is a no-op
 // that succeeds.
 type Budget struct {
 	mu      sync.Mutex
@@ -132,16 +132,20 @@ func (b *Budget) TryAcquire(n int64) bool {
 	return true
 }
 
-// TryReserve takes n bytes only if used + n stays within the limit now and nobody is
-// waiting: unlike TryAcquire, an empty budget does not admit more than its limit.
-// Consumers reserve their permits in flight with it (see pulsar.MemoryLimiter).
+// TryReserve takes n bytes only if used + n stays within the limit now: unlike
+// TryAcquire, an empty budget does not admit more than its limit. Consumers reserve
+// their permits in flight with it (see pulsar.MemoryLimiter), and unlike TryAcquire it
+// does not yield to waiters: a consumer's progress (a chunked message completed, a
+// message delivered and settled) is what frees the room a waiter may be waiting for,
+// so holding it back behind that waiter could deadlock both; what it reserves is
+// bounded per partition by the consumer's byte window.
 func (b *Budget) TryReserve(n int64) bool {
 	if b == nil || n <= 0 {
 		return true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed || len(b.waiters) > 0 || b.used+n > b.limit {
+	if b.closed || b.used+n > b.limit {
 		return false
 	}
 	b.takeLocked(n)
