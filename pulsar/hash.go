@@ -21,7 +21,9 @@ const (
 	Murmur3_32Hash
 )
 
-func (s HashingScheme) partition(key string, n int) int {
+// Partition is the partition, of n, that a message with key goes to: what the Java
+// client's router computes for the same key and scheme.
+func (s HashingScheme) Partition(key string, n int) int {
 	var h uint32
 	switch s {
 	case Murmur3_32Hash:

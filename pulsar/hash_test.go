@@ -12,7 +12,7 @@ func TestHashes(t *testing.T) {
 			t.Fatalf("murmur3(%q) = %#x, want %#x", in, got, want)
 		}
 	}
-	if p := Murmur3_32Hash.partition("hello", 7); p != int((0x248bfa47&0x7fffffff)%7) {
+	if p := Murmur3_32Hash.Partition("hello", 7); p != int((0x248bfa47&0x7fffffff)%7) {
 		t.Fatalf("murmur partition = %d", p)
 	}
 }
@@ -42,13 +42,13 @@ func TestKeysGoToThePartitionsTheJavaClientChooses(t *testing.T) {
 		if got := int32(murmur3(tc.key) & 0x7fffffff); got != tc.murmur {
 			t.Errorf("Murmur3_32Hash(%q) = %d, Java says %d", tc.key, got, tc.murmur)
 		}
-		if got := JavaStringHash.partition(tc.key, 3); got != tc.javaIn3 {
+		if got := JavaStringHash.Partition(tc.key, 3); got != tc.javaIn3 {
 			t.Errorf("partition of %q among 3 = %d, Java says %d", tc.key, got, tc.javaIn3)
 		}
-		if got := JavaStringHash.partition(tc.key, 7); got != tc.javaIn7 {
+		if got := JavaStringHash.Partition(tc.key, 7); got != tc.javaIn7 {
 			t.Errorf("partition of %q among 7 = %d, Java says %d", tc.key, got, tc.javaIn7)
 		}
-		if got, want := Murmur3_32Hash.partition(tc.key, 7), int(tc.murmur%7); got != want {
+		if got, want := Murmur3_32Hash.Partition(tc.key, 7), int(tc.murmur%7); got != want {
 			t.Errorf("murmur partition of %q among 7 = %d, Java says %d", tc.key, got, want)
 		}
 	}

@@ -155,10 +155,10 @@ func (p *Producer) route(m *ProducerMessage) *partitionProducer {
 		return parts[0]
 	}
 	if m.Key != "" {
-		return parts[p.opts.HashingScheme.partition(m.Key, n)]
+		return parts[p.opts.HashingScheme.Partition(m.Key, n)]
 	}
 	if m.RoutingKey != "" {
-		return parts[p.opts.HashingScheme.partition(m.RoutingKey, n)]
+		return parts[p.opts.HashingScheme.Partition(m.RoutingKey, n)]
 	}
 	// Keyless messages go round-robin, sticking to one partition for a batch's worth.
 	per := uint64(p.opts.BatchingMaxMessages)
