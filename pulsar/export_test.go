@@ -8,3 +8,14 @@ func SetHandBackExpiry(d time.Duration) (restore func()) {
 	handBackExpiry = d
 	return func() { handBackExpiry = old }
 }
+
+// PendingNacks counts the entries c will ask back for nacks not yet due.
+func PendingNacks(c *Consumer) int {
+	n := 0
+	for _, pc := range c.partitions() {
+		pc.mu.Lock()
+		n += len(pc.nacks)
+		pc.mu.Unlock()
+	}
+	return n
+}

@@ -1144,6 +1144,9 @@ func (p *partitionConsumer) sendAck(ctx context.Context, cn *conn.Conn, typ pb.C
 }
 
 func (p *partitionConsumer) ackCumulative(ctx context.Context, m *Message) error {
+	p.mu.Lock()
+	p.forgetCoveredLocked(m)
+	p.mu.Unlock()
 	id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(m.ID.LedgerID)), EntryId: proto.Uint64(uint64(m.ID.EntryID))}
 	if last := len(m.chunkID); last > 0 {
 		c := m.chunkID[last-1]
@@ -1165,6 +1168,54 @@ func (p *partitionConsumer) ackCumulative(ctx context.Context, m *Message) error
 	cn := p.cn
 	p.mu.Unlock()
 	return p.sendAck(ctx, cn, pb.CommandAck_Cumulative, []*pb.MessageIdData{id})
+}
+
+// forgetCoveredLocked forgets the batch trackers (with their hand-back records) and
+// the pending nacks that a cumulative acknowledgement of m settles: those of every entry
+// before m's (ledger, then entry, as the broker orders them), and of m's own entry the
+// indexes up to m's (all of it when m ends its batch or is no batch). An entry's tracker
+// goes once none of its indexes is outstanding.
+func (p *partitionConsumer) forgetCoveredLocked(m *Message) {
+	last := m.ID
+	if n := len(m.chunkID); n > 0 {
+		last = m.chunkID[n-1]
+	}
+	through := entryKey{uint64(last.LedgerID), uint64(last.EntryID)}
+	whole := len(m.chunkID) > 0 || m.ID.BatchSize <= 1 || m.ID.BatchIndex < 0 || m.ID.BatchIndex >= m.ID.BatchSize-1
+	before := func(k entryKey) bool {
+		return k.ledger < through.ledger || k.ledger == through.ledger && k.entry < through.entry
+	}
+	for k, t := range p.trackers {
+		if before(k) || k == through && whole {
+			delete(p.trackers, k)
+		} else if k == through {
+			for i := 0; i <= int(m.ID.BatchIndex); i++ {
+				t.clear(i)
+				if t.back != nil && i < t.size {
+					t.back[i/64] &^= 1 << (i % 64)
+				}
+			}
+			if t.done() {
+				delete(p.trackers, k)
+			}
+		}
+	}
+	for k, n := range p.nacks {
+		if before(k) || k == through && whole {
+			delete(p.nacks, k)
+		} else if k == through {
+			kept := n.indexes[:0]
+			for _, x := range n.indexes {
+				if x > m.ID.BatchIndex {
+					kept = append(kept, x)
+				}
+			}
+			n.indexes = kept
+			if len(kept) == 0 {
+				delete(p.nacks, k)
+			}
+		}
+	}
 }
 
 func (p *partitionConsumer) nack(m *Message, delay time.Duration) {
