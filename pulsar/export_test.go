@@ -19,3 +19,18 @@ func PendingNacks(c *Consumer) int {
 	}
 	return n
 }
+
+// HandedBack counts the batch trackers of c awaiting their entry handed back.
+func HandedBack(c *Consumer) int {
+	n := 0
+	for _, pc := range c.partitions() {
+		pc.mu.Lock()
+		for _, t := range pc.trackers {
+			if !t.handedBack.IsZero() {
+				n++
+			}
+		}
+		pc.mu.Unlock()
+	}
+	return n
+}
