@@ -8,3 +8,29 @@ func SetHandBackExpiry(d time.Duration) (restore func()) {
 	handBackExpiry = d
 	return func() { handBackExpiry = old }
 }
+
+// PendingNacks counts the entries c will ask back for nacks not yet due.
+func PendingNacks(c *Consumer) int {
+	n := 0
+	for _, pc := range c.partitions() {
+		pc.mu.Lock()
+		n += len(pc.nacks)
+		pc.mu.Unlock()
+	}
+	return n
+}
+
+// HandedBack counts the batch trackers of c awaiting their entry handed back.
+func HandedBack(c *Consumer) int {
+	n := 0
+	for _, pc := range c.partitions() {
+		pc.mu.Lock()
+		for _, t := range pc.trackers {
+			if !t.handedBack.IsZero() {
+				n++
+			}
+		}
+		pc.mu.Unlock()
+	}
+	return n
+}

@@ -31,10 +31,15 @@ type entryKey struct{ ledger, entry uint64 }
 type batchTracker struct {
 	bits []int64
 	size int
-	// back: the indexes handed back since the entry last arrived (set only on Shared
-	// and Key_Shared subscriptions, with handedBack the last time).
+	// back: the indexes handed back and not delivered again yet (set only on Shared and
+	// Key_Shared subscriptions, with handedBack the last time). The record stays while
+	// hand-backs are in flight (asked for, their arrival not come): the broker sends the
+	// entry once per request that found it already dispatched again, and each arrival
+	// delivers only what is still in back. came: the entry arrived since the last one.
 	back       []int64
 	handedBack time.Time
+	inFlight   int
+	came       bool
 	// base is the broker's redelivery count when the entry first arrived here; again[i]
 	// how many times index i was handed back since.
 	base  uint32
@@ -84,6 +89,23 @@ func (t *batchTracker) handBack(indexes []int32, now time.Time) {
 		}
 	}
 	t.handedBack = now
+	t.inFlight++
+	t.came = false
+}
+
+// arrived ends the hand-back record once every hand-back in flight has come.
+func (t *batchTracker) arrived() {
+	t.came = true
+	if t.inFlight--; t.inFlight <= 0 {
+		clear(t.back)
+		t.handedBack, t.inFlight = time.Time{}, 0
+	}
+}
+
+// forgetHandBack drops the record, its arrivals no longer awaited.
+func (t *batchTracker) forgetHandBack() {
+	clear(t.back)
+	t.handedBack, t.inFlight, t.came = time.Time{}, 0, false
 }
 
 // deliver filters the entry's messages as it comes (again): an index acknowledged here
@@ -99,6 +121,7 @@ func (t *batchTracker) deliver(i int, handedBack bool, count uint32) (bool, uint
 		if t.back[i/64]&(1<<(i%64)) == 0 {
 			return false, 0
 		}
+		t.back[i/64] &^= 1 << (i % 64) // delivered: a second arrival in flight does not bring it again
 	}
 	if t.again != nil {
 		// The broker's count is the entry's: every hand-back raises it for all its
@@ -111,7 +134,8 @@ func (t *batchTracker) deliver(i int, handedBack bool, count uint32) (bool, uint
 // handBackExpiry is how long a tracker handed back waits for its entry to come again: on
 // a Shared subscription it may go to another consumer, and this one would keep it for
 // ever. Forgotten, it only lets a later arrival deliver what the application holds or
-// acknowledged without the broker's knowing (a duplicate, never a loss).
+// acknowledged without the broker's knowing (a duplicate, never a loss). An entry that
+// came again, fewer times than handed back, keeps its tracker and loses only the record.
 var handBackExpiry = 10 * time.Minute
 
 // batchIndex is the index to track m by in its entry's nacks: its batch index, or -1
@@ -844,8 +868,7 @@ func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackS
 	}
 	if t != nil {
 		if handedBack {
-			clear(t.back)
-			t.handedBack = time.Time{}
+			t.arrived()
 		}
 		if t.done() {
 			delete(p.trackers, key) // acknowledged whole meanwhile (by the broker's ack_set)
@@ -1144,6 +1167,9 @@ func (p *partitionConsumer) sendAck(ctx context.Context, cn *conn.Conn, typ pb.C
 }
 
 func (p *partitionConsumer) ackCumulative(ctx context.Context, m *Message) error {
+	p.mu.Lock()
+	p.forgetCoveredLocked(m)
+	p.mu.Unlock()
 	id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(m.ID.LedgerID)), EntryId: proto.Uint64(uint64(m.ID.EntryID))}
 	if last := len(m.chunkID); last > 0 {
 		c := m.chunkID[last-1]
@@ -1165,6 +1191,54 @@ func (p *partitionConsumer) ackCumulative(ctx context.Context, m *Message) error
 	cn := p.cn
 	p.mu.Unlock()
 	return p.sendAck(ctx, cn, pb.CommandAck_Cumulative, []*pb.MessageIdData{id})
+}
+
+// forgetCoveredLocked forgets the batch trackers (with their hand-back records) and
+// the pending nacks that a cumulative acknowledgement of m settles: those of every entry
+// before m's (ledger, then entry, as the broker orders them), and of m's own entry the
+// indexes up to m's (all of it when m ends its batch or is no batch). An entry's tracker
+// goes once none of its indexes is outstanding.
+func (p *partitionConsumer) forgetCoveredLocked(m *Message) {
+	last := m.ID
+	if n := len(m.chunkID); n > 0 {
+		last = m.chunkID[n-1]
+	}
+	through := entryKey{uint64(last.LedgerID), uint64(last.EntryID)}
+	whole := len(m.chunkID) > 0 || m.ID.BatchSize <= 1 || m.ID.BatchIndex < 0 || m.ID.BatchIndex >= m.ID.BatchSize-1
+	before := func(k entryKey) bool {
+		return k.ledger < through.ledger || k.ledger == through.ledger && k.entry < through.entry
+	}
+	for k, t := range p.trackers {
+		if before(k) || k == through && whole {
+			delete(p.trackers, k)
+		} else if k == through {
+			for i := 0; i <= int(m.ID.BatchIndex); i++ {
+				t.clear(i)
+				if t.back != nil && i < t.size {
+					t.back[i/64] &^= 1 << (i % 64)
+				}
+			}
+			if t.done() {
+				delete(p.trackers, k)
+			}
+		}
+	}
+	for k, n := range p.nacks {
+		if before(k) || k == through && whole {
+			delete(p.nacks, k)
+		} else if k == through {
+			kept := n.indexes[:0]
+			for _, x := range n.indexes {
+				if x > m.ID.BatchIndex {
+					kept = append(kept, x)
+				}
+			}
+			n.indexes = kept
+			if len(kept) == 0 {
+				delete(p.nacks, k)
+			}
+		}
+	}
 }
 
 func (p *partitionConsumer) nack(m *Message, delay time.Duration) {
@@ -1269,7 +1343,8 @@ func (p *partitionConsumer) redeliverDueLocked(now time.Time) {
 }
 
 // expireHandedBackLocked forgets the trackers of entries handed back that did not come
-// again within handBackExpiry.
+// again within handBackExpiry, and the hand-back records of those that came fewer times
+// than handed back (the broker found the entry not yet dispatched again and sent it once).
 func (p *partitionConsumer) expireHandedBackLocked(now time.Time) {
 	if now.Sub(p.expiredAt) < time.Second {
 		return // a look once a second is enough for an expiry in minutes
@@ -1277,7 +1352,11 @@ func (p *partitionConsumer) expireHandedBackLocked(now time.Time) {
 	p.expiredAt = now
 	for k, t := range p.trackers {
 		if !t.handedBack.IsZero() && now.Sub(t.handedBack) >= handBackExpiry {
-			delete(p.trackers, k)
+			if t.came {
+				t.forgetHandBack()
+			} else {
+				delete(p.trackers, k)
+			}
 		}
 	}
 }
