@@ -1,6 +1,10 @@
 package pulsar
 
-import "testing"
+import (
+	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
+)
 
 func TestHashes(t *testing.T) {
 	// Java's "hello".hashCode() is 99162322; murmur3_32("hello", seed 0) is 0x248bfa47.
@@ -52,6 +56,150 @@ func TestKeysGoToThePartitionsTheJavaClientChooses(t *testing.T) {
 			t.Errorf("murmur partition of %q among 7 = %d, Java says %d", tc.key, got, want)
 		}
 	}
+}
+
+// Java decodes a key's bytes (new String(bytes, UTF_8)) before hashing it, replacing each
+// ill-formed subpart, not each invalid byte, by one U+FFFD, and an encoded surrogate by
+// one U+FFFD. The values are what OpenJDK 17 prints for
+// JavaStringHash.getInstance().makeHash(new String(bytes, UTF_8)) with the Java client
+// of Apache Pulsar 4.0.8.
+var javaHashesOfInvalidUTF8 = []struct {
+	key  string
+	java uint32
+}{
+	{"\xe2\x82A", 2031588},                             // a 3-byte sequence cut short by 'A'
+	{"\xe2\x82", 65533},                                // a 3-byte sequence cut short by the end
+	{"\xf0\x9f\x98", 65533},                            // a 4-byte sequence cut short by the end
+	{"\xf0\x9f\x98A", 2031588},                         // a 4-byte sequence cut short by 'A'
+	{"\xf0\x9fA", 2031588},                             // a 4-byte sequence cut short after two bytes
+	{"\xf0A", 2031588},                                 // a 4-byte lead then 'A'
+	{"\xf0", 65533},                                    // a lone 4-byte lead at the end
+	{"\xe2", 65533},                                    // a lone 3-byte lead at the end
+	{"\xc3", 65533},                                    // a lone 2-byte lead at the end
+	{"\xc3A", 2031588},                                 // a 2-byte lead then 'A'
+	{"\xc3\xa9", 233},                                  // a well-formed 2-byte sequence
+	{"\xe2\x82\xac", 8364},                             // a well-formed 3-byte sequence
+	{"\xf0\x9f\x98\x80", 1772899},                      // a well-formed 4-byte sequence, two UTF-16 units
+	{"\xed\xa0\x80", 65533},                            // an encoded high surrogate, one replacement in Java
+	{"\xed\xbf\xbf", 65533},                            // an encoded low surrogate
+	{"\xed\xa0\xbd\xed\xb8\x80", 2097056},              // a CESU-8 surrogate pair, two replacements
+	{"\xed\x9f\xbf", 55295},                            // the last code point below the surrogates
+	{"\xed\xa0A", 2031588},                             // ED A0 cut short, one subpart in Java
+	{"\xed\xa0", 65533},                                // ED A0 at the end
+	{"\xed\x80A", 2031588},                             // ED 80 cut short
+	{"\xe0\x80\x80", 65074269},                         // an overlong 3-byte NUL, three replacements
+	{"\xe0\x9f\x80", 65074269},                         // E0 then 9F: below A0, three
+	{"\xe0\xa0\x80", 2048},                             // E0 A0 80: the lowest 3-byte sequence
+	{"\xe0\xa0A", 2031588},                             // E0 A0 cut short
+	{"\xf0\x80\x80\x80", 2017367872},                   // an overlong 4-byte NUL, four
+	{"\xf0\x8f\x80\x80", 2017367872},                   // F0 8F: below 90, four
+	{"\xf0\x90\x80\x80", 1770496},                      // F0 90 80 80: the lowest 4-byte sequence
+	{"\xf4\x8f\xbf\xbf", 1803232},                      // the last code point
+	{"\xf4\x90\x80\x80", 2017367872},                   // F4 90: above U+10FFFF, four
+	{"\xf4\x8fA", 2031588},                             // F4 8F cut short
+	{"\xc0\x80", 2097056},                              // an overlong C0 80, two
+	{"\xc1\xbf", 2097056},                              // an overlong C1 BF, two
+	{"\xf5\x80\x80\x80", 2017367872},                   // F5, four
+	{"\xf8", 65533},                                    // F8
+	{"\xfe", 65533},                                    // FE
+	{"\xffA", 2031588},                                 // FF then 'A'
+	{"\x80", 65533},                                    // a stray continuation byte
+	{"\xbf\xbfA", 65008801},                            // two stray continuation bytes then 'A'
+	{"A\xe2\x82B", 2094054},                            // ASCII, a cut-short sequence, ASCII
+	{"\xe2\x82\xe2\x82\xac", 2039887},                  // a cut-short sequence then a well-formed one
+	{"\xf0\x9f\x98\xf0\x9f\x98\x80", 64750112},         // a cut-short 4-byte sequence then a well-formed one
+	{"\x7fLwbT\x22+", 1185049957},                      // random bytes
+	{"G\xa5\x13\xe8Y1\x9bT", 604813903},                // random bytes
+	{"\x81\xca\xef6\xba\xe1\x0e\x88\x9f]", 1392499272}, // random bytes
+	{"\x11\xcc\xae[\x9c\xfa=O\xc0\xa5\xcb", 250849101}, // random bytes
+	{"kX\x8a\xce\xd3wA", 1104845466},                   // random bytes
+	{"\xed\x17s\xa0;(\xa5c\xaa", 628058534},            // random bytes
+}
+
+func TestJavaStringHashReplacesEachIllFormedSubpartAsJavasDecoderDoes(t *testing.T) {
+	for _, tc := range javaHashesOfInvalidUTF8 {
+		if got := javaStringHash(tc.key) & 0x7fffffff; got != tc.java {
+			t.Errorf("javaStringHash(%q) = %d, Java says %d", tc.key, got, tc.java)
+		}
+		if got := javaHashReference(tc.key) & 0x7fffffff; got != tc.java {
+			t.Errorf("javaHashReference(%q) = %d, Java says %d", tc.key, got, tc.java)
+		}
+	}
+}
+
+func TestJavaStringHashDoesNotAllocate(t *testing.T) {
+	for _, key := range []string{"task-000123", "\U0001f600emoji", "\xe2\x82A\xed\xa0\x80"} {
+		if n := testing.AllocsPerRun(100, func() { javaStringHash(key) }); n != 0 {
+			t.Errorf("javaStringHash(%q) allocates %v times", key, n)
+		}
+	}
+}
+
+// FuzzJavaStringHashMatchesReference checks javaStringHash against javaHashReference, a
+// slow spelling-out of the same decoding on top of unicode/utf8.
+func FuzzJavaStringHashMatchesReference(f *testing.F) {
+	for _, tc := range javaHashesOfInvalidUTF8 {
+		f.Add([]byte(tc.key))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := javaStringHash(string(b)), javaHashReference(string(b)); got != want {
+			t.Errorf("javaStringHash(%q) = %d, reference says %d", b, got, want)
+		}
+	})
+}
+
+// javaHashReference is Java's String.hashCode of s decoded as Java decodes UTF-8, the
+// slow way: at each position the longest run of up to four bytes that is one character
+// (a three-byte encoded surrogate counting as U+FFFD) is that character; failing one,
+// the longest run that more bytes could complete into a character is one U+FFFD;
+// failing that, the byte is.
+func javaHashReference(s string) uint32 {
+	var units []uint16
+	for i := 0; i < len(s); {
+		n, r := 1, rune(utf8.RuneError)
+		for k := min(4, len(s)-i); k >= 1; k-- {
+			if c, ok := referenceCharacter(s[i : i+k]); ok {
+				n, r = k, c
+				break
+			}
+			if referenceCompletable(s[i : i+k]) {
+				n = k
+				break
+			}
+		}
+		units = append(units, utf16.Encode([]rune{r})...)
+		i += n
+	}
+	var h uint32
+	for _, u := range units {
+		h = 31*h + uint32(u)
+	}
+	return h
+}
+
+// referenceCharacter says whether p is exactly one character to Java's decoder.
+func referenceCharacter(p string) (rune, bool) {
+	if len(p) == 3 && p[0] == 0xed && p[1] >= 0xa0 && p[1] <= 0xbf && p[2]&0xc0 == 0x80 {
+		return utf8.RuneError, true
+	}
+	r, size := utf8.DecodeRuneInString(p)
+	if size != len(p) || r == utf8.RuneError && size == 1 {
+		return 0, false
+	}
+	return r, true
+}
+
+// referenceCompletable says whether continuation bytes appended to p make one character.
+func referenceCompletable(p string) bool {
+	if len(p) >= 4 {
+		return false
+	}
+	for _, c := range []string{"\x80", "\x90", "\xa0", "\xbf"} {
+		if _, ok := referenceCharacter(p + c); ok || referenceCompletable(p+c) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestTopicName(t *testing.T) {
