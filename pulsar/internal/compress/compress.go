@@ -65,8 +65,9 @@ func Compress(kind pb.CompressionType, dst, src []byte) ([]byte, error) {
 
 // Decompress returns src decompressed into a buffer of exactly size bytes. size comes
 // from the wire: it is checked against limit (the broker's message size limit, or the
-// consumer's for a chunked message) before anything is allocated, and no codec is let
-// produce more than size bytes whatever src says. Each codec takes what the Java client
+// consumer's for a chunked message), and against what src can expand to under its codec's
+// format and what its header says (checkExpansion), before anything is allocated; no
+// codec is let produce more than size bytes whatever src says. Each codec takes what the Java client
 // writes (testdata/java): for ZLIB, a stream it flushed and never finished (see inflate).
 func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, error) {
 	if kind == pb.CompressionType_NONE {
@@ -74,6 +75,9 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 	}
 	if size < 0 || size > limit {
 		return nil, fmt.Errorf("%w: announced uncompressed size %d is out of range (the limit is %d)", ErrCorrupt, size, limit)
+	}
+	if err := checkExpansion(kind, src, size); err != nil {
+		return nil, fmt.Errorf("%w (%s): %v", ErrCorrupt, kind, err)
 	}
 	out := make([]byte, size)
 	var n int
@@ -91,17 +95,10 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 			out = got // out's own array: the decoder is capped to its capacity
 		}
 	case pb.CompressionType_SNAPPY:
-		var l int
-		l, err = snappy.DecodedLen(src)
-		if err == nil && l != size {
-			err = fmt.Errorf("snappy says %d bytes", l)
-		}
-		if err == nil {
-			var got []byte
-			// Strict: the s2 extensions klauspost's Decode also takes are not Snappy.
-			got, err = snappy.DecodeStrict(out, src)
-			n = len(got)
-		}
+		var got []byte
+		// Strict: the s2 extensions klauspost's Decode also takes are not Snappy.
+		got, err = snappy.DecodeStrict(out, src)
+		n = len(got)
 	default:
 		return nil, fmt.Errorf("%w: unknown compression type %d", ErrCorrupt, kind)
 	}
@@ -112,6 +109,77 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 		return nil, fmt.Errorf("%w (%s): %d bytes, metadata says %d", ErrCorrupt, kind, n, size)
 	}
 	return out, nil
+}
+
+// The most each codec's format can expand one byte of payload to, so that an announced
+// size no payload of that length can reach is refused before its buffer is made (a few
+// bytes announcing the chunked-message limit would otherwise cost that much memory,
+// outside any budget, on the connection's reader). Every bound is the format's own, not
+// an encoder's habit: what any encoder writes, Java's included, stays within it.
+const (
+	// LZ4 block format: a sequence is a token (4 bits of literal length, 4 of match
+	// length), L literals (with an extra byte per 255 of them beyond 15), a 2-byte offset
+	// and m extra match-length bytes of at most 255 each. It costs at least 3+L+m bytes and
+	// yields at most L + 4+15 + 255m, less than 255 times its cost; the last sequence,
+	// literals only, yields L from 1+L bytes. So out <= 255 * len(src).
+	lz4MaxRatio = 255
+	// Deflate (RFC 1951): every output byte comes from a literal code (at least 1 bit per
+	// byte), a length/distance pair (at least 1+1 bits for at most 258 bytes) or a stored
+	// block (a byte per byte after its header): at most 129 bytes per bit, 1032 per byte
+	// of deflate data, which is the zlib stream less its 2-byte header. The usual
+	// "1032:1 plus a constant" is this bound less the block headers.
+	deflateMaxRatio = 1032
+	// Snappy (strict, without the s2 extensions): after the varint length, an element is a
+	// literal (a byte per byte, after its tag) or a copy of 1-byte tag plus a 1-, 2- or
+	// 4-byte offset giving at most 11, 64 or 64 bytes: at most 64 bytes per 3.
+	snappyMaxRatioNum, snappyMaxRatioDen = 64, 3
+	// Zstandard (RFC 8878): a block regenerates at most Block_Maximum_Size, 128 KiB, and
+	// costs at least 4 bytes (a 3-byte header and an RLE block's one byte); the frame
+	// header takes 6 more at least. So out <= 32768 * len(src), whatever the frame header
+	// says. The ratio is the format's real maximum, not a guess at what encoders reach, so
+	// no valid frame is refused; it is weak (a crafted 8 KiB frame may still announce
+	// 256 MiB), which is why a content size the header states must also match.
+	zstdMaxRatio = 128 << 10 / 4
+)
+
+// checkExpansion refuses an announced size the payload src cannot decompress to under its
+// codec's format, or that its own header contradicts, before anything is allocated.
+func checkExpansion(kind pb.CompressionType, src []byte, size int) error {
+	n, want := uint64(len(src)), uint64(size)
+	var most uint64
+	switch kind {
+	case pb.CompressionType_LZ4:
+		most = lz4MaxRatio * n
+	case pb.CompressionType_ZLIB:
+		most = deflateMaxRatio * (max(n, 2) - 2)
+	case pb.CompressionType_SNAPPY:
+		l, err := snappy.DecodedLen(src)
+		if err != nil {
+			return err
+		}
+		if l != size {
+			return fmt.Errorf("snappy says %d bytes, metadata says %d", l, size)
+		}
+		most = snappyMaxRatioNum * (max(n, 1) - 1) / snappyMaxRatioDen
+	case pb.CompressionType_ZSTD:
+		// A frame without a content size (or a skippable one first) has only the ratio.
+		// Every Pulsar client writes a single frame, so the first frame's content size is
+		// the payload's.
+		var h zstd.Header
+		if err := h.Decode(src); err != nil && !(errors.Is(err, io.ErrUnexpectedEOF) && size == 0) {
+			return fmt.Errorf("zstd frame header: %v", err)
+		}
+		if h.HasFCS && h.FrameContentSize != want {
+			return fmt.Errorf("the zstd frame says %d bytes, metadata says %d", h.FrameContentSize, size)
+		}
+		most = zstdMaxRatio * n
+	default:
+		return nil
+	}
+	if want > most {
+		return fmt.Errorf("%d bytes cannot expand to the announced %d (at most %d)", n, size, most)
+	}
+	return nil
 }
 
 // syncFlush is the empty stored block that ends a deflate stream flushed with

@@ -57,6 +57,8 @@ public final class JavaCodecs {
         in.put("mixed-64k", mixed(64 * 1024, 20240817L));
         in.put("mixed-160k", mixed(160 * 1024, 7L)); // past Snappy's 64 KiB fragments and ZSTD's 128 KiB blocks
         in.put("batch", batch());
+        // the most compressible input: each codec's output comes nearest its format's expansion bound
+        in.put("zeros-1m", new byte[1 << 20]);
         return in;
     }
 
