@@ -941,6 +941,18 @@ func (p *partitionConsumer) chunkLocked(cn *conn.Conn, id *pb.MessageIdData, mid
 			joined = append(joined, c...)
 		}
 		out, err := delivery.Decompress(md, joined, p.limitsLocked())
+		if err != nil && p.opts.DeliverUndecodable {
+			// Handed up as stored, as a single entry that does not decompress is: the
+			// compressed bytes of all its chunks, with the last chunk's metadata, still
+			// charged; acknowledging it acknowledges every chunk.
+			ue := &UndecodableError{Topic: p.topic, ID: mid, Reason: ReasonDecompression, Err: err}
+			p.noteUndecodableLocked(ue, "delivered as stored")
+			raw, _ := proto.Marshal(md)
+			m.Undecodable, m.Stored = ue, storedEntry(raw, md)
+			m.payload, m.size = joined, len(joined)
+			m.charged = p.chargedChunks(ctx)
+			return &m
+		}
 		if err != nil {
 			p.releaseLocked(ctx.size)
 			p.noteUndecodableLocked(&UndecodableError{Topic: p.topic, ID: mid, Reason: ReasonDecompression, Err: err},
