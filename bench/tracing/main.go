@@ -11,7 +11,7 @@
 // cost is the benchmark's noise floor, what a cost must exceed to be a result (-ratios ""
 // measures that alone).
 //
-// How (docs/performance.md, "Method (session 16)", says why each choice):
+// How (docs/performance.md, "Method", says why each choice):
 //
 //   - Every mode has its own bridge, started once and kept running (a sidecar's bridge
 //     runs for days), each on a topic of its own. A cycle gives each bridge one slice, in
