@@ -93,7 +93,7 @@ interop: build
 demo: build
 	@e2e/demo.sh
 
-## bench: the benchmarks whose figures are in README.md.
+## bench: the benchmarks whose figures are in docs/performance.md.
 bench: bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing
 
 bench-codec:

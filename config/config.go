@@ -67,7 +67,7 @@ type Pulsar struct {
 	MaxProducers int `yaml:"maxProducers"` // 1000
 }
 
-// Memory bounds the process as a whole (see the README's memory model).
+// Memory bounds the process as a whole (see docs/operations.md, the memory model).
 type Memory struct {
 	// Budget bounds the bytes the bridge holds for its clients, across every stream:
 	// records read from ingress bodies and not yet receipted (ingress stops reading when
@@ -81,7 +81,7 @@ type Memory struct {
 
 // Tracing holds the bridge's own tracing settings. Whether tracing is on, the exporter's
 // endpoint and protocol and the sampler stay the standard OTEL_* environment variables
-// (see the README). Every tracing key takes effect at start-up: a reload that changes
+// (see docs/tracing.md). Every tracing key takes effect at start-up: a reload that changes
 // one logs that it needs a restart (RestartNeeded).
 type Tracing struct {
 	// Exporter is the OTLP span exporter: "sdk", the OpenTelemetry SDK's, or "wire",

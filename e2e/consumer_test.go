@@ -237,7 +237,7 @@ func TestBatchIndexAcknowledgementPIP54(t *testing.T) {
 // completed arrives again. The messages are not batched: the broker persists the
 // acknowledgement of a batch index only with its cursor's mark-delete position, so a
 // partly acknowledged batch can come back after a broker crash (a Pulsar property; the
-// README says so).
+// Pulsar client docs, docs/pulsar-client.md, say so).
 func TestConsumerSurvivesBrokerKill9(t *testing.T) {
 	b := broker.Get(t)
 	if !b.Controllable() {

@@ -209,7 +209,7 @@ func pow(x float64, n int) float64 {
 // and a new bridge takes over. No message is lost: each other one is acknowledged, the
 // poison one reaches the DLQ once. Its redelivery count is the broker's, which the broker
 // forgets when a Shared subscription is left without consumers: it starts again from 0,
-// so the message gets maxDeliveries more deliveries (as documented in the README).
+// so the message gets maxDeliveries more deliveries (as docs/http-api.md documents).
 func TestEgressPoisonCountRestartsAfterABridgeKill(t *testing.T) {
 	b := broker.Get(t)
 	topic := b.Topic(t, "nackkill")

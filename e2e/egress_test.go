@@ -137,7 +137,7 @@ streams:
 // (ack=client, every 500 records) is killed mid-stream and reconnects to the same
 // subscription: nothing is missing; duplicates are only what it had not acknowledged.
 // (With ack=auto the contract is at-least-once to the socket: what sits in the kernel's
-// buffers when a client dies is acknowledged already; see the README.)
+// buffers when a client dies is acknowledged already; see docs/http-api.md.)
 func TestEgressResumesAfterTheClientIsKilled(t *testing.T) {
 	b := broker.Get(t)
 	topic := b.Topic(t, "resume")

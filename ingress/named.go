@@ -8,7 +8,7 @@ import (
 )
 
 // Named streams (Stream-Name, Stream-Sequence): exactly-once ingress through the
-// broker's deduplication. See README, "Exactly once".
+// broker's deduplication. See docs/exactly-once.md.
 
 var (
 	// ErrDuplicate is what a Publisher answers (as done's error) for a record that the

@@ -116,7 +116,7 @@ func (r *RecordSpan) Recording() bool { return r.record }
 // which continues it and carries its decision) or tracing.propagateUnsampled is
 // on. Otherwise an unsampled record's message carries no context: no 55-byte property in
 // every message for the broker to store and every consumer to decode, at the price that
-// a consumer cannot tell "not sampled" from "never traced" (README, Operations: traces).
+// a consumer cannot tell "not sampled" from "never traced" (docs/tracing.md).
 // False with tracing off.
 func (r *RecordSpan) Propagates(props map[string]string) bool {
 	if r.flags.IsSampled() {

@@ -77,7 +77,7 @@ func addRow(r row) {
 	}
 }
 
-// table renders the results as the Markdown table the README carries.
+// table renders the results as the Markdown table docs/chaos.md carries.
 func table() string {
 	rowsMu.Lock()
 	defer rowsMu.Unlock()
