@@ -77,6 +77,7 @@ type Broker struct {
 	closeAfter     map[pb.BaseCommand_Type]int              // close the connection after answering these
 	refuse         map[pb.BaseCommand_Type][]pb.ServerError // answer these with ERROR instead
 	uniqueNames    bool                                     // a producer name registered on a topic is busy until closed
+	control        Control                                  // SetControl's hook, or nil
 	lostProducerOK int                                      // register the next PRODUCERs but never answer them
 	slowBytes      int                                      // SlowReading: at most this many bytes per read...
 	slowEvery      time.Duration                            // ...and a pause before each read
@@ -352,7 +353,7 @@ func (b *Broker) FailNextSends(codes ...int32) {
 // CloseAfterAnswering makes the broker close the connection right after it answered the
 // next n commands of type t (PRODUCER or SUBSCRIBE): the answer and the close reach the
 // client back to back, the race a registration must survive.
-func (b *Broker) CloseAfterAnswering(t pb.BaseCommand_Type, n int) {
+func (b *Broker) CloseAfterAnswering(t CommandType, n int) {
 	b.mu.Lock()
 	if b.closeAfter == nil {
 		b.closeAfter = map[pb.BaseCommand_Type]int{}
@@ -361,9 +362,10 @@ func (b *Broker) CloseAfterAnswering(t pb.BaseCommand_Type, n int) {
 	b.mu.Unlock()
 }
 
-// RefuseNext answers the next commands of type t (PRODUCER, SUBSCRIBE, LOOKUP,
-// PARTITIONED_METADATA) with an ERROR of these codes, one each, instead of serving them.
-func (b *Broker) RefuseNext(t pb.BaseCommand_Type, codes ...pb.ServerError) {
+// RefuseNext answers the next commands of type t with an error of these codes, one
+// each, instead of serving them: ERROR for a command with a request id (PRODUCER,
+// SUBSCRIBE, LOOKUP, PARTITIONED_METADATA, ...), SEND_ERROR for SEND.
+func (b *Broker) RefuseNext(t CommandType, codes ...ServerError) {
 	b.mu.Lock()
 	if b.refuse == nil {
 		b.refuse = map[pb.BaseCommand_Type][]pb.ServerError{}
@@ -373,7 +375,7 @@ func (b *Broker) RefuseNext(t pb.BaseCommand_Type, codes ...pb.ServerError) {
 }
 
 // Refusals returns how many RefuseNext codes for t are still unused.
-func (b *Broker) Refusals(t pb.BaseCommand_Type) int {
+func (b *Broker) Refusals(t CommandType) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.refuse[t])
@@ -436,7 +438,7 @@ func (b *Broker) Messages(topic string) []Message {
 }
 
 // Frames returns how many frames of a type the broker received.
-func (b *Broker) Frames(t pb.BaseCommand_Type) int {
+func (b *Broker) Frames(t CommandType) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.frames[t]
@@ -555,6 +557,11 @@ func (c *serverConn) serve() {
 		if c.refused(&f) {
 			continue
 		}
+		if handled, closeConn := c.controlled(&f); closeConn {
+			return
+		} else if handled {
+			continue
+		}
 		// Decided before answering, so the client cannot see the answer before the
 		// close is committed to.
 		c.b.mu.Lock()
@@ -582,22 +589,7 @@ func (c *serverConn) refused(f *frame.Frame) bool {
 	code := codes[0]
 	c.b.refuse[t] = codes[1:]
 	c.b.mu.Unlock()
-	var reqID uint64
-	switch t {
-	case pb.BaseCommand_PRODUCER:
-		reqID = f.Cmd.GetProducer().GetRequestId()
-	case pb.BaseCommand_SUBSCRIBE:
-		reqID = f.Cmd.GetSubscribe().GetRequestId()
-	case pb.BaseCommand_LOOKUP:
-		reqID = f.Cmd.GetLookupTopic().GetRequestId()
-	case pb.BaseCommand_PARTITIONED_METADATA:
-		reqID = f.Cmd.GetPartitionMetadata().GetRequestId()
-	default:
-		return false
-	}
-	c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
-		RequestId: proto.Uint64(reqID), Error: code.Enum(), Message: proto.String("injected by pulsartest")}})
-	return true
+	return c.answerError(f, code, "injected by pulsartest")
 }
 
 func (c *serverConn) handle(f *frame.Frame) {

@@ -12,7 +12,7 @@ import (
 // Outgoing is a message the fake broker dispatches to a topic's consumer, exactly as
 // given: tests build chunks, batches and ack sets by hand.
 type Outgoing struct {
-	Metadata        *pb.MessageMetadata
+	Metadata        *MessageMetadata
 	Payload         []byte
 	LedgerID        uint64 // 0: one is assigned
 	EntryID         uint64
@@ -27,9 +27,9 @@ type Outgoing struct {
 // AckRecord is one ACK the broker received.
 type AckRecord struct {
 	Topic           string
-	Type            pb.CommandAck_AckType
-	IDs             []*pb.MessageIdData
-	ValidationError *pb.CommandAck_ValidationError
+	Type            AckType
+	IDs             []*MessageIDData
+	ValidationError *ValidationError
 }
 
 // RedeliverRecord is one REDELIVER_UNACKNOWLEDGED_MESSAGES the broker received: the
@@ -37,7 +37,7 @@ type AckRecord struct {
 // by itself; tests Deliver the entries again as a broker would.
 type RedeliverRecord struct {
 	Topic string
-	IDs   []*pb.MessageIdData
+	IDs   []*MessageIDData
 }
 
 type subscriber struct {
