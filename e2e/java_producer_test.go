@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/internal/javatest"
 	"github.com/recordio-bridge/bridge/pulsar"
 )
 
@@ -78,21 +79,9 @@ func TestJavaProducerToOurConsumerWithEveryCodec(t *testing.T) {
 // pulsarDistBin: the path of a program of the Apache Pulsar distribution that
 // e2e/pulsar/pulsar.sh unpacks (PULSAR_CACHE_DIR, PULSAR_VERSION); the test is skipped when
 // it or java is missing.
-func pulsarDistBin(t *testing.T, name string) string {
+func pulsarDistBin(t testing.TB, name string) string {
 	t.Helper()
-	cache := os.Getenv("PULSAR_CACHE_DIR")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			t.Skipf("skipping: no home directory for the distribution cache: %v", err)
-		}
-		cache = filepath.Join(home, ".cache", "recordio-bridge")
-	}
-	version := os.Getenv("PULSAR_VERSION")
-	if version == "" {
-		version = "4.0.8"
-	}
-	bin := filepath.Join(cache, "apache-pulsar-"+version, "bin", name)
+	bin := filepath.Join(javatest.DistDir(), "bin", name)
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("skipping: the Java client's %s is not at %s (e2e/pulsar/pulsar.sh fetch unpacks it there)", name, bin)
 	}

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -31,33 +30,13 @@ import (
 	"github.com/recordio-bridge/bridge/recordio"
 )
 
-// pulsarDist is the Apache Pulsar distribution whose bin/pulsar-client the tests run:
-// $PULSAR_DIST, or the newest one pulsar.sh unpacked in its cache.
-func pulsarDist(t testing.TB) string {
-	t.Helper()
-	if d := os.Getenv("PULSAR_DIST"); d != "" {
-		return d
-	}
-	cache := os.Getenv("PULSAR_CACHE_DIR")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "recordio-bridge")
-	}
-	found, _ := filepath.Glob(filepath.Join(cache, "apache-pulsar-*", "bin", "pulsar-client"))
-	if len(found) == 0 {
-		t.Skipf("no Pulsar distribution in %s (set PULSAR_DIST)", cache)
-	}
-	sort.Strings(found)
-	return filepath.Dir(filepath.Dir(found[len(found)-1]))
-}
-
 // javaProduceEncrypted publishes msg to topic with the Java client's tool, encrypted
 // with the RSA public key in pubPEM under the name keyName (not batched).
 func javaProduceEncrypted(t testing.TB, b *broker.Broker, topic, keyName, pubPEM, msg string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(pulsarDist(t), "bin", "pulsar-client"), "--url", b.URL,
+	cmd := exec.CommandContext(ctx, pulsarDistBin(t, "pulsar-client"), "--url", b.URL,
 		"produce", topic, "-m", msg, "-db", "-ekn", keyName, "-ekv", "file://"+pubPEM)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pulsar-client produce: %v\n%s", err, out)

@@ -2,26 +2,25 @@
 // the fetched Pulsar distribution's jars) as a peer of the bridge in e2e tests: it
 // produces and consumes by a JSON spec and reports every message as a JSON line.
 //
-// The classes are compiled once per test binary into a cache directory named after the
-// source's SHA-256 (next to the distribution, like the broker's), so later runs reuse them.
+// The classes are compiled once per test binary by internal/javatest into a cache
+// directory named after the sources' SHA-256, so later runs reuse them.
 // Without java/javac or the distribution the tests that need the peer are skipped.
 package javapeer
 
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/recordio-bridge/bridge/internal/javatest"
 )
 
 // Spec is one run of the peer; the field meanings and defaults are Peer.java's Spec.
@@ -113,128 +112,26 @@ type Summary struct {
 	Stderr                  string // the client's log (its tail)
 }
 
-var (
-	buildOnce sync.Once
-	classpath string
-	javaBin   string
-	skipWhy   string
-	buildErr  error
-)
-
 func sourceDir() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Dir(file)
 }
 
-// DistDir is the fetched Pulsar distribution e2e/pulsar/pulsar.sh unpacks: PULSAR_CACHE_DIR
-// (default ~/.cache/recordio-bridge) / apache-pulsar-PULSAR_VERSION (default 4.0.8).
-func DistDir() string {
-	cache := os.Getenv("PULSAR_CACHE_DIR")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "recordio-bridge")
-	}
-	v := os.Getenv("PULSAR_VERSION")
-	if v == "" {
-		v = "4.0.8"
-	}
-	return filepath.Join(cache, "apache-pulsar-"+v)
-}
+// DistDir is the fetched Pulsar distribution the peer runs against.
+func DistDir() string { return javatest.DistDir() }
 
-// findJDK returns javac and java of one JDK: JAVA_HOME's, PATH's, or one under /usr/lib/jvm.
-func findJDK() (javac, java string) {
-	var homes []string
-	if h := os.Getenv("JAVA_HOME"); h != "" {
-		homes = append(homes, h)
-	}
-	if p, err := exec.LookPath("javac"); err == nil {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			homes = append(homes, filepath.Dir(filepath.Dir(r)))
-		}
-	}
-	more, _ := filepath.Glob("/usr/lib/jvm/*")
-	homes = append(homes, more...)
-	for _, h := range homes {
-		c, j := filepath.Join(h, "bin", "javac"), filepath.Join(h, "bin", "java")
-		if isExec(c) && isExec(j) {
-			return c, j
-		}
-	}
-	return "", ""
-}
-
-func isExec(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
-}
-
-// Build compiles the peer once per test binary (or finds it cached) and returns its
-// classpath; it skips t when java/javac or the distribution is missing.
-func Build(t testing.TB) string {
+// Build compiles the peer once per test binary (or finds it cached) and returns it;
+// it skips t when java/javac or the distribution is missing.
+func Build(t testing.TB) javatest.Program {
 	t.Helper()
-	buildOnce.Do(build)
-	if skipWhy != "" {
-		t.Skip("javapeer: " + skipWhy)
+	p, err := javatest.Compile(sourceDir())
+	if errors.Is(err, javatest.ErrUnavailable) {
+		t.Skip("javapeer: " + err.Error())
 	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return classpath
-}
-
-func build() {
-	dist := DistDir()
-	if _, err := os.Stat(filepath.Join(dist, "lib")); err != nil {
-		skipWhy = fmt.Sprintf("no Pulsar distribution at %s (run e2e/pulsar/pulsar.sh fetch)", dist)
-		return
-	}
-	javac, java := findJDK()
-	if javac == "" {
-		skipWhy = "no JDK (javac and java) in JAVA_HOME, on PATH or under /usr/lib/jvm (apt-get install openjdk-17-jdk-headless)"
-		return
-	}
-	javaBin = java
-	src, err := filepath.Glob(filepath.Join(sourceDir(), "*.java"))
-	if err != nil || len(src) == 0 {
-		buildErr = fmt.Errorf("javapeer: no Java sources in %s", sourceDir())
-		return
-	}
-	h := sha256.New()
-	for _, f := range src {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			buildErr = err
-			return
-		}
-		fmt.Fprintf(h, "%s %d\n", filepath.Base(f), len(b))
-		h.Write(b)
-	}
-	fmt.Fprintf(h, "dist %s\n", dist)
-	classes := filepath.Join(filepath.Dir(dist), "javapeer-"+hex.EncodeToString(h.Sum(nil))[:16])
-	libs := filepath.Join(dist, "lib", "*")
-	classpath = classes + string(os.PathListSeparator) + libs
-	if _, err := os.Stat(filepath.Join(classes, "Peer.class")); err == nil {
-		return
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dist), "javapeer-build-")
 	if err != nil {
-		buildErr = err
-		return
+		t.Fatal(err)
 	}
-	defer os.RemoveAll(tmp)
-	args := append([]string{"-d", tmp, "-cp", libs, "--release", "17", "-nowarn"}, src...)
-	if out, err := exec.Command(javac, args...).CombinedOutput(); err != nil {
-		buildErr = fmt.Errorf("javapeer: javac: %v\n%s", err, out)
-		return
-	}
-	if err := os.Rename(tmp, classes); err != nil && !isDir(filepath.Join(classes)) {
-		buildErr = err
-	}
-}
-
-func isDir(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.IsDir()
+	return p
 }
 
 // Produce runs the peer's producer and returns each message sent, in send order.
@@ -253,20 +150,19 @@ func Consume(t testing.TB, s Spec) ([]Message, Summary) {
 
 func run(t testing.TB, s Spec) ([]Message, Summary) {
 	t.Helper()
-	cp := Build(t)
-	msgs, sum, err := exec1(cp, s)
+	msgs, sum, err := exec1(Build(t), s)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return msgs, sum
 }
 
-func exec1(cp string, s Spec) ([]Message, Summary, error) {
+func exec1(p javatest.Program, s Spec) ([]Message, Summary, error) {
 	spec, err := json.Marshal(s)
 	if err != nil {
 		return nil, Summary{}, err
 	}
-	cmd := exec.Command(javaBin, "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "Peer")
+	cmd := exec.Command(p.Java, "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", p.Classpath, "Peer")
 	cmd.Stdin = bytes.NewReader(spec)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

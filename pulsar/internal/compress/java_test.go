@@ -3,16 +3,15 @@ package compress
 import (
 	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/recordio-bridge/bridge/internal/javatest"
 )
 
 // TestTheJavaCodecsDecodeWhatCompressWrites hands what Compress writes, for every codec,
@@ -65,63 +64,21 @@ func TestTheJavaCodecsDecodeWhatCompressWrites(t *testing.T) {
 	}
 }
 
-// javaDecoder compiles JavaCodecs.java against the distribution (once per source: the
-// classes are kept under the distribution cache) and returns a function that runs its
+// javaDecoder compiles JavaCodecs.java against the distribution (internal/javatest keeps
+// the classes of each version of the source) and returns a function that runs its
 // decode mode on request lines, giving each file's answer. It skips the test when java,
 // javac or the distribution is missing.
 func javaDecoder(t *testing.T) func(req string) map[string]string {
 	t.Helper()
-	cache := os.Getenv("PULSAR_CACHE_DIR")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			t.Skipf("skipping: no home directory for the distribution cache: %v", err)
-		}
-		cache = filepath.Join(home, ".cache", "recordio-bridge")
+	prog, err := javatest.Compile(filepath.Join("testdata", "javagen"))
+	if errors.Is(err, javatest.ErrUnavailable) {
+		t.Skip("skipping the Java codecs: " + err.Error())
 	}
-	version := os.Getenv("PULSAR_VERSION")
-	if version == "" {
-		version = "4.0.8"
-	}
-	dist := filepath.Join(cache, "apache-pulsar-"+version)
-	jars, _ := filepath.Glob(filepath.Join(dist, "lib", "org.apache.pulsar-pulsar-common-*.jar"))
-	java, errJava := exec.LookPath("java")
-	javac, errJavac := exec.LookPath("javac")
-	if len(jars) == 0 || errJava != nil || errJavac != nil {
-		t.Skipf("skipping: the Java codecs need java and javac on PATH and an Apache Pulsar distribution at %s "+
-			"(e2e/pulsar/pulsar.sh fetch unpacks it there); java: %v, javac: %v, pulsar-common jars: %d",
-			dist, errJava, errJavac, len(jars))
-	}
-	source, err := os.ReadFile(filepath.Join("testdata", "javagen", "JavaCodecs.java"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256(append(source, dist...))
-	classes := filepath.Join(cache, "javacodecs", hex.EncodeToString(sum[:8]))
-	classpath := classes + string(os.PathListSeparator) + filepath.Join(dist, "lib", "*")
-	if _, err := os.Stat(filepath.Join(classes, "JavaCodecs.class")); err != nil {
-		if err := os.MkdirAll(filepath.Dir(classes), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		tmp, err := os.MkdirTemp(filepath.Dir(classes), "build-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(tmp)
-		cmd := exec.Command(javac, "-nowarn", "-d", tmp, "-cp", filepath.Join(dist, "lib", "*"),
-			filepath.Join("testdata", "javagen", "JavaCodecs.java"))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("javac: %v\n%s", err, out)
-		}
-		// Another test process may have put the same classes there first: either copy does.
-		if err := os.Rename(tmp, classes); err != nil && !errors.Is(err, os.ErrExist) {
-			if _, statErr := os.Stat(filepath.Join(classes, "JavaCodecs.class")); statErr != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	return func(req string) map[string]string {
-		cmd := exec.Command(java, "-cp", classpath, "JavaCodecs", "decode")
+		cmd := prog.Command("JavaCodecs", "decode")
 		cmd.Stdin = strings.NewReader(req)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
