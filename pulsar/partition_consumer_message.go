@@ -1,0 +1,263 @@
+package pulsar
+
+import (
+	"errors"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
+	"github.com/recordio-bridge/bridge/pulsar/internal/delivery"
+	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+// discardLocked drops an entry before delivery: it is reported to the broker (when
+// validation failed) and its permits are returned so the flow never stalls.
+func (p *partitionConsumer) discardLocked(cn *conn.Conn, id *pb.MessageIdData, permits int, why pb.CommandAck_ValidationError, report bool) {
+	p.discarded += permits
+	if report && cn != nil {
+		_ = cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_ACK.Enum(), Ack: &pb.CommandAck{
+			ConsumerId: proto.Uint64(p.id), AckType: pb.CommandAck_Individual.Enum(),
+			MessageId:       []*pb.MessageIdData{{LedgerId: id.LedgerId, EntryId: id.EntryId}},
+			ValidationError: why.Enum()}})
+	}
+	p.returnPermitsLocked(permits)
+}
+
+// message decodes one MESSAGE frame on the connection's reader goroutine. Whatever the
+// frame holds, it costs at most one discarded message: delivery.Parse validates it.
+func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f *frame.Frame, frameErr error) {
+	p.mu.Lock()
+	if p.reg != h || p.state != stateReady {
+		p.mu.Unlock()
+		return // from a connection we left
+	}
+	if p.halted {
+		p.mu.Unlock()
+		return // stopped by an encrypted message: nothing after it is delivered
+	}
+	cn := h.cn
+	p.progressed = true
+	id := cmd.GetMessageId()
+	e, err := delivery.Parse(f.Metadata, f.Payload, cmd.GetAckSet(), p.limitsLocked())
+	share := p.landedLocked(max(e.Permits, 1))
+	md := e.Metadata
+	base := Message{
+		Topic: p.topic, ProducerName: md.GetProducerName(), RedeliveryCount: cmd.GetRedeliveryCount(),
+		PublishTime: time.UnixMilli(int64(md.GetPublishTime())), pc: p,
+	}
+	mid := messageIDFromPB(id, p.partition)
+	de := (*delivery.Error)(nil)
+	if frameErr != nil || errors.As(err, &de) {
+		why := pb.CommandAck_ChecksumMismatch
+		if frameErr != nil {
+			err = frameErr
+		} else {
+			why = de.Reason
+		}
+		ue := &UndecodableError{Topic: p.topic, ID: mid, Reason: undecodableReason(frameErr, md, why), Err: err}
+		ue.ID.BatchIndex, ue.ID.BatchSize = -1, 0
+		if p.opts.DeliverUndecodable {
+			m := p.storedLocked(base, mid, ue, f, md, e.Permits)
+			p.noteUndecodableLocked(ue, "delivered as stored")
+			p.chargeLocked(m)
+			p.unreserveShareLocked(share)
+			p.arrivedLocked(m.size, max(m.size/m.permits, 1))
+			p.mu.Unlock()
+			p.c.enqueue([]*Message{m})
+			return
+		}
+		p.noteUndecodableLocked(ue, "acknowledged with a validation error")
+		if frameErr != nil {
+			p.checksumFailures++
+		} else {
+			p.malformed++
+		}
+		p.unreserveShareLocked(share)
+		p.discardLocked(cn, id, e.Permits, why, true)
+		p.mu.Unlock()
+		return
+	}
+	p.midChunk = false
+	switch e.Kind {
+	case delivery.Encrypted:
+		ue := &UndecodableError{Topic: p.topic, ID: mid, Reason: ReasonEncrypted}
+		ue.ID.BatchIndex, ue.ID.BatchSize = -1, 0
+		switch p.opts.CryptoFailureAction {
+		case CryptoConsume:
+			m := p.storedLocked(base, mid, nil, f, md, e.Permits)
+			p.noteUndecodableLocked(ue, "delivered encrypted")
+			p.chargeLocked(m)
+			p.unreserveShareLocked(share)
+			p.arrivedLocked(m.size, max(m.size/m.permits, 1))
+			p.mu.Unlock()
+			p.c.enqueue([]*Message{m})
+		case CryptoDiscard:
+			p.noteUndecodableLocked(ue, "acknowledged with a validation error")
+			p.unreserveShareLocked(share)
+			p.discardLocked(cn, id, e.Permits, pb.CommandAck_DecryptionError, true)
+			p.mu.Unlock()
+		default:
+			// Neither delivered nor acknowledged: it stays on the broker, and so does
+			// everything after it (this registration takes no more; Close hands them back).
+			p.noteUndecodableLocked(ue, "stopped the partition")
+			p.unreserveShareLocked(share)
+			p.halted = true
+			p.mu.Unlock()
+			p.c.partitionFailed(ue)
+		}
+	case delivery.Chunk:
+		p.midChunk = true
+		msg := p.chunkLocked(cn, id, mid, &e, base)
+		p.midChunk = msg == nil && len(p.chunks) == 1
+		if msg != nil {
+			msg.gen = p.gen
+			p.chargeLocked(msg)
+		}
+		p.unreserveShareLocked(share)
+		if msg != nil {
+			p.arrivedLocked(msg.size, 0)
+		}
+		p.arrivedLocked(0, len(f.Payload))
+		p.mu.Unlock()
+		if msg != nil {
+			p.c.enqueue([]*Message{msg})
+		}
+	case delivery.Single:
+		m := base
+		m.ID = mid
+		m.ID.BatchIndex = -1
+		setFromMetadata(&m, md)
+		m.payload, m.size, m.permits = e.Payload, len(e.Payload), 1
+		m.gen = p.gen
+		p.chargeLocked(&m)
+		p.unreserveShareLocked(share)
+		p.arrivedLocked(m.size, max(m.size, 1))
+		p.mu.Unlock()
+		p.c.enqueue([]*Message{&m})
+	default:
+		msgs, filtered := p.unbatchLocked(mid, &e, cmd.GetAckSet(), base)
+		held := 0
+		for _, m := range msgs {
+			m.gen = p.gen
+			held += m.size
+		}
+		p.chargeLocked(msgs...)
+		p.unreserveShareLocked(share)
+		p.arrivedLocked(held, max(held/max(e.Permits, 1), 1))
+		if e.Skipped > 0 {
+			p.discardLocked(nil, id, e.Skipped, 0, false)
+		}
+		if filtered > 0 {
+			p.returnPermitsLocked(filtered)
+		}
+		p.mu.Unlock()
+		p.c.enqueue(msgs)
+	}
+}
+
+// storedLocked makes the message of an entry delivered as stored, not decoded: its
+// payload is the entry's (f.Payload), its permits what the broker charged for the entry.
+func (p *partitionConsumer) storedLocked(base Message, mid MessageID, ue *UndecodableError, f *frame.Frame, md *pb.MessageMetadata, permits int) *Message {
+	m := base
+	m.ID = mid
+	m.ID.BatchIndex, m.ID.BatchSize = -1, 0 // the entry as a whole
+	if md != nil {
+		setFromMetadata(&m, md)
+	}
+	m.Undecodable, m.Stored = ue, storedEntry(f.Metadata, md)
+	m.payload, m.size, m.permits = f.Payload, len(f.Payload), max(permits, 1)
+	m.gen = p.gen
+	return &m
+}
+
+// noteUndecodableLocked counts an entry that could not be decoded and logs it (at a
+// bounded rate: see reasonLog).
+func (p *partitionConsumer) noteUndecodableLocked(ue *UndecodableError, action string) {
+	p.undecodable[ue.Reason]++
+	p.undecodableLog.note(p.log, time.Now(), ue, action)
+}
+
+// limitsLocked bounds what one delivery may make this consumer allocate.
+func (p *partitionConsumer) limitsLocked() delivery.Limits {
+	return delivery.Limits{MaxMessageSize: p.cn.MaxMessageSize(), MaxChunkedMessageSize: p.opts.MaxChunkedMessageSize}
+}
+
+func setFromMetadata(m *Message, md *pb.MessageMetadata) {
+	m.Key = md.GetPartitionKey()
+	m.OrderingKey = md.GetOrderingKey()
+	if t := md.GetEventTime(); t > 0 {
+		m.EventTime = time.UnixMilli(int64(t))
+	}
+	if len(md.GetProperties()) > 0 {
+		m.Properties = make(map[string]string, len(md.GetProperties()))
+		for _, kv := range md.GetProperties() {
+			m.Properties[kv.GetKey()] = kv.GetValue()
+		}
+	}
+}
+
+// unbatchLocked turns a validated batch into messages and tracks its acknowledgement.
+// An entry that comes again while its tracker is kept (see batchTracker) brings only
+// what the tracker lets through; filtered counts the rest, whose permits the caller
+// returns (once the arrival is accounted).
+func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackSet []int64, base Message) (msgs []*Message, filtered int) {
+	n := e.BatchSize
+	key := entryKey{uint64(mid.LedgerID), uint64(mid.EntryID)}
+	t := p.trackers[key]
+	handedBack := false
+	if t != nil {
+		if len(ackSet) > 0 {
+			for i := range t.bits {
+				if i < len(ackSet) {
+					t.bits[i] &= ackSet[i]
+				} else {
+					t.bits[i] = 0
+				}
+			}
+		}
+		handedBack = !t.handedBack.IsZero()
+	} else if n > 1 {
+		t = newBatchTracker(n, ackSet)
+		t.base = base.RedeliveryCount
+		p.trackers[key] = t
+	}
+	msgs = make([]*Message, 0, len(e.Messages))
+	for _, bm := range e.Messages {
+		smd := bm.Metadata
+		m := base
+		if t != nil {
+			ok, count := t.deliver(bm.Index, handedBack, base.RedeliveryCount)
+			if !ok {
+				filtered++
+				continue
+			}
+			m.RedeliveryCount = count
+		}
+		m.ID = mid
+		m.ID.BatchIndex, m.ID.BatchSize = int32(bm.Index), int32(n)
+		m.Key = smd.GetPartitionKey()
+		m.OrderingKey = smd.GetOrderingKey()
+		if t := smd.GetEventTime(); t > 0 {
+			m.EventTime = time.UnixMilli(int64(t))
+		}
+		if len(smd.GetProperties()) > 0 {
+			m.Properties = make(map[string]string, len(smd.GetProperties()))
+			for _, kv := range smd.GetProperties() {
+				m.Properties[kv.GetKey()] = kv.GetValue()
+			}
+		}
+		m.payload, m.size, m.permits = bm.Payload, len(bm.Payload), 1
+		msgs = append(msgs, &m)
+	}
+	if t != nil {
+		if handedBack {
+			t.arrived()
+		}
+		if t.done() {
+			delete(p.trackers, key) // acknowledged whole meanwhile (by the broker's ack_set)
+		}
+	}
+	return msgs, filtered
+}
