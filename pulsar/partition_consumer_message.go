@@ -37,124 +37,167 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		p.mu.Unlock()
 		return // stopped by an encrypted message: nothing after it is delivered
 	}
-	cn := h.cn
 	p.progressed = true
 	id := cmd.GetMessageId()
 	e, err := delivery.Parse(f.Metadata, f.Payload, cmd.GetAckSet(), p.limitsLocked())
-	share := p.landedLocked(max(e.Permits, 1))
 	md := e.Metadata
-	base := Message{
-		Topic: p.topic, ProducerName: md.GetProducerName(), RedeliveryCount: cmd.GetRedeliveryCount(),
-		PublishTime: time.UnixMilli(int64(md.GetPublishTime())), pc: p,
+	a := arrival{
+		cn: h.cn, id: id, mid: messageIDFromPB(id, p.partition), e: &e, f: f,
+		share: p.landedLocked(max(e.Permits, 1)),
+		base: Message{
+			Topic: p.topic, ProducerName: md.GetProducerName(), RedeliveryCount: cmd.GetRedeliveryCount(),
+			PublishTime: time.UnixMilli(int64(md.GetPublishTime())), pc: p,
+		},
 	}
-	mid := messageIDFromPB(id, p.partition)
 	de := (*delivery.Error)(nil)
 	if frameErr != nil || errors.As(err, &de) {
-		why := pb.CommandAck_ChecksumMismatch
-		if frameErr != nil {
-			err = frameErr
-		} else {
-			why = de.Reason
-		}
-		ue := &UndecodableError{Topic: p.topic, ID: mid, Reason: undecodableReason(frameErr, md, why), Err: err}
-		ue.ID.BatchIndex, ue.ID.BatchSize = -1, 0
-		if p.opts.DeliverUndecodable {
-			m := p.storedLocked(base, mid, ue, f, md, e.Permits)
-			p.noteUndecodableLocked(ue, "delivered as stored")
-			p.chargeLocked(m)
-			p.unreserveShareLocked(share)
-			p.arrivedLocked(m.size, max(m.size/m.permits, 1))
-			p.mu.Unlock()
-			p.c.enqueue([]*Message{m})
-			return
-		}
-		p.noteUndecodableLocked(ue, "acknowledged with a validation error")
-		if frameErr != nil {
-			p.checksumFailures++
-		} else {
-			p.malformed++
-		}
-		p.unreserveShareLocked(share)
-		p.discardLocked(cn, id, e.Permits, why, true)
-		p.mu.Unlock()
+		p.undecodableUnlock(&a, frameErr, err, de)
 		return
 	}
 	p.midChunk = false
 	switch e.Kind {
 	case delivery.Encrypted:
-		ue := &UndecodableError{Topic: p.topic, ID: mid, Reason: ReasonEncrypted}
-		ue.ID.BatchIndex, ue.ID.BatchSize = -1, 0
-		switch p.opts.CryptoFailureAction {
-		case CryptoConsume:
-			m := p.storedLocked(base, mid, nil, f, md, e.Permits)
-			p.noteUndecodableLocked(ue, "delivered encrypted")
-			p.chargeLocked(m)
-			p.unreserveShareLocked(share)
-			p.arrivedLocked(m.size, max(m.size/m.permits, 1))
-			p.mu.Unlock()
-			p.c.enqueue([]*Message{m})
-		case CryptoDiscard:
-			p.noteUndecodableLocked(ue, "acknowledged with a validation error")
-			p.unreserveShareLocked(share)
-			p.discardLocked(cn, id, e.Permits, pb.CommandAck_DecryptionError, true)
-			p.mu.Unlock()
-		default:
-			// Neither delivered nor acknowledged: it stays on the broker, and so does
-			// everything after it (this registration takes no more; Close hands them back).
-			p.noteUndecodableLocked(ue, "stopped the partition")
-			p.unreserveShareLocked(share)
-			p.halted = true
-			p.mu.Unlock()
-			p.c.partitionFailed(ue)
-		}
+		p.encryptedUnlock(&a)
 	case delivery.Chunk:
-		p.midChunk = true
-		msg := p.chunkLocked(cn, id, mid, &e, base)
-		p.midChunk = msg == nil && len(p.chunks) == 1
-		if msg != nil {
-			msg.gen = p.gen
-			p.chargeLocked(msg)
-		}
-		p.unreserveShareLocked(share)
-		if msg != nil {
-			p.arrivedLocked(msg.size, 0)
-		}
-		p.arrivedLocked(0, len(f.Payload))
-		p.mu.Unlock()
-		if msg != nil {
-			p.c.enqueue([]*Message{msg})
-		}
+		p.chunkUnlock(&a)
 	case delivery.Single:
-		m := base
-		m.ID = mid
-		m.ID.BatchIndex = -1
-		setFromMetadata(&m, md)
-		m.payload, m.size, m.permits = e.Payload, len(e.Payload), 1
-		m.gen = p.gen
-		p.chargeLocked(&m)
-		p.unreserveShareLocked(share)
-		p.arrivedLocked(m.size, max(m.size, 1))
-		p.mu.Unlock()
-		p.c.enqueue([]*Message{&m})
+		p.singleUnlock(&a)
 	default:
-		msgs, filtered := p.unbatchLocked(mid, &e, cmd.GetAckSet(), base)
-		held := 0
-		for _, m := range msgs {
-			m.gen = p.gen
-			held += m.size
-		}
-		p.chargeLocked(msgs...)
-		p.unreserveShareLocked(share)
-		p.arrivedLocked(held, max(held/max(e.Permits, 1), 1))
-		if e.Skipped > 0 {
-			p.discardLocked(nil, id, e.Skipped, 0, false)
-		}
-		if filtered > 0 {
-			p.returnPermitsLocked(filtered)
-		}
-		p.mu.Unlock()
-		p.c.enqueue(msgs)
+		p.batchUnlock(&a, cmd.GetAckSet())
 	}
+}
+
+// arrival is one MESSAGE frame being handled: where it came from and what it holds.
+type arrival struct {
+	cn    *conn.Conn
+	id    *pb.MessageIdData
+	mid   MessageID
+	e     *delivery.Entry
+	f     *frame.Frame
+	share int     // the memory reservation's share landedLocked gave it
+	base  Message // the fields every message of the entry shares
+}
+
+// The ...Unlock methods below finish an arrival with p.mu held and release it before
+// they hand messages to the application's queue (or fail the partition).
+
+// undecodableUnlock handles an entry that failed its checksum or did not decode: it is
+// delivered as stored (DeliverUndecodable) or acknowledged with the validation error.
+func (p *partitionConsumer) undecodableUnlock(a *arrival, frameErr, err error, de *delivery.Error) {
+	why := pb.CommandAck_ChecksumMismatch
+	if frameErr != nil {
+		err = frameErr
+	} else {
+		why = de.Reason
+	}
+	ue := &UndecodableError{Topic: p.topic, ID: a.mid, Reason: undecodableReason(frameErr, a.e.Metadata, why), Err: err}
+	ue.ID.BatchIndex, ue.ID.BatchSize = -1, 0
+	if p.opts.DeliverUndecodable {
+		p.deliverStoredUnlock(a, ue, ue, "delivered as stored")
+		return
+	}
+	p.noteUndecodableLocked(ue, "acknowledged with a validation error")
+	if frameErr != nil {
+		p.checksumFailures++
+	} else {
+		p.malformed++
+	}
+	p.unreserveShareLocked(a.share)
+	p.discardLocked(a.cn, a.id, a.e.Permits, why, true)
+	p.mu.Unlock()
+}
+
+// deliverStoredUnlock hands the entry up as stored, not decoded (with ue, if any, on
+// the message), noting why.
+func (p *partitionConsumer) deliverStoredUnlock(a *arrival, ue, noted *UndecodableError, action string) {
+	m := p.storedLocked(a.base, a.mid, ue, a.f, a.e.Metadata, a.e.Permits)
+	p.noteUndecodableLocked(noted, action)
+	p.chargeLocked(m)
+	p.unreserveShareLocked(a.share)
+	p.arrivedLocked(m.size, max(m.size/m.permits, 1))
+	p.mu.Unlock()
+	p.c.enqueue([]*Message{m})
+}
+
+// encryptedUnlock handles an encrypted entry by CryptoFailureAction.
+func (p *partitionConsumer) encryptedUnlock(a *arrival) {
+	ue := &UndecodableError{Topic: p.topic, ID: a.mid, Reason: ReasonEncrypted}
+	ue.ID.BatchIndex, ue.ID.BatchSize = -1, 0
+	switch p.opts.CryptoFailureAction {
+	case CryptoConsume:
+		p.deliverStoredUnlock(a, nil, ue, "delivered encrypted")
+	case CryptoDiscard:
+		p.noteUndecodableLocked(ue, "acknowledged with a validation error")
+		p.unreserveShareLocked(a.share)
+		p.discardLocked(a.cn, a.id, a.e.Permits, pb.CommandAck_DecryptionError, true)
+		p.mu.Unlock()
+	default:
+		// Neither delivered nor acknowledged: it stays on the broker, and so does
+		// everything after it (this registration takes no more; Close hands them back).
+		p.noteUndecodableLocked(ue, "stopped the partition")
+		p.unreserveShareLocked(a.share)
+		p.halted = true
+		p.mu.Unlock()
+		p.c.partitionFailed(ue)
+	}
+}
+
+// chunkUnlock adds a chunk to its message's reassembly and hands the message up once
+// it is whole.
+func (p *partitionConsumer) chunkUnlock(a *arrival) {
+	p.midChunk = true
+	msg := p.chunkLocked(a.cn, a.id, a.mid, a.e, a.base)
+	p.midChunk = msg == nil && len(p.chunks) == 1
+	if msg != nil {
+		msg.gen = p.gen
+		p.chargeLocked(msg)
+	}
+	p.unreserveShareLocked(a.share)
+	if msg != nil {
+		p.arrivedLocked(msg.size, 0)
+	}
+	p.arrivedLocked(0, len(a.f.Payload))
+	p.mu.Unlock()
+	if msg != nil {
+		p.c.enqueue([]*Message{msg})
+	}
+}
+
+// singleUnlock hands up an entry that holds one message, not batched.
+func (p *partitionConsumer) singleUnlock(a *arrival) {
+	m := a.base
+	m.ID = a.mid
+	m.ID.BatchIndex = -1
+	setFromMetadata(&m, a.e.Metadata)
+	m.payload, m.size, m.permits = a.e.Payload, len(a.e.Payload), 1
+	m.gen = p.gen
+	p.chargeLocked(&m)
+	p.unreserveShareLocked(a.share)
+	p.arrivedLocked(m.size, max(m.size, 1))
+	p.mu.Unlock()
+	p.c.enqueue([]*Message{&m})
+}
+
+// batchUnlock hands up the messages of a batch that are not acknowledged already (by
+// the broker's ack set or this consumer's tracker), returning the permits of the rest.
+func (p *partitionConsumer) batchUnlock(a *arrival, ackSet []int64) {
+	msgs, filtered := p.unbatchLocked(a.mid, a.e, ackSet, a.base)
+	held := 0
+	for _, m := range msgs {
+		m.gen = p.gen
+		held += m.size
+	}
+	p.chargeLocked(msgs...)
+	p.unreserveShareLocked(a.share)
+	p.arrivedLocked(held, max(held/max(a.e.Permits, 1), 1))
+	if a.e.Skipped > 0 {
+		p.discardLocked(nil, a.id, a.e.Skipped, 0, false)
+	}
+	if filtered > 0 {
+		p.returnPermitsLocked(filtered)
+	}
+	p.mu.Unlock()
+	p.c.enqueue(msgs)
 }
 
 // storedLocked makes the message of an entry delivered as stored, not decoded: its
