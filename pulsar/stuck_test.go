@@ -104,8 +104,11 @@ func TestWriteTimeoutDropsABrokerThatStopsReading(t *testing.T) {
 // after the reconnect, and the resend started again on a new connection.
 func TestASlowBrokerBehindALargeResendIsNotDeclaredDead(t *testing.T) {
 	b := fakeBroker(t)
+	// Four-second intervals, not less: on a starved machine (a 2-core CI runner with
+	// brokers beside it) the client's own goroutines can wait a second or two for a CPU,
+	// which a shorter interval would mistake for a dead broker.
 	c := client(t, b.URL(), func(o *pulsar.ClientOptions) {
-		o.KeepAlive = 2 * time.Second
+		o.KeepAlive = 4 * time.Second
 	})
 	p := producer(t, c, pulsar.ProducerOptions{DisableBatching: true, SendTimeout: -1, MaxPendingBytes: 64 << 20})
 	ctx, cancel := context.WithTimeout(context.Background(), stuckWait)
@@ -121,9 +124,9 @@ func TestASlowBrokerBehindALargeResendIsNotDeclaredDead(t *testing.T) {
 		p.SendAsync(ctx, &pulsar.ProducerMessage{Payload: payload}, func(_ pulsar.MessageID, err error) { errs <- err })
 	}
 	waitUntil(t, ctx, "the first 32 MiB read", func() bool { return b.Frames(pb.BaseCommand_SEND) >= 1+n })
-	// About 3 MB/s at most: the resend takes more than two keep-alive intervals, each
-	// 1 MiB write completes in a fraction of one.
-	b.SlowReading(16<<10, 5*time.Millisecond)
+	// About 1.6 MB/s at most: the resend takes 20 s, more than two keep-alive intervals,
+	// and each 1 MiB write completes in a fraction of one.
+	b.SlowReading(16<<10, 10*time.Millisecond)
 	b.DropConnections()
 	waitUntil(t, ctx, "the resend read, or a second reconnect", func() bool {
 		return b.Frames(pb.BaseCommand_SEND) >= 1+2*n || b.Frames(pb.BaseCommand_CONNECT) > 2
