@@ -137,8 +137,7 @@ func New(o Options) (_ *App, err error) {
 	if a.tracing.Enabled {
 		to := a.tracing.Options()
 		log.Info("tracing on (OTLP)", "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")+os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-			"exporter", to.Exporter, "segmentRecords", to.SegmentRecords, "segmentInterval", to.SegmentInterval.String(), "propagateUnsampled", to.PropagateUnsampled,
-			"recordSpans", to.RecordSpans)
+			"segmentRecords", to.SegmentRecords, "segmentInterval", to.SegmentInterval.String(), "propagateUnsampled", to.PropagateUnsampled)
 		if err := a.metrics.ObserveSpans(a.tracing.Spans); err != nil {
 			return nil, err
 		}

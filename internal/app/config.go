@@ -74,8 +74,7 @@ func egressLimitsOf(c config.Config) egress.Limits {
 // (a reload that changes it logs that it needs a restart).
 func tracingOf(c config.Config) telemetry.TracingOptions {
 	t := c.Tracing
-	return telemetry.TracingOptions{Exporter: t.Exporter, SegmentRecords: t.SegmentRecords, SegmentInterval: t.SegmentInterval.D(), PropagateUnsampled: t.PropagateUnsampled,
-		RecordSpans: t.RecordSpans}
+	return telemetry.TracingOptions{SegmentRecords: t.SegmentRecords, SegmentInterval: t.SegmentInterval.D(), PropagateUnsampled: t.PropagateUnsampled}
 }
 
 var hashingSchemes = map[string]pulsar.HashingScheme{"murmur3": pulsar.Murmur3_32Hash, "javaString": pulsar.JavaStringHash}
