@@ -18,8 +18,8 @@ import (
 )
 
 // TestAKeptAliveConnectionServesTheNextRequestAfterADroppedBody: a client that keeps its
-// connection sends a /nack whose body dropBody reads to its end, and whose
-// dead-lettering outlasts dropBody's grace; then a refused GET with a body; each time the
+// connection sends a /nack whose body httpreply.DropBody reads to its end, and whose
+// dead-lettering outlasts its grace; then a refused GET with a body; each time the
 // next request on the same connection must start live. A read deadline left on the
 // connection after the body's end fails net/http's background read, which cancels the
 // connection's context: every later request on it would start cancelled.

@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/recordio-bridge/bridge/internal/httpreply"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -259,7 +260,7 @@ func (st *stream) run() int {
 		if retry > 0 {
 			res.Header().Set("Retry-After", strconv.Itoa(retry))
 		}
-		settleBody(st.c, st.sawEOF.Load())
+		httpreply.SettleBody(st.c, st.sawEOF.Load())
 		_ = st.c.JSON(status, ans)
 	}
 	level := slog.LevelDebug
