@@ -12,11 +12,10 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/internal/reread"
 )
 
 // Authorization errors; the HTTP layer answers them with 401 and 403.
@@ -34,9 +33,12 @@ const (
 )
 
 type token struct {
-	name   string
-	hash   [32]byte   // of a sha256 token
-	file   *tokenFile // of a file token
+	name string
+	hash [32]byte // of a sha256 token
+	// file is a file token's: read again at most every tokenRecheck when a request
+	// needs it, so a rotated token is in effect within that time without a restart or
+	// a reload.
+	file   *reread.Every[[32]byte]
 	grants grants
 }
 
@@ -70,20 +72,7 @@ func (t *token) current(now time.Time) [32]byte {
 	if t.file == nil {
 		return t.hash
 	}
-	return t.file.current(now)
-}
-
-// tokenFile is a token read from a file (a mounted Secret), re-read at most every
-// tokenRecheck when a request needs it, so a rotated token is in effect within that
-// time without a restart or a reload. A file that cannot be read (or is empty) keeps
-// the token read last: a Secret volume swaps its files atomically, so a failed read is
-// a fault, not a rotation.
-type tokenFile struct {
-	path    string
-	every   time.Duration
-	hash    atomic.Pointer[[32]byte]
-	checked atomic.Int64 // UnixNano of the last read
-	mu      sync.Mutex   // one reader at a time; the others use the current hash
+	return t.file.Get(now)
 }
 
 // tokenRecheck is how often a token file is read again; a variable for tests.
@@ -92,8 +81,9 @@ var tokenRecheck = time.Second
 // maxTokenFile bounds what is read of a token file.
 const maxTokenFile = 64 << 10
 
-func (f *tokenFile) read() ([32]byte, error) {
-	fh, err := os.Open(f.path)
+// readToken reads the token a file holds (a mounted Secret), as its SHA-256.
+func readToken(path string) ([32]byte, error) {
+	fh, err := os.Open(path)
 	if err != nil {
 		return [32]byte{}, err
 	}
@@ -103,24 +93,13 @@ func (f *tokenFile) read() ([32]byte, error) {
 	case err != nil:
 		return [32]byte{}, err
 	case len(b) > maxTokenFile:
-		return [32]byte{}, fmt.Errorf("%s is larger than %d bytes; it is not a token", f.path, maxTokenFile)
+		return [32]byte{}, fmt.Errorf("%s is larger than %d bytes; it is not a token", path, maxTokenFile)
 	}
 	v := strings.TrimSpace(string(b))
 	if v == "" {
-		return [32]byte{}, fmt.Errorf("%s is empty", f.path)
+		return [32]byte{}, fmt.Errorf("%s is empty", path)
 	}
 	return sha256.Sum256([]byte(v)), nil
-}
-
-func (f *tokenFile) current(now time.Time) [32]byte {
-	if now.UnixNano()-f.checked.Load() >= int64(f.every) && f.mu.TryLock() {
-		if h, err := f.read(); err == nil {
-			f.hash.Store(&h)
-		}
-		f.checked.Store(now.UnixNano())
-		f.mu.Unlock()
-	}
-	return *f.hash.Load()
 }
 
 func compileTokens(a config.Auth) ([]token, config.Problems) {
@@ -137,14 +116,12 @@ func compileTokens(a config.Auth) ([]token, config.Problems) {
 			}
 			copy(ct.hash[:], b)
 		} else {
-			f := &tokenFile{path: t.File, every: tokenRecheck}
-			h, err := f.read()
+			path := t.File
+			f, err := reread.New(tokenRecheck, now, func() ([32]byte, error) { return readToken(path) })
 			if err != nil {
 				p = append(p, fmt.Sprintf("auth.tokens[%d].file: %v", i, err))
 				continue
 			}
-			f.hash.Store(&h)
-			f.checked.Store(now.UnixNano())
 			ct.file = f
 		}
 		out = append(out, ct)
