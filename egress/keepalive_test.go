@@ -35,7 +35,7 @@ func TestAKeptAliveConnectionServesTheNextRequestAfterADroppedBody(t *testing.T)
 		t.Fatal(err)
 	}
 	s := New(f, nil, nil, nil)
-	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	s.Update(tab, nil, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
 	e := echo.New()
 	e.GET("/context", func(c echo.Context) error {
 		if err := c.Request().Context().Err(); err != nil {

@@ -155,6 +155,7 @@ type Server struct {
 
 type state struct {
 	table  *mapping.Table
+	auth   *admission.Tokens
 	limits Limits
 }
 
@@ -231,8 +232,11 @@ func New(sub Subscriber, log *slog.Logger, obs Observer, tr *telemetry.Tracing) 
 	return &Server{sub: sub, log: log, obs: obs, tr: tr, open: map[string]*stream{}, stop: make(chan struct{})}
 }
 
-// Update installs stream definitions and limits for the streams opened from now on.
-func (s *Server) Update(t *mapping.Table, l Limits) { s.state.Store(&state{table: t, limits: l}) }
+// Update installs stream definitions, the tokens requests are checked against (nil:
+// none required) and limits for the streams opened from now on.
+func (s *Server) Update(t *mapping.Table, auth *admission.Tokens, l Limits) {
+	s.state.Store(&state{table: t, auth: auth, limits: l})
+}
 
 // Active reports how many streams are open.
 func (s *Server) Active() int { return s.gate.Active() }
@@ -263,13 +267,13 @@ func (s *Server) Handle(c echo.Context) error {
 	if st == nil {
 		return httpreply.Error(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
-	if err := admission.Authenticate(st.table, req.Header); err != nil {
+	if err := admission.Authenticate(st.auth, req.Header); err != nil {
 		return deny(c, err)
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || isAck {
 		if isAck && strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/ack") {
-			if err := admission.Authorize(st.table, req.Header, mapping.Read, def.Name); err != nil {
+			if err := admission.Authorize(st.auth, req.Header, admission.Read, def.Name); err != nil {
 				return deny(c, err)
 			}
 			return s.lookup(c, def)
@@ -279,7 +283,7 @@ func (s *Server) Handle(c echo.Context) error {
 		}
 		return httpreply.Error(c, http.StatusNotFound, "no stream at "+strconv.Quote(req.URL.Path), 0)
 	}
-	if err := admission.Authorize(st.table, req.Header, mapping.Read, def.Name); err != nil {
+	if err := admission.Authorize(st.auth, req.Header, admission.Read, def.Name); err != nil {
 		return deny(c, err)
 	}
 	opts, err := resolveQuery(def, req)
@@ -354,10 +358,10 @@ func newStreamID() string {
 // deny answers an authorization error: 403 when the token does not grant the access,
 // 401 (with the challenge) when there is no valid token.
 func deny(c echo.Context, err error) error {
-	if errors.Is(err, mapping.ErrForbidden) {
+	if errors.Is(err, admission.ErrForbidden) {
 		return httpreply.Error(c, http.StatusForbidden, err.Error(), 0)
 	}
-	return httpreply.Challenge(c, http.StatusUnauthorized, err.Error(), mapping.Challenge(err))
+	return httpreply.Challenge(c, http.StatusUnauthorized, err.Error(), admission.Challenge(err))
 }
 
 // lookup serves GET <stream path>/ack?positions=0,1,…: for records awaiting their

@@ -119,6 +119,7 @@ type Server struct {
 
 type state struct {
 	table  *mapping.Table
+	auth   *admission.Tokens
 	limits Limits
 }
 
@@ -137,9 +138,10 @@ func New(pub Publisher, log *slog.Logger, obs Observer, tr *telemetry.Tracing) *
 	return &Server{pub: pub, log: log, obs: obs, tr: tr, open: map[*stream]struct{}{}}
 }
 
-// Update installs a routing table and limits for the records that arrive from now on.
-func (s *Server) Update(t *mapping.Table, l Limits) {
-	s.state.Store(&state{table: t, limits: l})
+// Update installs a routing table, the tokens requests are checked against (nil: none
+// required) and limits for the records that arrive from now on.
+func (s *Server) Update(t *mapping.Table, auth *admission.Tokens, l Limits) {
+	s.state.Store(&state{table: t, auth: auth, limits: l})
 }
 
 // Register adds the ingress handler to e for every POST. (bridge run dispatches POSTs
@@ -204,14 +206,14 @@ func (s *Server) Handle(c echo.Context) error {
 		return httpreply.Error(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
 	// Unauthenticated callers learn nothing, not even whether the route exists.
-	if err := admission.Authenticate(st.table, req.Header); err != nil {
+	if err := admission.Authenticate(st.auth, req.Header); err != nil {
 		return deny(c, err)
 	}
 	route, params, ok := st.table.Lookup(req.URL.Path)
 	if !ok {
 		return httpreply.Error(c, http.StatusNotFound, "no route for "+strconv.Quote(req.URL.Path), 0)
 	}
-	if err := admission.Authorize(st.table, req.Header, mapping.Write, route.Name()); err != nil {
+	if err := admission.Authorize(st.auth, req.Header, admission.Write, route.Name()); err != nil {
 		return deny(c, err)
 	}
 	for _, name := range []string{"Content-Type", "Message-Content-Type"} {
@@ -302,8 +304,8 @@ func refuse(c echo.Context, err error, key string, limit int) error {
 // deny answers an authorization error: 403 when the token does not grant the access,
 // 401 (with the challenge) when there is no valid token.
 func deny(c echo.Context, err error) error {
-	if errors.Is(err, mapping.ErrForbidden) {
+	if errors.Is(err, admission.ErrForbidden) {
 		return httpreply.Error(c, http.StatusForbidden, err.Error(), 0)
 	}
-	return httpreply.Challenge(c, http.StatusUnauthorized, err.Error(), mapping.Challenge(err))
+	return httpreply.Challenge(c, http.StatusUnauthorized, err.Error(), admission.Challenge(err))
 }

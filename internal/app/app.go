@@ -143,7 +143,7 @@ func New(o Options) (_ *App, err error) {
 		}
 	}
 	a.ingress = ingress.New(a.prods, log.With("component", "ingress"), a.metrics, a.tracing)
-	a.ingress.Update(snap.table, limitsOf(cfg))
+	a.ingress.Update(snap.table, snap.auth, limitsOf(cfg))
 	a.subs = pulsarpool.NewSubscriber(a.client, a.budget)
 	a.subs.DeadLetters(a.prods) // retry.maxDeliveries: dead letters go through the producer pool
 	a.egress = egress.New(a.subs, log.With("component", "egress"), a.metrics, a.tracing)
@@ -163,7 +163,7 @@ func New(o Options) (_ *App, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	a.egress.Update(snap.table, egressLimitsOf(cfg))
+	a.egress.Update(snap.table, snap.auth, egressLimitsOf(cfg))
 
 	if a.data, err = a.dataServer(cfg); err != nil {
 		return nil, err
@@ -439,8 +439,8 @@ func (a *App) Reload(why string) error {
 		a.log.Warn("configuration change needs a restart", "change", line)
 	}
 	a.snap.Store(next)
-	a.ingress.Update(next.table, limitsOf(next.cfg))
-	a.egress.Update(next.table, egressLimitsOf(next.cfg))
+	a.ingress.Update(next.table, next.auth, limitsOf(next.cfg))
+	a.egress.Update(next.table, next.auth, egressLimitsOf(next.cfg))
 	a.lastErr.Store(nil)
 	a.metrics.Reload("applied")
 	a.log.Info("configuration reloaded", "trigger", why, "routes", len(next.table.Routes()))

@@ -1,4 +1,4 @@
-package mapping
+package admission
 
 import (
 	"context"
@@ -18,7 +18,8 @@ import (
 	"github.com/recordio-bridge/bridge/internal/reread"
 )
 
-// Authorization errors; the HTTP layer answers them with 401 and 403.
+// Authorization errors (Authenticate's, Authorize's); the HTTP layer answers them with
+// 401 and 403.
 var (
 	ErrUnauthenticated = errors.New("a valid bearer token is required")
 	ErrForbidden       = errors.New("the token does not grant this")
@@ -102,6 +103,24 @@ func readToken(path string) ([32]byte, error) {
 	return sha256.Sum256([]byte(v)), nil
 }
 
+// Tokens are the compiled auth section: the static tokens and the JWT issuers a request's
+// bearer token is checked against. A nil *Tokens, like one with neither, allows
+// everything. It is safe for concurrent use.
+type Tokens struct {
+	tokens []token
+	jwt    []jwtIssuer // auth.jwt
+}
+
+// Compile compiles the auth section: every problem (a token file that cannot be read, a
+// hash that is not one) is reported.
+func Compile(a config.Auth) (*Tokens, error) {
+	tokens, p := compileTokens(a)
+	if len(p) > 0 {
+		return nil, p
+	}
+	return &Tokens{tokens: tokens, jwt: compileJWT(a)}, nil
+}
+
 func compileTokens(a config.Auth) ([]token, config.Problems) {
 	var out []token
 	var p config.Problems
@@ -140,7 +159,7 @@ func BearerToken(h http.Header) string {
 
 // Authenticate checks that bearer is a configured token (any token is fine when none are
 // configured); its error wraps ErrUnauthenticated.
-func (t *Table) Authenticate(bearer string) error {
+func (t *Tokens) Authenticate(bearer string) error {
 	_, err := t.Authorize(bearer, Read, "")
 	if errors.Is(err, ErrUnauthenticated) {
 		return err
@@ -149,7 +168,7 @@ func (t *Table) Authenticate(bearer string) error {
 }
 
 // AuthRequired reports whether requests must carry a bearer token.
-func (t *Table) AuthRequired() bool { return len(t.tokens) > 0 || len(t.jwt) > 0 }
+func (t *Tokens) AuthRequired() bool { return t != nil && (len(t.tokens) > 0 || len(t.jwt) > 0) }
 
 // Authorize checks the bearer token of a request wanting access to the named route or
 // stream: a configured token or a JWT of a configured issuer (auth.jwt). It returns who
@@ -157,7 +176,7 @@ func (t *Table) AuthRequired() bool { return len(t.tokens) > 0 || len(t.jwt) > 0
 // wrapping ErrUnauthenticated (a *TokenError when a token was given and is not valid)
 // or ErrForbidden. Tokens are compared by their SHA-256 in constant time, every
 // configured token each time. Without tokens or issuers everything is allowed.
-func (t *Table) Authorize(bearer string, access Access, name string) (string, error) {
+func (t *Tokens) Authorize(bearer string, access Access, name string) (string, error) {
 	if !t.AuthRequired() {
 		return "", nil
 	}
