@@ -124,7 +124,7 @@ bench-egress: build
 # One broker per shape: both shapes' slices on one standalone write ~35 GB, and its
 # bookie refuses writes once the disk is 95 % full.
 bench-tracing: build
-	for p in 1 8; do $(WITH_BROKER) bash -c "cd bench && $(GO) run ./tracing -bin $(CURDIR)/$(BIN) -fast -parallel $$p -rounds 20 -sat-rounds 10" || exit 1; done
+	for p in 1 8; do $(WITH_BROKER) bash -c "cd bench && $(GO) run ./tracing -bin $(CURDIR)/$(BIN) -parallel $$p -rounds 20 -sat-rounds 10" || exit 1; done
 
 FUZZTIME ?= 1m
 fuzz:

@@ -84,11 +84,6 @@ type Memory struct {
 // (see docs/tracing.md). Every tracing key takes effect at start-up: a reload that changes
 // one logs that it needs a restart (RestartNeeded).
 type Tracing struct {
-	// Exporter is the OTLP span exporter: "sdk", the OpenTelemetry SDK's, or "wire",
-	// telemetry/otlpwire (the same requests, encoded without proto structs: about a
-	// fifth of the SDK exporter's CPU per span, no allocation per span). Everything else in the
-	// pipeline is the SDK's either way.
-	Exporter string `yaml:"exporter"` // sdk
 	// SegmentRecords ends a stream's segment span after this many records.
 	SegmentRecords int64 `yaml:"segmentRecords"` // 10000
 	// SegmentInterval ends a stream's segment span after this long, records or not.
@@ -96,9 +91,38 @@ type Tracing struct {
 	// PropagateUnsampled puts an unsampled record's context (flag not sampled) in its
 	// message too; by default only sampled records' messages carry one.
 	PropagateUnsampled bool `yaml:"propagateUnsampled"` // false
-	// RecordSpans says how a sampled or failed record's span is made: "sdk" through the
-	// SDK's tracer, "direct" by telemetry/directspan, handed to the same processors.
-	RecordSpans string `yaml:"recordSpans"` // sdk
+	// Exporter and RecordSpans chose between span pipelines the bridge no longer has:
+	// spans are always made by the SDK's tracer and encoded by the bridge's own OTLP
+	// exporter. A configuration that still names either is refused (removedTracingKeys).
+	Exporter    Removed `yaml:"exporter"`
+	RecordSpans Removed `yaml:"recordSpans"`
+}
+
+// Removed is a key the bridge no longer reads: written in a configuration, whatever its
+// value, it makes Validate refuse it, saying what to do instead, rather than the
+// decoder's bare "field not found".
+type Removed struct{ set bool }
+
+// UnmarshalYAML notes that the key was written.
+func (r *Removed) UnmarshalYAML(*yaml.Node) error {
+	r.set = true
+	return nil
+}
+
+// Set says whether the key was written.
+func (r Removed) Set() bool { return r.set }
+
+// removedTracingKeys are the tracing keys that were removed, with what to do instead.
+func removedTracingKeys(t Tracing) [][2]string {
+	var out [][2]string
+	if t.Exporter.Set() {
+		out = append(out, [2]string{"tracing.exporter", "spans are always encoded by the bridge's own OTLP exporter now (what exporter: wire chose); " +
+			"delete the key (protocol, endpoint and the rest stay OTEL_EXPORTER_OTLP_* variables)"})
+	}
+	if t.RecordSpans.Set() {
+		out = append(out, [2]string{"tracing.recordSpans", "record spans are always made by the OpenTelemetry SDK's tracer now (what recordSpans: sdk chose); delete the key"})
+	}
+	return out
 }
 
 // RetiredEnv maps each environment variable the bridge no longer reads to the YAML key
@@ -163,7 +187,7 @@ func Default() Config {
 		},
 		Egress:  Egress{MaxStreams: 1000, WriteTimeout: Duration(30 * time.Second)},
 		Memory:  Memory{Budget: 128 << 20},
-		Tracing: Tracing{Exporter: "sdk", SegmentRecords: 10000, SegmentInterval: Duration(time.Minute), RecordSpans: "sdk"},
+		Tracing: Tracing{SegmentRecords: 10000, SegmentInterval: Duration(time.Minute)},
 	}
 }
 
@@ -323,15 +347,12 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if e := c.Tracing.Exporter; e != "sdk" && e != "wire" {
-		add("tracing.exporter: %q: want sdk or wire", e)
+	for _, r := range removedTracingKeys(c.Tracing) {
+		add("%s: removed: %s", r[0], r[1])
 	}
 	positive("tracing.segmentRecords", c.Tracing.SegmentRecords)
 	if c.Tracing.SegmentInterval <= 0 {
 		add("tracing.segmentInterval: %s must be greater than zero", c.Tracing.SegmentInterval.D())
-	}
-	if r := c.Tracing.RecordSpans; r != "sdk" && r != "direct" {
-		add("tracing.recordSpans: %q: want sdk or direct", r)
 	}
 	for _, r := range RetiredEnv {
 		if v := os.Getenv(r.Name); v != "" { // empty was never a setting: it was ignored

@@ -12,14 +12,14 @@ func TestTracingDefaultsAndValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Tracing{Exporter: "sdk", SegmentRecords: 10000, SegmentInterval: Duration(time.Minute), RecordSpans: "sdk"}); cfg.Tracing != want {
+	if want := (Tracing{SegmentRecords: 10000, SegmentInterval: Duration(time.Minute)}); cfg.Tracing != want {
 		t.Fatalf("tracing defaults %+v, want %+v", cfg.Tracing, want)
 	}
-	cfg, err = Parse([]byte("tracing:\n  exporter: wire\n  segmentRecords: 500\n  segmentInterval: 30s\n  propagateUnsampled: true\n  recordSpans: direct\n"))
+	cfg, err = Parse([]byte("tracing:\n  segmentRecords: 500\n  segmentInterval: 30s\n  propagateUnsampled: true\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Tracing{Exporter: "wire", SegmentRecords: 500, SegmentInterval: Duration(30 * time.Second), PropagateUnsampled: true, RecordSpans: "direct"}); cfg.Tracing != want {
+	if want := (Tracing{SegmentRecords: 500, SegmentInterval: Duration(30 * time.Second), PropagateUnsampled: true}); cfg.Tracing != want {
 		t.Fatalf("tracing %+v, want %+v", cfg.Tracing, want)
 	}
 }
@@ -36,10 +36,6 @@ func TestTracingBadValuesNameKeyAndValue(t *testing.T) {
 		{"interval without unit", "tracing:\n  segmentInterval: 60\n", "segmentInterval", "60"},
 		{"propagate not a bool", "tracing:\n  propagateUnsampled: sometimes\n", "propagateUnsampled", "sometimes"},
 		{"unknown key", "tracing:\n  segmentRecord: 5\n", "segmentRecord", "not found"},
-		{"unknown exporter", "tracing:\n  exporter: fast\n", "tracing.exporter", `"fast"`},
-		{"empty exporter", "tracing:\n  exporter: \"\"\n", "tracing.exporter", `""`},
-		{"unknown recordSpans", "tracing:\n  recordSpans: fast\n", "tracing.recordSpans", `"fast"`},
-		{"empty recordSpans", "tracing:\n  recordSpans: \"\"\n", "tracing.recordSpans", `""`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -81,10 +77,9 @@ func TestRetiredTracingVariablesAreRefused(t *testing.T) {
 func TestRestartNeededListsTracingKeys(t *testing.T) {
 	a := Default()
 	b := a
-	b.Tracing = Tracing{Exporter: "wire", SegmentRecords: 5, SegmentInterval: Duration(time.Second), PropagateUnsampled: true}
+	b.Tracing = Tracing{SegmentRecords: 5, SegmentInterval: Duration(time.Second), PropagateUnsampled: true}
 	got := strings.Join(RestartNeeded(a, b), "\n")
 	for _, want := range []string{
-		`tracing.exporter: changed from "sdk" to "wire"; takes effect after a restart`,
 		"tracing.segmentRecords: changed from 10000 to 5; takes effect after a restart",
 		"tracing.segmentInterval: changed from 1m0s to 1s; takes effect after a restart",
 		"tracing.propagateUnsampled: changed from false to true; takes effect after a restart",
@@ -94,6 +89,27 @@ func TestRestartNeededListsTracingKeys(t *testing.T) {
 		}
 	}
 	if got := RestartNeeded(a, a); len(got) != 0 {
+		t.Fatalf("no change: %q", got)
+	}
+}
+
+// A configuration that still names tracing.exporter or tracing.recordSpans, whatever the
+// value (the old defaults included), is refused with a message naming the key, saying it
+// was removed and what to do, rather than the decoder's "field not found".
+func TestRemovedTracingKeysAreRefusedSayingWhatToDo(t *testing.T) {
+	for _, c := range []struct{ yaml, key, advice string }{
+		{"tracing:\n  exporter: wire\n", "tracing.exporter: removed", "delete the key"},
+		{"tracing:\n  exporter: sdk\n", "tracing.exporter: removed", "delete the key"},
+		{"tracing:\n  recordSpans: direct\n", "tracing.recordSpans: removed", "delete the key"},
+		{"tracing:\n  recordSpans: sdk\n  segmentRecords: 5\n", "tracing.recordSpans: removed", "delete the key"},
+	} {
+		_, err := Parse([]byte(c.yaml))
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.key) || !strings.Contains(err.Error(), c.advice) ||
+			strings.Contains(err.Error(), "not found") {
+			t.Errorf("%q: err = %v\nwant it to say %q and %q", c.yaml, err, c.key, c.advice)
+		}
+	}
+	if got := RestartNeeded(Default(), Default()); len(got) != 0 {
 		t.Fatalf("no change: %q", got)
 	}
 }

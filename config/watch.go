@@ -125,6 +125,9 @@ func RestartNeeded(old, cur Config) []string {
 	// later, needs a restart.
 	ot, ct := reflect.ValueOf(old.Tracing), reflect.ValueOf(cur.Tracing)
 	for i := range ot.NumField() {
+		if ot.Type().Field(i).Type == reflect.TypeFor[Removed]() {
+			continue // refused by Validate: never in a configuration that loads
+		}
 		name, _, _ := strings.Cut(ot.Type().Field(i).Tag.Get("yaml"), ",")
 		diff("tracing."+name, ot.Field(i).Interface(), ct.Field(i).Interface())
 	}

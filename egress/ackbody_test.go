@@ -34,7 +34,7 @@ func TestAnAckBodyThatStallsIsAnsweredAtItsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(f, nil, nil, nil)
-	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	s.Update(tab, nil, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
 	e := echo.New()
 	e.GET("/*", s.Handle)
 	e.POST("/*", s.HandleAck)

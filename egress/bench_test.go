@@ -95,7 +95,7 @@ func BenchmarkStream(b *testing.B) {
 				defer tr.Shutdown(context.Background())
 			}
 			s := New(src, nil, nil, tr)
-			s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 10 * time.Second})
+			s.Update(tab, nil, Limits{MaxStreams: 10, WriteTimeout: 10 * time.Second})
 			e := echo.New()
 			e.GET("/*", s.Handle)
 			srv := httptest.NewServer(e)

@@ -54,7 +54,7 @@ func TestABusyStreamHonoursDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	s.Update(tab, nil, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
 	e := echo.New()
 	e.GET("/*", s.Handle)
 	hs := httptest.NewServer(e)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/internal/admission"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 )
@@ -135,7 +136,11 @@ func serveStreamsOn(t *testing.T, sub Subscriber, doc string) (*Server, string) 
 		t.Fatal(err)
 	}
 	s := New(sub, nil, nil, nil)
-	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	auth, err := admission.Compile(cfg.Auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Update(tab, auth, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
 	e := echo.New()
 	e.GET("/*", s.Handle)
 	e.POST("/*", s.HandleAck)
@@ -457,7 +462,7 @@ func TestNackRedeliversAfterABackoffThatGrowsWithTheCount(t *testing.T) {
 	}
 	obs := &retryObs{}
 	s := New(f, nil, obs, nil)
-	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	s.Update(tab, nil, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
 	e := echo.New()
 	e.GET("/*", s.Handle)
 	e.POST("/*", s.HandleAck)
@@ -574,7 +579,7 @@ func TestMaxDeliveriesDeadLettersAndAFailedPublicationLeavesTheMessage(t *testin
 	}
 	obs := &retryObs{}
 	s := New(f, nil, obs, nil)
-	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	s.Update(tab, nil, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
 	e := echo.New()
 	e.GET("/*", s.Handle)
 	e.POST("/*", s.HandleAck)
@@ -846,7 +851,7 @@ func TestNackDeadLettersSlowerThanTheBodyGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(f, nil, nil, nil)
-	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	s.Update(tab, nil, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
 	e := echo.New()
 	e.GET("/*", s.Handle)
 	e.POST("/*", s.HandleAck)

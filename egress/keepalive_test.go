@@ -18,8 +18,8 @@ import (
 )
 
 // TestAKeptAliveConnectionServesTheNextRequestAfterADroppedBody: a client that keeps its
-// connection sends a /nack whose body dropBody reads to its end, and whose
-// dead-lettering outlasts dropBody's grace; then a refused GET with a body; each time the
+// connection sends a /nack whose body httpreply.DropBody reads to its end, and whose
+// dead-lettering outlasts its grace; then a refused GET with a body; each time the
 // next request on the same connection must start live. A read deadline left on the
 // connection after the body's end fails net/http's background read, which cancels the
 // connection's context: every later request on it would start cancelled.
@@ -35,7 +35,7 @@ func TestAKeptAliveConnectionServesTheNextRequestAfterADroppedBody(t *testing.T)
 		t.Fatal(err)
 	}
 	s := New(f, nil, nil, nil)
-	s.Update(tab, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	s.Update(tab, nil, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
 	e := echo.New()
 	e.GET("/context", func(c echo.Context) error {
 		if err := c.Request().Context().Err(); err != nil {

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/recordio-bridge/bridge/internal/admission"
+	"github.com/recordio-bridge/bridge/internal/httpreply"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -154,6 +155,7 @@ type Server struct {
 
 type state struct {
 	table  *mapping.Table
+	auth   *admission.Tokens
 	limits Limits
 }
 
@@ -230,8 +232,11 @@ func New(sub Subscriber, log *slog.Logger, obs Observer, tr *telemetry.Tracing) 
 	return &Server{sub: sub, log: log, obs: obs, tr: tr, open: map[string]*stream{}, stop: make(chan struct{})}
 }
 
-// Update installs stream definitions and limits for the streams opened from now on.
-func (s *Server) Update(t *mapping.Table, l Limits) { s.state.Store(&state{table: t, limits: l}) }
+// Update installs stream definitions, the tokens requests are checked against (nil:
+// none required) and limits for the streams opened from now on.
+func (s *Server) Update(t *mapping.Table, auth *admission.Tokens, l Limits) {
+	s.state.Store(&state{table: t, auth: auth, limits: l})
+}
 
 // Active reports how many streams are open.
 func (s *Server) Active() int { return s.gate.Active() }
@@ -260,34 +265,34 @@ func (s *Server) Handle(c echo.Context) error {
 	req := c.Request()
 	st := s.state.Load()
 	if st == nil {
-		return answerError(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
+		return httpreply.Error(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
-	if err := admission.Authenticate(st.table, req.Header); err != nil {
+	if err := admission.Authenticate(st.auth, req.Header); err != nil {
 		return deny(c, err)
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || isAck {
 		if isAck && strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/ack") {
-			if err := admission.Authorize(st.table, req.Header, mapping.Read, def.Name); err != nil {
+			if err := admission.Authorize(st.auth, req.Header, admission.Read, def.Name); err != nil {
 				return deny(c, err)
 			}
 			return s.lookup(c, def)
 		}
 		if isAck {
-			return answerError(c, http.StatusMethodNotAllowed, "acknowledge with POST "+req.URL.Path, 0)
+			return httpreply.Error(c, http.StatusMethodNotAllowed, "acknowledge with POST "+req.URL.Path, 0)
 		}
-		return answerError(c, http.StatusNotFound, "no stream at "+strconv.Quote(req.URL.Path), 0)
+		return httpreply.Error(c, http.StatusNotFound, "no stream at "+strconv.Quote(req.URL.Path), 0)
 	}
-	if err := admission.Authorize(st.table, req.Header, mapping.Read, def.Name); err != nil {
+	if err := admission.Authorize(st.auth, req.Header, admission.Read, def.Name); err != nil {
 		return deny(c, err)
 	}
 	opts, err := resolveQuery(def, req)
 	if err != nil {
-		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+		return httpreply.Error(c, http.StatusBadRequest, err.Error(), 0)
 	}
-	if !dropBody(c) {
+	if !httpreply.DropBody(c) {
 		// Checked before subscribing: the stream's answer never waits for a body.
-		return answerError(c, http.StatusBadRequest, "a GET of a stream has no body; this one did not end", 0)
+		return httpreply.Error(c, http.StatusBadRequest, "a GET of a stream has no body; this one did not end", 0)
 	}
 	recordType := def.ContentType
 	if opts.envelope == "json" {
@@ -299,14 +304,14 @@ func (s *Server) Handle(c echo.Context) error {
 		if err != nil {
 			msg = err.Error()
 		}
-		return answerError(c, http.StatusNotAcceptable, msg, 0)
+		return httpreply.Error(c, http.StatusNotAcceptable, msg, 0)
 	}
 	leave, err := s.gate.Enter(st.limits.MaxStreams)
 	if err != nil {
 		if errors.Is(err, admission.ErrDraining) {
-			return answerError(c, http.StatusServiceUnavailable, err.Error(), 5)
+			return httpreply.Error(c, http.StatusServiceUnavailable, err.Error(), 5)
 		}
-		return answerError(c, http.StatusTooManyRequests, fmt.Sprintf("%v (egress.maxStreams is %d)", err, st.limits.MaxStreams), 1)
+		return httpreply.Error(c, http.StatusTooManyRequests, fmt.Sprintf("%v (egress.maxStreams is %d)", err, st.limits.MaxStreams), 1)
 	}
 	defer leave()
 
@@ -322,11 +327,11 @@ func (s *Server) Handle(c echo.Context) error {
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrBusy):
-			return answerError(c, http.StatusConflict, err.Error(), 0)
+			return httpreply.Error(c, http.StatusConflict, err.Error(), 0)
 		case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-			return answerError(c, http.StatusServiceUnavailable, err.Error(), 5)
+			return httpreply.Error(c, http.StatusServiceUnavailable, err.Error(), 5)
 		}
-		return answerError(c, http.StatusBadGateway, err.Error(), 0)
+		return httpreply.Error(c, http.StatusBadGateway, err.Error(), 0)
 	}
 	sm := newStream(s, c, ctx, def, opts, sub, recordType, st.limits)
 	s.mu.Lock()
@@ -344,63 +349,6 @@ func (s *Server) Handle(c echo.Context) error {
 	return nil
 }
 
-func answerError(c echo.Context, status int, msg string, retryAfter int) error {
-	if !dropBody(c) {
-		c.Response().Header().Set("Connection", "close")
-	}
-	if retryAfter > 0 {
-		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfter))
-	}
-	return c.JSON(status, map[string]any{"status": status, "error": msg})
-}
-
-// dropBody reads and drops what is left of an HTTP/1.x request body for at most
-// discardGrace and reports whether it ended (true for HTTP/2, and for a body read to its
-// end already). net/http would otherwise wait for it, without a deadline, before the
-// answer's first byte: a request announcing a body it never sends would hold the answer
-// (and a GET's subscription) for as long as its connection stays open. When it reports
-// false, the connection must close after the answer.
-//
-// Its outcome is kept on c: a later call (an answer after a body that did not end)
-// returns it at once instead of waiting out a second grace.
-func dropBody(c echo.Context) bool {
-	if v, ok := c.Get(bodyDroppedKey).(bool); ok {
-		return v
-	}
-	ended := dropBodyOnce(c)
-	c.Set(bodyDroppedKey, ended)
-	return ended
-}
-
-// bodyDroppedKey holds dropBody's outcome on an echo.Context.
-const bodyDroppedKey = "bridge.bodyDropped"
-
-func dropBodyOnce(c echo.Context) bool {
-	req := c.Request()
-	if req.ProtoMajor != 1 || req.ContentLength == 0 {
-		return true
-	}
-	if req.ContentLength >= maxDiscard {
-		return false
-	}
-	rc := http.NewResponseController(c.Response())
-	_ = rc.SetReadDeadline(time.Now().Add(discardGrace))
-	_, err := io.CopyN(io.Discard, req.Body, maxDiscard)
-	ended := errors.Is(err, io.EOF) || errors.Is(err, http.ErrBodyReadAfterClose)
-	if ended {
-		// The grace is over: left on the connection, the deadline would fail net/http's
-		// background read and cancel the request's context under the handler (a /nack
-		// dead-lettering for longer than the grace lost its publication).
-		_ = rc.SetReadDeadline(time.Time{})
-	}
-	return ended
-}
-
-const (
-	maxDiscard   = 256 << 10 // net/http's own bound on a body it drops
-	discardGrace = 200 * time.Millisecond
-)
-
 func newStreamID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -410,11 +358,10 @@ func newStreamID() string {
 // deny answers an authorization error: 403 when the token does not grant the access,
 // 401 (with the challenge) when there is no valid token.
 func deny(c echo.Context, err error) error {
-	if errors.Is(err, mapping.ErrForbidden) {
-		return answerError(c, http.StatusForbidden, err.Error(), 0)
+	if errors.Is(err, admission.ErrForbidden) {
+		return httpreply.Error(c, http.StatusForbidden, err.Error(), 0)
 	}
-	c.Response().Header().Set("WWW-Authenticate", mapping.Challenge(err))
-	return answerError(c, http.StatusUnauthorized, err.Error(), 0)
+	return httpreply.Challenge(c, http.StatusUnauthorized, err.Error(), admission.Challenge(err))
 }
 
 // lookup serves GET <stream path>/ack?positions=0,1,…: for records awaiting their
@@ -426,11 +373,11 @@ func (s *Server) lookup(c echo.Context, def *mapping.Stream) error {
 	sm := s.open[sid]
 	s.mu.Unlock()
 	if sm == nil || sm.def.Name != def.Name {
-		return answerError(c, http.StatusNotFound, fmt.Sprintf("no open stream %s with Stream-Id %q", def.Name, sid), 0)
+		return httpreply.Error(c, http.StatusNotFound, fmt.Sprintf("no open stream %s with Stream-Id %q", def.Name, sid), 0)
 	}
 	raw := c.QueryParam("positions")
 	if raw == "" || strings.Count(raw, ",") >= 1000 { // counted before anything is allocated
-		return answerError(c, http.StatusBadRequest, "send positions=0,1,… (at most 1000)", 0)
+		return httpreply.Error(c, http.StatusBadRequest, "send positions=0,1,… (at most 1000)", 0)
 	}
 	parts := strings.Split(raw, ",")
 	type record struct {

@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/recordio-bridge/bridge/internal/admission"
+	"github.com/recordio-bridge/bridge/internal/httpreply"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -895,33 +896,33 @@ func (s *Server) HandleAck(c echo.Context) error {
 	req := c.Request()
 	st := s.state.Load()
 	if st == nil {
-		return answerError(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
+		return httpreply.Error(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
-	if err := admission.Authenticate(st.table, req.Header); err != nil {
+	if err := admission.Authenticate(st.auth, req.Header); err != nil {
 		return deny(c, err)
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || !isAck {
-		return answerError(c, http.StatusNotFound, "no acknowledgement endpoint at "+strconv.Quote(req.URL.Path), 0)
+		return httpreply.Error(c, http.StatusNotFound, "no acknowledgement endpoint at "+strconv.Quote(req.URL.Path), 0)
 	}
-	if err := admission.Authorize(st.table, req.Header, mapping.Read, def.Name); err != nil {
+	if err := admission.Authorize(st.auth, req.Header, admission.Read, def.Name); err != nil {
 		return deny(c, err)
 	}
 	sid := req.Header.Get("Stream-Id")
 	if sid == "" {
-		return answerError(c, http.StatusBadRequest, "send the Stream-Id header of the stream whose messages these are", 0)
+		return httpreply.Error(c, http.StatusBadRequest, "send the Stream-Id header of the stream whose messages these are", 0)
 	}
 	s.mu.Lock()
 	sm := s.open[sid]
 	s.mu.Unlock()
 	if sm == nil || sm.def.Name != def.Name {
-		return answerError(c, http.StatusNotFound, fmt.Sprintf("no open stream %s with Stream-Id %s", def.Name, sid), 0)
+		return httpreply.Error(c, http.StatusNotFound, fmt.Sprintf("no open stream %s with Stream-Id %s", def.Name, sid), 0)
 	}
 	if sm.opts.ack != "client" {
-		return answerError(c, http.StatusConflict, fmt.Sprintf("stream %s acknowledges by itself (ack=auto)", def.Name), 0)
+		return httpreply.Error(c, http.StatusConflict, fmt.Sprintf("stream %s acknowledges by itself (ack=auto)", def.Name), 0)
 	}
 	// The body is read within ackBodyTimeout; the deadline is lifted right after, or it
-	// would cut net/http's background read under a long dead-lettering (see dropBody).
+	// would cut net/http's background read under a long dead-lettering (see httpreply.DropBody).
 	rc := http.NewResponseController(c.Response())
 	_ = rc.SetReadDeadline(time.Now().Add(ackBodyTimeout))
 	refs, err := readIDs(req)
@@ -932,21 +933,19 @@ func (s *Server) HandleAck(c echo.Context) error {
 	}
 	_ = rc.SetReadDeadline(time.Time{})
 	if errors.Is(err, errTooManyIDs) {
-		return answerError(c, http.StatusRequestEntityTooLarge, err.Error(), 0)
+		return httpreply.Error(c, http.StatusRequestEntityTooLarge, err.Error(), 0)
 	}
 	if err != nil {
-		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+		return httpreply.Error(c, http.StatusBadRequest, err.Error(), 0)
 	}
-	if !dropBody(c) { // anything after the ids: the answer does not wait for it
-		c.Response().Header().Set("Connection", "close")
-	}
+	httpreply.SettleBody(c, false) // anything after the ids: the answer does not wait for it
 	throughN, err := ackQuery(req.URL.RawQuery)
 	if err != nil {
-		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+		return httpreply.Error(c, http.StatusBadRequest, err.Error(), 0)
 	}
 	ids, through, err := sm.resolve(refs, throughN)
 	if err != nil {
-		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+		return httpreply.Error(c, http.StatusBadRequest, err.Error(), 0)
 	}
 	if strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/nack") {
 		return sm.nack(c, ids)

@@ -52,7 +52,7 @@ func TestProcessSpansAreSampledPerMessage(t *testing.T) {
 		src.msgs = append(src.msgs, &Delivery{ID: fmt.Sprintf("7:%d:-1:-1", i), Topic: "persistent://public/default/t", Properties: props, Payload: []byte("{}")})
 	}
 	s := New(src, nil, nil, tr)
-	s.Update(tab, Limits{MaxStreams: 1, WriteTimeout: 5 * time.Second})
+	s.Update(tab, nil, Limits{MaxStreams: 1, WriteTimeout: 5 * time.Second})
 	e := echo.New()
 	e.GET("/*", s.Handle)
 	srv := httptest.NewServer(e)

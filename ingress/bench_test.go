@@ -66,7 +66,7 @@ func BenchmarkStream(b *testing.B) {
 				defer tr.Shutdown(context.Background())
 			}
 			s := New(&instantPublisher{}, nil, nil, tr)
-			s.Update(tab, Limits{MaxRecordBytes: 1 << 20, BufferRecordBytes: 1 << 20, MaxStreams: 10, IdleTimeout: 1 << 40,
+			s.Update(tab, nil, Limits{MaxRecordBytes: 1 << 20, BufferRecordBytes: 1 << 20, MaxStreams: 10, IdleTimeout: 1 << 40,
 				PendingRecords: 1000, PendingBytes: 16 << 20})
 			e := echo.New()
 			s.Register(e)

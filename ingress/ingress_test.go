@@ -111,7 +111,7 @@ var limits = Limits{MaxRecordBytes: 1 << 20, BufferRecordBytes: 1 << 20, MaxStre
 func serve(t *testing.T, pub Publisher, tab *mapping.Table, l Limits) (*Server, string) {
 	t.Helper()
 	s := New(pub, nil, nil, nil)
-	s.Update(tab, l)
+	s.Update(tab, nil, l)
 	e := echo.New()
 	s.Register(e)
 	hs := httptest.NewUnstartedServer(e)
@@ -268,12 +268,12 @@ func TestARecordUsesTheRoutesCurrentWhenItArrives(t *testing.T) {
 	if m := next(t, out); m["topic"] != "persistent://public/default/t-1" {
 		t.Fatalf("%v", m)
 	}
-	s.Update(table(t, "routes:\n  - name: r\n    default: {topic: moved}\n"), limits)
+	s.Update(table(t, "routes:\n  - name: r\n    default: {topic: moved}\n"), nil, limits)
 	send(t, w, `{"n":2}`)
 	if m := next(t, out); m["topic"] != "persistent://public/default/moved" {
 		t.Fatalf("after the reload: %v", m)
 	}
-	s.Update(table(t, "routes:\n  - name: other\n    default: {topic: x}\n"), limits)
+	s.Update(table(t, "routes:\n  - name: other\n    default: {topic: x}\n"), nil, limits)
 	send(t, w, `{"n":3}`)
 	if m := next(t, out); m["status"] != float64(404) || !strings.Contains(m["error"].(string), "route r was removed by a configuration reload") {
 		t.Fatalf("after the route went away: %v", m)

@@ -120,7 +120,7 @@ func TestAKeptAliveConnectionServesTheNextRequestAfterAStreamStoppedReading(t *t
 			pub := &unavailableFirst{heldFor: 2 * time.Second, second: make(chan struct{})} // 20 × stopGrace
 			t.Cleanup(pub.wg.Wait)
 			s := New(pub, nil, nil, nil)
-			s.Update(table(t, oneRoute), limits)
+			s.Update(table(t, oneRoute), nil, limits)
 			e := echo.New()
 			s.Register(e)
 			e.GET("/context", func(c echo.Context) error {

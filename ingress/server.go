@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/recordio-bridge/bridge/internal/admission"
+	"github.com/recordio-bridge/bridge/internal/httpreply"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -118,6 +119,7 @@ type Server struct {
 
 type state struct {
 	table  *mapping.Table
+	auth   *admission.Tokens
 	limits Limits
 }
 
@@ -136,9 +138,10 @@ func New(pub Publisher, log *slog.Logger, obs Observer, tr *telemetry.Tracing) *
 	return &Server{pub: pub, log: log, obs: obs, tr: tr, open: map[*stream]struct{}{}}
 }
 
-// Update installs a routing table and limits for the records that arrive from now on.
-func (s *Server) Update(t *mapping.Table, l Limits) {
-	s.state.Store(&state{table: t, limits: l})
+// Update installs a routing table, the tokens requests are checked against (nil: none
+// required) and limits for the records that arrive from now on.
+func (s *Server) Update(t *mapping.Table, auth *admission.Tokens, l Limits) {
+	s.state.Store(&state{table: t, auth: auth, limits: l})
 }
 
 // Register adds the ingress handler to e for every POST. (bridge run dispatches POSTs
@@ -200,22 +203,22 @@ func (s *Server) Handle(c echo.Context) error {
 	req := c.Request()
 	st := s.state.Load()
 	if st == nil {
-		return answerError(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
+		return httpreply.Error(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
 	// Unauthenticated callers learn nothing, not even whether the route exists.
-	if err := admission.Authenticate(st.table, req.Header); err != nil {
+	if err := admission.Authenticate(st.auth, req.Header); err != nil {
 		return deny(c, err)
 	}
 	route, params, ok := st.table.Lookup(req.URL.Path)
 	if !ok {
-		return answerError(c, http.StatusNotFound, "no route for "+strconv.Quote(req.URL.Path), 0)
+		return httpreply.Error(c, http.StatusNotFound, "no route for "+strconv.Quote(req.URL.Path), 0)
 	}
-	if err := admission.Authorize(st.table, req.Header, mapping.Write, route.Name()); err != nil {
+	if err := admission.Authorize(st.auth, req.Header, admission.Write, route.Name()); err != nil {
 		return deny(c, err)
 	}
 	for _, name := range []string{"Content-Type", "Message-Content-Type"} {
 		if n := len(req.Header.Values(name)); n > 1 {
-			return answerError(c, http.StatusBadRequest, fmt.Sprintf("%s given %d times: send it once", name, n), 0)
+			return httpreply.Error(c, http.StatusBadRequest, fmt.Sprintf("%s given %d times: send it once", name, n), 0)
 		}
 	}
 	format, err := recordio.ParseRequest(req.Header.Get("Content-Type"), req.Header.Get("Message-Content-Type"), route.ContentTypes())
@@ -224,11 +227,11 @@ func (s *Server) Handle(c echo.Context) error {
 		if errors.Is(err, recordio.ErrNoContentType) || errors.Is(err, recordio.ErrMissingMessageContentType) {
 			status = http.StatusBadRequest
 		}
-		return answerError(c, status, err.Error(), 0)
+		return httpreply.Error(c, status, err.Error(), 0)
 	}
 	named, err := parseNamedStream(req.Header, route.Name())
 	if err != nil {
-		return answerError(c, http.StatusBadRequest, err.Error(), 0)
+		return httpreply.Error(c, http.StatusBadRequest, err.Error(), 0)
 	}
 	leave, err := s.gate.Enter(st.limits.MaxStreams)
 	if err != nil {
@@ -240,13 +243,13 @@ func (s *Server) Handle(c echo.Context) error {
 	if me := (*recordio.MediaError)(nil); errors.As(nerr, &me) && me.Header == "Message-Accept" {
 		// The client named the receipts' type and ingress cannot write it: refused
 		// before anything is published. (Any other Accept gets the one JSON answer.)
-		return answerError(c, http.StatusNotAcceptable, nerr.Error(), 0)
+		return httpreply.Error(c, http.StatusNotAcceptable, nerr.Error(), 0)
 	}
 	streaming := nerr == nil && resp.Streaming
 	if named != nil {
 		release, status, err := s.claim(named)
 		if err != nil {
-			return answerError(c, status, err.Error(), 0)
+			return httpreply.Error(c, status, err.Error(), 0)
 		}
 		defer release()
 	}
@@ -281,47 +284,6 @@ func (s *Server) Handle(c echo.Context) error {
 	return nil
 }
 
-// answerError writes a JSON error for a request refused before its stream started.
-func answerError(c echo.Context, status int, msg string, retryAfter int) error {
-	settleBody(c, false)
-	if retryAfter > 0 {
-		c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfter))
-	}
-	return c.JSON(status, map[string]any{"status": status, "error": msg})
-}
-
-// settleBody readies an HTTP/1.x connection for an answer written before the request
-// body was read to its end. net/http would first read and drop up to 256 KiB of what
-// is left, with no deadline: a client streaming an endless body would not see its 429,
-// 404 or 400 until it had sent that much or closed the body, and one that announced a
-// body it never sends would hold the connection for good. Instead what is left is
-// dropped for at most discardGrace: a body that was all sent (pipelined requests) ends
-// and the connection goes on; any other ends the connection after the answer. (HTTP/2
-// answers a stream without touching the connection, so it is left alone there.)
-func settleBody(c echo.Context, sawEOF bool) {
-	req := c.Request()
-	if req.ProtoMajor != 1 || req.ContentLength == 0 || sawEOF {
-		return
-	}
-	if req.ContentLength < maxDiscard {
-		rc := http.NewResponseController(c.Response())
-		_ = rc.SetReadDeadline(time.Now().Add(discardGrace))
-		if _, err := io.CopyN(io.Discard, req.Body, maxDiscard); errors.Is(err, io.EOF) || errors.Is(err, http.ErrBodyReadAfterClose) {
-			// Ended: the grace is over. net/http lifts the deadline itself when it sees the
-			// end, but not for a body that had ended before: left, it would cut net/http's
-			// background read and cancel the connection's context (see stopReading).
-			_ = rc.SetReadDeadline(time.Time{})
-			return
-		}
-	}
-	c.Response().Header().Set("Connection", "close")
-}
-
-const (
-	maxDiscard   = 256 << 10 // net/http's own bound on a body it drops
-	discardGrace = 200 * time.Millisecond
-)
-
 type nopObserver struct{}
 
 func (nopObserver) StreamStarted(string)                     {}
@@ -334,17 +296,16 @@ func (nopObserver) DecodeError(string)                       {}
 // (named by key).
 func refuse(c echo.Context, err error, key string, limit int) error {
 	if errors.Is(err, admission.ErrDraining) {
-		return answerError(c, http.StatusServiceUnavailable, err.Error(), 5)
+		return httpreply.Error(c, http.StatusServiceUnavailable, err.Error(), 5)
 	}
-	return answerError(c, http.StatusTooManyRequests, fmt.Sprintf("%v (%s is %d)", err, key, limit), 1)
+	return httpreply.Error(c, http.StatusTooManyRequests, fmt.Sprintf("%v (%s is %d)", err, key, limit), 1)
 }
 
 // deny answers an authorization error: 403 when the token does not grant the access,
 // 401 (with the challenge) when there is no valid token.
 func deny(c echo.Context, err error) error {
-	if errors.Is(err, mapping.ErrForbidden) {
-		return answerError(c, http.StatusForbidden, err.Error(), 0)
+	if errors.Is(err, admission.ErrForbidden) {
+		return httpreply.Error(c, http.StatusForbidden, err.Error(), 0)
 	}
-	c.Response().Header().Set("WWW-Authenticate", mapping.Challenge(err))
-	return answerError(c, http.StatusUnauthorized, err.Error(), 0)
+	return httpreply.Challenge(c, http.StatusUnauthorized, err.Error(), admission.Challenge(err))
 }

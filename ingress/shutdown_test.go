@@ -95,7 +95,7 @@ func TestDrainEndsAtItsDeadlineWhenAClientStopsReadingItsReceipts(t *testing.T) 
 	s := New(pub, nil, nil, nil)
 	l := limits
 	l.IdleTimeout = time.Hour // the stuck write must be cut by the drain, not by the idle timeout
-	s.Update(table(t, oneRoute), l)
+	s.Update(table(t, oneRoute), nil, l)
 	e := echo.New()
 	s.Register(e)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

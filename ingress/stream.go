@@ -17,6 +17,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/recordio-bridge/bridge/internal/budget"
+	"github.com/recordio-bridge/bridge/internal/httpreply"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -45,8 +47,8 @@ type stream struct {
 	cancel context.CancelFunc
 
 	// Shared by the goroutines, each under its own lock or atomic.
-	pending     chan *entry // records awaiting their outcome, in input order
-	budget      byteBudget
+	pending     chan *entry    // records awaiting their outcome, in input order
+	budget      *budget.Budget // ingress.pendingBytes: the bytes awaiting receipts (a record larger than it is admitted alone)
 	bodyMu      sync.Mutex
 	stopErr     error // why reading stopped early (drain), set under bodyMu
 	abandonC    chan struct{}
@@ -132,7 +134,7 @@ func newStream(s *Server, c echo.Context, parent context.Context, route string, 
 	st := &stream{srv: s, c: c, rc: http.NewResponseController(c.Response()), route: route, req: req, limits: l,
 		streaming: streaming, recordio: rio, ctx: ctx, cancel: cancel,
 		pending: make(chan *entry, l.PendingRecords), abandonC: make(chan struct{})}
-	st.budget.init(l.PendingBytes)
+	st.budget = budget.New(l.PendingBytes)
 	if s.tr.Enabled {
 		st.streamSpan = trace.SpanContextFromContext(ctx)
 		if rio {
@@ -259,7 +261,7 @@ func (st *stream) run() int {
 		if retry > 0 {
 			res.Header().Set("Retry-After", strconv.Itoa(retry))
 		}
-		settleBody(st.c, st.sawEOF.Load())
+		httpreply.SettleBody(st.c, st.sawEOF.Load())
 		_ = st.c.JSON(status, ans)
 	}
 	level := slog.LevelDebug
@@ -464,7 +466,7 @@ func (st *stream) publish(rec recordio.Record) error {
 	}
 	// The record holds its key and properties too until its receipt (ingress.pendingBytes).
 	charge := rec.Size + m.MetadataBytes()
-	if err := st.budget.acquire(st.ctx, charge, st.abandonC); err != nil {
+	if err := st.budget.Acquire(st.ctx, charge); err != nil { // abandon ends st.ctx
 		return err
 	}
 	// The record's segment is taken before the entry is written: its lock is then the
@@ -502,7 +504,7 @@ func (st *stream) publish(rec recordio.Record) error {
 	case st.pending <- e:
 		st.accepted++
 	case <-st.ctx.Done():
-		st.budget.release(charge)
+		st.budget.Release(charge)
 		st.srv.tr.EndRecord(&e.span, "", st.ctx.Err()) // never sent: a failed record
 		return st.ctx.Err()
 	}
@@ -640,13 +642,13 @@ func (st *stream) collect() {
 			case <-st.abandonC:
 				// The drain timeout passed: the outcome is unknown. The publisher's
 				// callback will still come; the entry is not reused.
-				st.budget.release(e.charge)
+				st.budget.Release(e.charge)
 				st.settle(&entry{seq: e.seq, sequence: e.sequence, span: e.span, err: &statusError{status: http.StatusServiceUnavailable,
 					err: errors.New("not confirmed by the broker before the drain timeout; outcome unknown")}}, &buf)
 				continue
 			}
 		}
-		st.budget.release(e.charge)
+		st.budget.Release(e.charge)
 		st.settle(e, &buf)
 		entryPool.Put(e)
 		if len(buf) >= 32<<10 {
@@ -850,50 +852,4 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
-}
-
-// byteBudget bounds the bytes awaiting receipts. A record larger than the whole budget
-// is admitted alone.
-type byteBudget struct {
-	mu    sync.Mutex
-	limit int64
-	used  int64
-	wake  chan struct{}
-}
-
-func (b *byteBudget) init(limit int64) {
-	b.limit = limit
-	b.wake = make(chan struct{}, 1)
-}
-
-func (b *byteBudget) acquire(ctx context.Context, n int64, abandon <-chan struct{}) error {
-	for {
-		b.mu.Lock()
-		if b.used == 0 || b.used+n <= b.limit {
-			b.used += n
-			b.mu.Unlock()
-			return nil
-		}
-		b.mu.Unlock()
-		select {
-		case <-b.wake:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-abandon:
-			return errDraining
-		}
-	}
-}
-
-func (b *byteBudget) release(n int64) {
-	if n == 0 {
-		return
-	}
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
-	}
 }

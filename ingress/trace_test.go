@@ -80,7 +80,7 @@ routes:
   - name: r
     namespaces: [public/default]
     default: {topic: "t-{json:n}", properties: {traceparent: "{json:tp}"}}
-`), limits)
+`), nil, limits)
 	e := echo.New()
 	s.Register(e)
 	srv := httptest.NewServer(e)
@@ -205,7 +205,7 @@ func TestARecordGivenUpBeforeSendingIsTracedAsFailed(t *testing.T) {
 	s := New(pub, nil, nil, tr)
 	l := limits
 	l.PendingRecords = 1 // one record in the queue, one in the collector; the third waits
-	s.Update(table(t, oneRoute), l)
+	s.Update(table(t, oneRoute), nil, l)
 	e := echo.New()
 	s.Register(e)
 	srv := httptest.NewServer(e)

@@ -41,8 +41,6 @@ type Table struct {
 	routes  []*Route
 	byName  map[string]*Route
 	streams []*Stream
-	tokens  []token
-	jwt     []jwtIssuer // auth.jwt
 }
 
 // Route is one compiled ingress route.
@@ -104,10 +102,6 @@ func Compile(cfg config.Config) (*Table, error) {
 	streams, probs := compileStreams(cfg)
 	p = append(p, probs...)
 	t.streams = streams
-	tokens, probs := compileTokens(cfg.Auth)
-	p = append(p, probs...)
-	t.tokens = tokens
-	t.jwt = compileJWT(cfg.Auth)
 	if len(p) > 0 {
 		return nil, p
 	}

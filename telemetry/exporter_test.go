@@ -17,7 +17,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/recordio-bridge/bridge/telemetry/otlpwire"
+	"github.com/recordio-bridge/bridge/telemetry/internal/otlpwire"
 )
 
 // collector is an OTLP/HTTP collector keeping the spans it is sent.
@@ -50,91 +50,74 @@ func collector(t *testing.T) (url string, spans func() []*tracepb.Span) {
 	}
 }
 
-// tracing.exporter picks the exporter; either way the record spans the bridge makes reach
-// the collector, with the same name, kind, attributes and link. With recordSpans: direct
-// too (the fast path), otlpwire's processor batches them in place of the SDK's batch
-// span processor, and directspan reuses its spans.
-func TestBothExportersSendTheRecordSpans(t *testing.T) {
-	for _, c := range []struct{ exporter, recordSpans string }{{ExporterSDK, ""}, {ExporterWire, ""}, {ExporterSDK, "direct"},
-		{ExporterWire, "direct"}} {
-		exporter := c.exporter
-		t.Run(exporter+"/"+c.recordSpans, func(t *testing.T) {
-			url, spans := collector(t)
-			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
-			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-			t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
-			tr, err := SetupTracing(context.Background(), "v", TracingOptions{Exporter: exporter, RecordSpans: c.recordSpans})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wireBatch := wireProcessor(tr) != nil
-			fast := exporter == ExporterWire && c.recordSpans == "direct"
-			if wireBatch != fast || (tr.direct != nil && tr.direct.Reuses() != fast) {
-				t.Fatalf("otlpwire's processor %v, directspan reuses spans %v; want both %v", wireBatch, tr.direct != nil && tr.direct.Reuses(), fast)
-			}
-			if got := tr.Options().Exporter; got != exporter {
-				t.Fatalf("runs with exporter %q, want %q", got, exporter)
-			}
-			segs := tr.NewSegments("POST r", trace.SpanContext{})
-			var r RecordSpan
-			tr.StartPublish(&r, trace.SpanContext{}, segs.Next(7), "persistent://public/default/t", 7, time.Now())
-			tr.EndRecord(&r, "1:2:-1:0", nil)
-			segs.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := tr.ForceFlush(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := tr.Shutdown(ctx); err != nil {
-				t.Fatal(err)
-			}
-			var publish *tracepb.Span
-			for _, s := range spans() {
-				if s.Name == "publish persistent://public/default/t" {
-					publish = s
-				}
-			}
-			if publish == nil {
-				t.Fatalf("no publish span among %d exported", len(spans()))
-			}
-			attrs := map[string]string{}
-			for _, kv := range publish.Attributes {
-				attrs[kv.Key] = kv.Value.String()
-			}
-			sid := r.SpanContext().SpanID()
-			if publish.Kind != tracepb.Span_SPAN_KIND_PRODUCER || len(publish.Links) != 1 || string(publish.SpanId) != string(sid[:]) ||
-				!strings.Contains(attrs["messaging.message.id"], "1:2:-1:0") || !strings.Contains(attrs["messaging.system"], "pulsar") {
-				t.Fatalf("publish span %v", publish)
-			}
-			if tr.Spans.Exported() < 2 || tr.Spans.Failed() != 0 || tr.Spans.Exported() != tr.Spans.Ended() {
-				t.Fatalf("ended %d, exported %d, failed %d", tr.Spans.Ended(), tr.Spans.Exported(), tr.Spans.Failed())
-			}
-		})
+// The record spans the bridge makes reach the collector, with their name, kind,
+// attributes and link, through otlpwire's processor, and every span ended is counted
+// exported.
+func TestTheRecordSpansReachTheCollector(t *testing.T) {
+	url, spans := collector(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
+	tr, err := SetupTracing(context.Background(), "v", TracingOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wireProcessor(tr) == nil {
+		t.Fatalf("tracing runs %T, not otlpwire's processor", tr.processors)
+	}
+	segs := tr.NewSegments("POST r", trace.SpanContext{})
+	var r RecordSpan
+	tr.StartPublish(&r, trace.SpanContext{}, segs.Next(7), "persistent://public/default/t", 7, time.Now())
+	tr.EndRecord(&r, "1:2:-1:0", nil)
+	segs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := tr.ForceFlush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var publish *tracepb.Span
+	for _, s := range spans() {
+		if s.Name == "publish persistent://public/default/t" {
+			publish = s
+		}
+	}
+	if publish == nil {
+		t.Fatalf("no publish span among %d exported", len(spans()))
+	}
+	attrs := map[string]string{}
+	for _, kv := range publish.Attributes {
+		attrs[kv.Key] = kv.Value.String()
+	}
+	sid := r.SpanContext().SpanID()
+	if publish.Kind != tracepb.Span_SPAN_KIND_PRODUCER || len(publish.Links) != 1 || string(publish.SpanId) != string(sid[:]) ||
+		!strings.Contains(attrs["messaging.message.id"], "1:2:-1:0") || !strings.Contains(attrs["messaging.system"], "pulsar") {
+		t.Fatalf("publish span %v", publish)
+	}
+	if tr.Spans.Exported() < 2 || tr.Spans.Failed() != 0 || tr.Spans.Exported() != tr.Spans.Ended() {
+		t.Fatalf("ended %d, exported %d, failed %d", tr.Spans.Ended(), tr.Spans.Exported(), tr.Spans.Failed())
 	}
 }
 
-// With tracing.exporter wire, a variable or value the wire exporter cannot use stops
-// start-up and CheckTracing (so `bridge validate`), naming it; the SDK's exporter keeps
-// ignoring it as it always has. An exporter that is neither is refused.
+// A variable or value the exporter cannot use stops start-up and CheckTracing (so
+// `bridge validate`), naming it.
 func TestCheckTracingRefusesWhatStartUpRefuses(t *testing.T) {
 	t.Setenv("OTEL_TRACES_EXPORTER", "otlp")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "zstd")
-	for _, err := range []error{CheckTracing(TracingOptions{Exporter: ExporterWire}), setupErr(TracingOptions{Exporter: ExporterWire})} {
-		if !errors.Is(err, otlpwire.ErrConfig) || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION") ||
-			!strings.Contains(err.Error(), "tracing.exporter wire") {
+	for _, err := range []error{CheckTracing(TracingOptions{}), setupErr(TracingOptions{})} {
+		if !errors.Is(err, otlpwire.ErrConfig) || !strings.Contains(err.Error(), "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION") {
 			t.Fatalf("error %v, want the variable named", err)
 		}
 	}
-	if err := CheckTracing(TracingOptions{Exporter: ExporterSDK}); err != nil {
-		t.Fatalf("the SDK exporter: %v", err)
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip")
+	if err := CheckTracing(TracingOptions{}); err != nil {
+		t.Fatalf("gzip: %v", err)
 	}
-	for _, err := range []error{CheckTracing(TracingOptions{Exporter: "fast"}), setupErr(TracingOptions{Exporter: "fast"})} {
-		if err == nil || !strings.Contains(err.Error(), `tracing.exporter: "fast"`) {
-			t.Fatalf("error %v", err)
-		}
-	}
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "zstd")
 	t.Setenv("OTEL_TRACES_EXPORTER", "none") // tracing off: nothing to check
-	if err := CheckTracing(TracingOptions{Exporter: ExporterWire}); err != nil {
+	if err := CheckTracing(TracingOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -147,7 +130,7 @@ func setupErr(o TracingOptions) error {
 	return err
 }
 
-// The fast path's processor batches as the SDK's batch span processor would: the
+// otlpwire's processor batches as the SDK's batch span processor would: the
 // OTEL_BSP_* variables (a bad value takes the default, as the SDK's), then the bridge's
 // own options over them.
 func TestBatchOptionsAreTheSDKs(t *testing.T) {

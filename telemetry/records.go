@@ -15,8 +15,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/recordio-bridge/bridge/telemetry/directspan"
 )
 
 // RecordSpan is one record's span: "publish <topic>" on ingress, "process <topic>" on
@@ -233,7 +231,7 @@ func (t *Tracing) startRecord(r *RecordSpan, parent trace.SpanContext) {
 		r.newRootIDs()
 	}
 	// The record's flags are its parent's (the W3C random flag kept), the sampled flag
-	// the decision's, as the SDK's tracer sets a child's (and endDirect the span's).
+	// the decision's, as the SDK's tracer sets a child's.
 	var inherited trace.TraceFlags
 	if hasParent {
 		inherited = parent.TraceFlags() &^ trace.FlagsSampled
@@ -344,16 +342,8 @@ func (t *Tracing) EndRecordAt(r *RecordSpan, messageID string, err error, c *Clo
 		end = r.start.Add(time.Since(r.start)) // as the SDK's End: monotonic from the start
 	}
 
-	kind := trace.SpanKindProducer
-	if r.process {
-		kind = trace.SpanKindConsumer
-	}
 	name := t.names.of(r.process, r.topic)
 	parent := r.parent()
-	if t.direct != nil {
-		t.endDirect(r, name, kind, parent, decision, end, messageID, err)
-		return
-	}
 	attrs := r.attributes(make([]attribute.KeyValue, 0, 7), messageID, err)
 	ctx := &presetCtx{Context: context.Background(), p: preset{traceID: r.tid, spanID: r.sid, force: true,
 		decision: decision, state: r.state}}
@@ -420,8 +410,7 @@ func mapOrNil(m *map[string]*[2]string) map[string]*[2]string {
 }
 
 // attributes appends the record span's attributes to attrs: directly made, not through
-// the Attr* variables (an indirect call each). endDirect gives directspan the same, as
-// its shapes' constants and values (recordShapes).
+// the Attr* variables (an indirect call each).
 func (r *RecordSpan) attributes(attrs []attribute.KeyValue, messageID string, err error) []attribute.KeyValue {
 	if r.process {
 		attrs = append(attrs, attrSystemPulsar, attrOpProcess, attrOpNameProcess, semconv.MessagingDestinationName(r.topic),
@@ -442,49 +431,6 @@ var (
 	attrOpProcess     = semconv.MessagingOperationTypeProcess
 	attrOpNameProcess = semconv.MessagingOperationName("process")
 )
-
-// useDirect makes record spans with m (tracing.recordSpans: direct), their attributes
-// of the shapes attributes makes: the constants, then destination, body size, (consumer
-// group,) and the message id when there is one.
-func (t *Tracing) useDirect(m *directspan.Maker) {
-	t.direct = m
-	t.publishShape = m.Shape([]attribute.KeyValue{attrSystemPulsar, attrOpPublish},
-		semconv.MessagingDestinationNameKey, semconv.MessagingMessageBodySizeKey, semconv.MessagingMessageIDKey)
-	t.processShape = m.Shape([]attribute.KeyValue{attrSystemPulsar, attrOpProcess, attrOpNameProcess},
-		semconv.MessagingDestinationNameKey, semconv.MessagingMessageBodySizeKey, semconv.MessagingConsumerGroupNameKey, semconv.MessagingMessageIDKey)
-}
-
-// endDirect is EndRecord with tracing.recordSpans: direct: the span the SDK would make
-// (TestDirectSpansEqualSDKSpans), made by directspan. Its flags are the parent's with
-// the decision's sampled bit, as the SDK sets them; its tracestate the decision's.
-func (t *Tracing) endDirect(r *RecordSpan, name string, kind trace.SpanKind, parent trace.SpanContext, decision sdktrace.SamplingDecision,
-	end time.Time, messageID string, err error) {
-	flags := parent.TraceFlags() &^ trace.FlagsSampled
-	if decision == sdktrace.RecordAndSample {
-		flags |= trace.FlagsSampled
-	}
-	var links [1]trace.Link
-	ds := directspan.Span{Name: name, Parent: parent, Kind: kind, Start: r.start, End: end, Err: err,
-		SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: r.tid, SpanID: r.sid, TraceFlags: flags, TraceState: r.state})}
-	var ls []trace.Link
-	if r.lsid.IsValid() {
-		links[0].SpanContext = r.link()
-		ls = links[:]
-	}
-	// The values of the shape's keys (directspan copies them: no allocation here).
-	var vals [4]attribute.Value
-	sh, n := t.publishShape, 2
-	vals[0], vals[1] = attribute.StringValue(r.topic), attribute.Int64Value(r.size)
-	if r.process {
-		sh, n = t.processShape, 3
-		vals[2] = attribute.StringValue(r.group)
-	}
-	if err == nil && messageID != "" {
-		vals[n] = attribute.StringValue(messageID)
-		n++
-	}
-	t.direct.EndShaped(&ds, sh, vals[:n], ls)
-}
 
 // presetKey marks a context whose span must get these ids (and, with force, be
 // recorded whatever the sampler says): how the bridge makes the SDK start the span it

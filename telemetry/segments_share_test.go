@@ -13,7 +13,7 @@ import (
 // segment (Next) while its collector counts them settled (Settled), as ingress does:
 // the two must not slow each other down (they touch different fields).
 func BenchmarkSegmentsNextBesideSettled(b *testing.B) {
-	tr, _ := testTracingMode(b, sdktrace.ParentBased(sdktrace.NeverSample()), bigSegments, true)
+	tr, _ := testTracing(b, sdktrace.ParentBased(sdktrace.NeverSample()), bigSegments)
 	s := tr.NewSegments("bench", trace.SpanContext{})
 	defer s.Close()
 	var wg sync.WaitGroup

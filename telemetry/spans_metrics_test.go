@@ -15,7 +15,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/recordio-bridge/bridge/telemetry/otlpwire"
+	"github.com/recordio-bridge/bridge/telemetry/internal/otlpwire"
 )
 
 // metricSeries reads one series' value from a /metrics exposition (-1: absent).
@@ -32,8 +32,7 @@ func metricSeries(t *testing.T, body, series string) int64 {
 	return n
 }
 
-// TestDroppedAndRejectedSpansAreOnMetrics: on the fast path (tracing.exporter wire,
-// recordSpans direct), spans otlpwire's processor drops because its queue is full, and
+// TestDroppedAndRejectedSpansAreOnMetrics: spans otlpwire's processor drops because its queue is full, and
 // spans a collector rejects in a partial success, show on /metrics
 // (bridge_trace_spans_total{result="dropped"}, bridge_trace_spans_rejected_total), with
 // the processor's and the exporter's own counts. Before, Processor.Dropped and
@@ -66,7 +65,7 @@ func TestDroppedAndRejectedSpansAreOnMetrics(t *testing.T) {
 	t.Setenv("OTEL_TRACES_SAMPLER", "always_on")
 	t.Setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1")
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "1")
-	tr, err := SetupTracing(context.Background(), "v", TracingOptions{Exporter: ExporterWire, RecordSpans: "direct"})
+	tr, err := SetupTracing(context.Background(), "v", TracingOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +99,7 @@ func TestDroppedAndRejectedSpansAreOnMetrics(t *testing.T) {
 	}
 	proc := wireProcessor(tr)
 	if proc == nil {
-		t.Fatalf("the fast path runs %T, not otlpwire's processor", tr.processors)
+		t.Fatalf("tracing runs %T, not otlpwire's processor", tr.processors)
 	}
 	dropped := proc.Dropped()
 	body := scrape()

@@ -11,9 +11,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -21,16 +18,17 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/recordio-bridge/bridge/telemetry/directspan"
-	"github.com/recordio-bridge/bridge/telemetry/otlpwire"
+	"github.com/recordio-bridge/bridge/telemetry/internal/otlpwire"
 )
 
 // Tracing holds the bridge's tracer and the W3C propagator. With tracing off its tracer
 // is a no-op, and the per-record and segment spans (records.go) cost one branch.
 //
-// Every span goes through the OpenTelemetry SDK: its tracer, span limits, the sampler
-// configured by OTEL_TRACES_SAMPLER, the batch span processor and the OTLP exporter (the
-// SDK's, or telemetry/otlpwire's with tracing.exporter: wire).
+// Every span is made by the OpenTelemetry SDK's tracer, with its span limits and the
+// sampler configured by OTEL_TRACES_SAMPLER, and handed to two span processors (the
+// SDK's extension point): one that counts them, and otlpwire's (telemetry/internal),
+// which batches and encodes each span into the OTLP request as it ends and sends it over
+// OTLP/gRPC or OTLP/HTTP as the SDK's batch span processor and exporter would.
 type Tracing struct {
 	Tracer     trace.Tracer
 	Propagator propagation.TextMapPropagator
@@ -47,16 +45,9 @@ type Tracing struct {
 	// propagateUnsampled puts unsampled records' contexts into their messages too
 	// (tracing.propagateUnsampled).
 	propagateUnsampled bool
-	exporter           string // tracing.exporter: ExporterSDK or ExporterWire
-	// processors are the span processors registered on provider, in its order: the
-	// counting processor and the batch processor around the exporter.
+	// processors are the span processors registered on provider, in its order.
 	processors []sdktrace.SpanProcessor
-	// direct, with tracing.recordSpans: direct, makes record spans without the SDK's
-	// tracer and hands them to processors (telemetry/directspan); nil with sdk.
-	direct *directspan.Maker
-	// publishShape and processShape are the attributes of record spans made by direct.
-	publishShape, processShape *directspan.Shape
-	names                      spanNames // of record spans, by topic
+	names      spanNames // of record spans, by topic
 	// endTime is a record span's end: the SDK's own (start plus the monotonic time
 	// since). Tests set another, to make the same span both ways.
 	endTime  func(start time.Time) time.Time
@@ -77,9 +68,6 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, t.cutNow)
 	defer stop()
 	err := t.provider.Shutdown(context.WithoutCancel(ctx))
-	if t.direct != nil {
-		t.direct.Stop() // as the provider's tracer: no processor gets a span ended from now on
-	}
 	t.cutNow()
 	if cerr := ctx.Err(); err == nil && cerr != nil {
 		err = cerr
@@ -106,16 +94,17 @@ func Disabled() *Tracing {
 //     OTEL_TRACES_EXPORTER=otlp or an OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT or
 //     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), off otherwise.
 //   - OTEL_EXPORTER_OTLP_PROTOCOL / OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: grpc (default) or
-//     http/protobuf; endpoints, headers, timeouts and TLS from the OTEL_EXPORTER_OTLP_*
-//     variables, read by the exporters themselves (otlpwire refuses, naming it, a variable
-//     or value it cannot use, where the SDK's exporter logs and ignores it).
+//     http/protobuf; endpoints, headers, timeouts, compression and TLS from the
+//     OTEL_EXPORTER_OTLP_* variables (a variable or value the exporter cannot use is
+//     refused, naming it).
 //   - OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on).
-//   - OTEL_BSP_* for the SDK's batch span processor; when unset the queue holds 16 384 spans
-//     and batches are up to 4 096 (the SDK's 2 048 / 512 are small for a span per record).
+//   - OTEL_BSP_* for the batching, read as the SDK's batch span processor reads them; when
+//     unset the queue holds 16 384 spans and batches are up to 4 096 (the SDK's 2 048 / 512
+//     are small for a span per record).
 //   - OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the downward-API variables POD_NAME,
 //     POD_NAMESPACE, NODE_NAME and CONTAINER_NAME become k8s.* resource attributes.
 //
-// The bridge's own settings (the exporter, segments, propagation of unsampled contexts)
+// The bridge's own settings (segments, propagation of unsampled contexts)
 // come from o, the configuration file's tracing section.
 func SetupTracing(ctx context.Context, version string, o TracingOptions) (*Tracing, error) {
 	if !tracingWanted() {
@@ -129,19 +118,9 @@ func SetupTracing(ctx context.Context, version string, o TracingOptions) (*Traci
 	if err != nil {
 		return nil, err
 	}
-	var exp sdktrace.SpanExporter
-	if o.Exporter == ExporterWire {
-		if exp, err = otlpwire.NewFromEnv(); err != nil {
-			return nil, fmt.Errorf("tracing.exporter wire: %w", err)
-		}
-	} else {
-		client := otlptracegrpc.NewClient()
-		if firstEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") == "http/protobuf" {
-			client = otlptracehttp.NewClient()
-		}
-		if exp, err = otlptrace.New(ctx, client); err != nil {
-			return nil, fmt.Errorf("OTLP trace exporter: %w", err)
-		}
+	exp, err := otlpwire.NewFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
 	}
 	var bsp []sdktrace.BatchSpanProcessorOption
 	if os.Getenv("OTEL_BSP_MAX_QUEUE_SIZE") == "" {
@@ -150,13 +129,8 @@ func SetupTracing(ctx context.Context, version string, o TracingOptions) (*Traci
 	if os.Getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") == "" {
 		bsp = append(bsp, sdktrace.WithMaxExportBatchSize(4096))
 	}
-	direct, _ := o.direct() // checked
-	t, err := newTracing(version, res, sampler, seg, recordSpans{direct: direct}, exp, bsp...)
-	if err != nil {
-		return nil, err
-	}
+	t := newTracing(version, res, sampler, seg, nil, exp, bsp...)
 	t.propagateUnsampled = o.PropagateUnsampled
-	t.exporter = o.exporter()
 	return t, nil
 }
 
@@ -170,24 +144,10 @@ func CheckTracing(o TracingOptions) error {
 	return err
 }
 
-// check reads the sampler and the segment settings, the exporter's variables and how
-// record spans are made.
+// check reads the sampler and the segment settings and the exporter's variables.
 func (o TracingOptions) check() (sdktrace.Sampler, segmentOptions, error) {
-	switch o.Exporter {
-	case "", ExporterSDK:
-		proto := firstEnv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
-		if proto != "" && proto != "grpc" && proto != "http/protobuf" {
-			return nil, segmentOptions{}, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: the bridge exports traces over grpc or http/protobuf", proto)
-		}
-	case ExporterWire:
-		if _, err := otlpwire.FromEnv(); err != nil {
-			return nil, segmentOptions{}, fmt.Errorf("tracing.exporter wire: %w", err)
-		}
-	default:
-		return nil, segmentOptions{}, fmt.Errorf("tracing.exporter: %q: want %s or %s", o.Exporter, ExporterSDK, ExporterWire)
-	}
-	if _, err := o.direct(); err != nil {
-		return nil, segmentOptions{}, err
+	if _, err := otlpwire.FromEnv(); err != nil {
+		return nil, segmentOptions{}, fmt.Errorf("OTLP trace exporter: %w", err)
 	}
 	sampler, err := samplerFromEnv()
 	if err != nil {
@@ -200,21 +160,17 @@ func (o TracingOptions) check() (sdktrace.Sampler, segmentOptions, error) {
 	return sampler, seg, nil
 }
 
-// newTracing builds the SDK pipeline around exp: the counting processor, then the batch
-// span processor, with the span limits the OTEL_SPAN_* variables set; with direct, record
-// spans are made by telemetry/directspan and handed to the same processors, with the
-// same limits.
-func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler, seg segmentOptions, rs recordSpans, exp sdktrace.SpanExporter,
-	bsp ...sdktrace.BatchSpanProcessorOption) (*Tracing, error) {
+// newTracing builds the SDK pipeline around exp: the counting processor, then
+// otlpwire's processor when exp is its exporter (every Tracing SetupTracing makes),
+// otherwise (tests) the SDK's batch span processor around exp; then observe, if not nil.
+// The span limits are what the OTEL_SPAN_* variables set.
+func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler, seg segmentOptions, observe sdktrace.SpanProcessor,
+	exp sdktrace.SpanExporter, bsp ...sdktrace.BatchSpanProcessorOption) *Tracing {
 	counts := &SpanCounts{}
 	s := bridgeSampler{sampler}
 	cut, cutNow := context.WithCancel(context.Background())
-	limits := sdktrace.NewSpanLimits() // OTEL_SPAN_*: one value for the provider and directspan
 	var batcher sdktrace.SpanProcessor
-	if sender, ok := exp.(otlpwire.Sender); ok && rs.direct && !rs.sdkBatch {
-		// The fast path (recordSpans: direct, exporter: wire): otlpwire's processor
-		// encodes each span as it ends, with the batch processor's settings, so
-		// directspan reuses its spans.
+	if sender, ok := exp.(otlpwire.Sender); ok {
 		o := batchOptions(bsp)
 		proc := otlpwire.NewProcessor(sender, otlpwire.ProcessorOptions{MaxQueueSize: o.MaxQueueSize, MaxExportBatchSize: o.MaxExportBatchSize,
 			ScheduleDelay: o.BatchTimeout, ExportTimeout: o.ExportTimeout, Cut: cut, Exported: counts.exportDone})
@@ -231,27 +187,18 @@ func newTracing(version string, res *resource.Resource, sampler sdktrace.Sampler
 		// otlpwire's processor counts the spans it is given; the SDK's does not.
 		procs = []sdktrace.SpanProcessor{countEnded{counts}, batcher}
 	}
-	if rs.observe != nil {
-		procs = append(procs, rs.observe)
+	if observe != nil {
+		procs = append(procs, observe)
 	}
 	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(s), sdktrace.WithIDGenerator(idGenerator{}),
-		sdktrace.WithRawSpanLimits(limits)}
+		sdktrace.WithRawSpanLimits(sdktrace.NewSpanLimits())}
 	for _, p := range procs {
 		opts = append(opts, sdktrace.WithSpanProcessor(p))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	fast, _ := sampler.(*fastSampler)
-	t := &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
+	return &Tracing{Tracer: tp.Tracer(instrumentationName, trace.WithInstrumentationVersion(version)), Propagator: propagation.TraceContext{},
 		Enabled: true, Spans: counts, sampler: sampler, fast: fast, segment: seg, processors: procs, provider: tp, cutNow: cutNow}
-	if rs.direct {
-		m, err := directspan.New(procs, limits, res, instrumentationName, version)
-		if err != nil {
-			_ = t.Shutdown(context.Background())
-			return nil, err
-		}
-		t.useDirect(m)
-	}
-	return t, nil
 }
 
 const instrumentationName = "github.com/recordio-bridge/bridge"
@@ -313,56 +260,12 @@ func batchOptions(bsp []sdktrace.BatchSpanProcessorOption) sdktrace.BatchSpanPro
 	return o
 }
 
-// recordSpans says how newTracing's record spans are made.
-type recordSpans struct {
-	direct bool // by telemetry/directspan (tracing.recordSpans: direct)
-	// sdkBatch keeps the SDK's batch span processor with direct and a wire exporter
-	// (benchmarks compare the two).
-	sdkBatch bool
-	// observe, for tests, is one more processor after the others: it sees every span
-	// ended, sampled or record-only.
-	observe sdktrace.SpanProcessor
-}
-
 // TracingOptions are the bridge's own tracing settings: the configuration file's tracing
 // section. A zero field takes its default.
 type TracingOptions struct {
-	// Exporter is tracing.exporter: ExporterSDK (the default) or ExporterWire.
-	Exporter           string
 	SegmentRecords     int64         // tracing.segmentRecords: 10 000
 	SegmentInterval    time.Duration // tracing.segmentInterval: 1m
 	PropagateUnsampled bool          // tracing.propagateUnsampled: false
-	// RecordSpans is tracing.recordSpans: "sdk" (the default, also "") makes each
-	// sampled or failed record's span through the SDK's tracer; "direct" makes it with
-	// telemetry/directspan and hands it to the same processors.
-	RecordSpans string
-}
-
-// direct reads RecordSpans.
-func (o TracingOptions) direct() (bool, error) {
-	switch o.RecordSpans {
-	case "", "sdk":
-		return false, nil
-	case "direct":
-		return true, nil
-	}
-	return false, fmt.Errorf("tracing.recordSpans: %q: want sdk or direct", o.RecordSpans)
-}
-
-// The exporters tracing.exporter chooses between: the SDK's official OTLP exporter, or
-// telemetry/otlpwire (the same OTLP request, encoded without proto structs). Everything
-// else in the pipeline (sampler, span limits, batch processor, counting) is the SDK's
-// either way.
-const (
-	ExporterSDK  = "sdk"
-	ExporterWire = "wire"
-)
-
-func (o TracingOptions) exporter() string {
-	if o.Exporter == "" {
-		return ExporterSDK
-	}
-	return o.Exporter
 }
 
 // segment checks the segment settings and fills in the defaults.
@@ -386,15 +289,7 @@ func (o TracingOptions) segment() (segmentOptions, error) {
 // Options are the settings tracing runs with, defaults filled in (the zero value with
 // tracing off).
 func (t *Tracing) Options() TracingOptions {
-	o := TracingOptions{Exporter: t.exporter, SegmentRecords: t.segment.records, SegmentInterval: t.segment.interval,
-		PropagateUnsampled: t.propagateUnsampled}
-	if t.Enabled {
-		o.RecordSpans = "sdk"
-		if t.direct != nil {
-			o.RecordSpans = "direct"
-		}
-	}
-	return o
+	return TracingOptions{SegmentRecords: t.segment.records, SegmentInterval: t.segment.interval, PropagateUnsampled: t.propagateUnsampled}
 }
 
 // SpanCounts counts sampled spans: ended, accepted by the exporter, and lost to failed
@@ -402,9 +297,9 @@ func (t *Tracing) Options() TracingOptions {
 // the queue was full.
 type SpanCounts struct {
 	ended, exported, failed atomic.Int64
-	// dropped and rejected read otlpwire's own counts when it is in use (nil otherwise):
-	// spans its processor dropped because its queue was full, and spans collectors
-	// rejected in partial successes.
+	// dropped and rejected read otlpwire's own counts (nil in tests that use another
+	// exporter): spans its processor dropped because its queue was full, and spans
+	// collectors rejected in partial successes.
 	dropped, rejected func() int64
 	// endedBy, when set, is otlpwire's processor's own count of the spans ended (no
 	// countEnded processor then).
@@ -412,8 +307,8 @@ type SpanCounts struct {
 }
 
 // Dropped is how many sampled spans were dropped because the export queue was full; ok
-// is false when the span processor does not count them (the SDK's batch span processor:
-// they are ended - exported - failed less what waits in its queue).
+// is false when the span processor does not count them (the SDK's batch span processor,
+// in tests).
 func (c *SpanCounts) Dropped() (n int64, ok bool) {
 	if c.dropped == nil {
 		return 0, false
@@ -422,8 +317,7 @@ func (c *SpanCounts) Dropped() (n int64, ok bool) {
 }
 
 // Rejected is how many spans collectors rejected in partial successes (counted in
-// Exported too: their requests were accepted); ok is false with the SDK's exporter, which
-// hands a partial success to OpenTelemetry's error handler (logged) without a count.
+// Exported too: their requests were accepted); ok is false with another exporter (tests).
 func (c *SpanCounts) Rejected() (n int64, ok bool) {
 	if c.rejected == nil {
 		return 0, false
@@ -456,9 +350,6 @@ func (p countEnded) OnEnd(s sdktrace.ReadOnlySpan) {
 }
 func (countEnded) Shutdown(context.Context) error   { return nil }
 func (countEnded) ForceFlush(context.Context) error { return nil }
-
-// EndKeepsNoSpan: countEnded keeps nothing of a span (directspan may reuse it).
-func (countEnded) EndKeepsNoSpan() {}
 
 // exportDone counts an export of n spans that ended with err.
 func (c *SpanCounts) exportDone(n int, err error) {

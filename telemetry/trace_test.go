@@ -43,12 +43,11 @@ func TestTracingIsOnlyOnWhenAsked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := tr.Options(), (TracingOptions{Exporter: ExporterSDK, SegmentRecords: 10000, SegmentInterval: time.Minute, RecordSpans: "sdk"}); got != want {
+	if got, want := tr.Options(), (TracingOptions{SegmentRecords: 10000, SegmentInterval: time.Minute}); got != want {
 		t.Fatalf("no options: tracing runs with %+v, want the defaults %+v", got, want)
 	}
 	_ = tr.Shutdown(context.Background())
-	want := TracingOptions{Exporter: ExporterWire, SegmentRecords: 500, SegmentInterval: 30 * time.Second, PropagateUnsampled: true,
-		RecordSpans: "direct"}
+	want := TracingOptions{SegmentRecords: 500, SegmentInterval: 30 * time.Second, PropagateUnsampled: true}
 	if tr, err = SetupTracing(context.Background(), "v", want); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +61,6 @@ func TestTracingIsOnlyOnWhenAsked(t *testing.T) {
 	}{
 		{TracingOptions{SegmentRecords: -1}, "tracing.segmentRecords: -1"},
 		{TracingOptions{SegmentInterval: -time.Second}, "tracing.segmentInterval: -1s"},
-		{TracingOptions{RecordSpans: "fast"}, `tracing.recordSpans: "fast"`},
 	} {
 		if _, err := SetupTracing(context.Background(), "v", c.o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one naming %q", c.o, err, c.want)

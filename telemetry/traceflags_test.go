@@ -18,27 +18,25 @@ import (
 // traceparent the record's message carries should be what OpenTelemetry's propagator
 // writes for that span.
 func TestInjectKeepsTheSpansFlags(t *testing.T) {
-	for _, direct := range []bool{false, true} {
-		tr, exp := testTracingMode(t, sdktrace.ParentBased(sdktrace.AlwaysSample()), bigSegments, direct)
-		parent, ok := ParseTraceparent(map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03"})
-		if !ok || parent.TraceFlags() != trace.FlagsSampled|trace.FlagsRandom {
-			t.Fatalf("parent %v ok %v", parent, ok)
-		}
-		var r RecordSpan
-		tr.StartPublish(&r, parent, trace.SpanContext{}, "t", 1, time.Now())
-		props := map[string]string{}
-		r.Inject(props)
-		tr.EndRecord(&r, "1:1:-1:0", nil)
-		spans := flushed(t, tr, exp)
-		if len(spans) != 1 {
-			t.Fatalf("direct %v: %d spans", direct, len(spans))
-		}
-		want := map[string]string{}
-		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), spans[0].SpanContext), propagation.MapCarrier(want))
-		if props["traceparent"] != want["traceparent"] {
-			t.Errorf("direct %v: the message carries traceparent %s; the exported span's flags are %s, which the propagator writes as %s",
-				direct, props["traceparent"], spans[0].SpanContext.TraceFlags(), want["traceparent"])
-		}
+	tr, exp := testTracing(t, sdktrace.ParentBased(sdktrace.AlwaysSample()), bigSegments)
+	parent, ok := ParseTraceparent(map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03"})
+	if !ok || parent.TraceFlags() != trace.FlagsSampled|trace.FlagsRandom {
+		t.Fatalf("parent %v ok %v", parent, ok)
+	}
+	var r RecordSpan
+	tr.StartPublish(&r, parent, trace.SpanContext{}, "t", 1, time.Now())
+	props := map[string]string{}
+	r.Inject(props)
+	tr.EndRecord(&r, "1:1:-1:0", nil)
+	spans := flushed(t, tr, exp)
+	if len(spans) != 1 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	want := map[string]string{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), spans[0].SpanContext), propagation.MapCarrier(want))
+	if props["traceparent"] != want["traceparent"] {
+		t.Errorf("the message carries traceparent %s; the exported span's flags are %s, which the propagator writes as %s",
+			props["traceparent"], spans[0].SpanContext.TraceFlags(), want["traceparent"])
 	}
 }
 
@@ -99,7 +97,7 @@ func TestParseTraceparentRandomDifferential(t *testing.T) {
 
 // TestAppendTraceparentIsWhatInjectWrites: for a record's context without a tracestate,
 // AppendTraceparent appends exactly the traceparent Inject writes (sampled, unsampled
-// and propagated, random flag or not), on both record-span paths; it declines where
+// and propagated, random flag or not), it declines where
 // Inject would write a tracestate or remove a stale one, and with tracing off.
 func TestAppendTraceparentIsWhatInjectWrites(t *testing.T) {
 	parents := []string{
@@ -108,36 +106,34 @@ func TestAppendTraceparentIsWhatInjectWrites(t *testing.T) {
 		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
 		"",
 	}
-	for _, direct := range []bool{false, true} {
-		for _, sampler := range []sdktrace.Sampler{sdktrace.ParentBased(sdktrace.AlwaysSample()), sdktrace.ParentBased(sdktrace.NeverSample())} {
-			tr, _ := testTracingMode(t, sampler, bigSegments, direct)
-			for _, tp := range parents {
-				var parent trace.SpanContext
-				if tp != "" {
-					parent, _ = ParseTraceparent(map[string]string{"traceparent": tp})
-				}
-				var r RecordSpan
-				tr.StartPublish(&r, parent, trace.SpanContext{}, "t", 1, time.Now())
-				props := map[string]string{}
-				r.Inject(props)
-				buf := []byte("kept")
-				got, ok := r.AppendTraceparent(buf, nil)
-				if !ok || string(got) != "kept"+props["traceparent"] {
-					t.Errorf("direct %v, %s, parent %q: AppendTraceparent gave %q (ok %v); Inject wrote %q", direct, sampler.Description(), tp, got, ok, props["traceparent"])
-				}
-				if _, ok := r.AppendTraceparent(nil, map[string]string{"tracestate": "a=b"}); ok {
-					t.Errorf("direct %v, parent %q: appended beside a stale tracestate that Inject would remove", direct, tp)
-				}
-				tr.EndRecord(&r, "1:1:-1:0", nil)
+	for _, sampler := range []sdktrace.Sampler{sdktrace.ParentBased(sdktrace.AlwaysSample()), sdktrace.ParentBased(sdktrace.NeverSample())} {
+		tr, _ := testTracing(t, sampler, bigSegments)
+		for _, tp := range parents {
+			var parent trace.SpanContext
+			if tp != "" {
+				parent, _ = ParseTraceparent(map[string]string{"traceparent": tp})
 			}
-			withState, _ := ParseTraceparent(map[string]string{"traceparent": parents[0], "tracestate": "k=v"})
 			var r RecordSpan
-			tr.StartPublish(&r, withState, trace.SpanContext{}, "t", 1, time.Now())
-			if _, ok := r.AppendTraceparent(nil, nil); ok {
-				t.Errorf("direct %v: appended a traceparent for a context with a tracestate (Inject writes both)", direct)
+			tr.StartPublish(&r, parent, trace.SpanContext{}, "t", 1, time.Now())
+			props := map[string]string{}
+			r.Inject(props)
+			buf := []byte("kept")
+			got, ok := r.AppendTraceparent(buf, nil)
+			if !ok || string(got) != "kept"+props["traceparent"] {
+				t.Errorf("%s, parent %q: AppendTraceparent gave %q (ok %v); Inject wrote %q", sampler.Description(), tp, got, ok, props["traceparent"])
+			}
+			if _, ok := r.AppendTraceparent(nil, map[string]string{"tracestate": "a=b"}); ok {
+				t.Errorf("parent %q: appended beside a stale tracestate that Inject would remove", tp)
 			}
 			tr.EndRecord(&r, "1:1:-1:0", nil)
 		}
+		withState, _ := ParseTraceparent(map[string]string{"traceparent": parents[0], "tracestate": "k=v"})
+		var r RecordSpan
+		tr.StartPublish(&r, withState, trace.SpanContext{}, "t", 1, time.Now())
+		if _, ok := r.AppendTraceparent(nil, nil); ok {
+			t.Errorf("appended a traceparent for a context with a tracestate (Inject writes both)")
+		}
+		tr.EndRecord(&r, "1:1:-1:0", nil)
 	}
 	var off RecordSpan
 	if b, ok := off.AppendTraceparent(nil, nil); ok || len(b) != 0 {

@@ -4,9 +4,9 @@
 // over OTLP/HTTP, or gRPC with -protocol grpc, to a sink in this process that accepts and
 // drops them). Two shapes: one stream at a time (a scheduler's sidecar) and eight at once.
 //
-// With -fast, each sampling rate also runs with the fast path's tracing keys (-fast-keys,
-// default tracing.recordSpans: direct and tracing.exporter: wire), so one run compares
-// off, the SDK's path and the fast one at 1, 10 and 100 %. With -aa (the default), a
+// With -alt-bins, each sampling rate also runs on other bridge binaries (an A/B of a
+// change, or against an older build), paired cycle by cycle with the same untraced
+// bridge. With -aa (the default), a
 // second bridge with tracing off ("off again") is measured as the traced ones are: its
 // cost is the benchmark's noise floor, what a cost must exceed to be a result (-ratios ""
 // measures that alone).
@@ -57,7 +57,7 @@
 // write ~35 GB; about 4 minutes a shape; from the bench directory, with a broker at the
 // URL and the bridge built by make build):
 //
-//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -fast -parallel 1 -rounds 20 -sat-rounds 10
+//	go run ./tracing -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -parallel 1 -rounds 20 -sat-rounds 10
 //	(and again with -parallel 8, on a fresh broker)
 //
 // and a short check on a busy machine: -rounds 6 -sat-rounds 3 -records 20000
@@ -103,22 +103,11 @@ func main() {
 	protocol := flag.String("protocol", "http/protobuf", "OTLP protocol: http/protobuf or grpc (the sink shares the machine; receiving gRPC costs it ~3x more CPU)")
 	profile := flag.String("profile", "", "a directory: in the last paced cycle, write each bridge's CPU profile and allocations (pprof) for -profile-seconds from the start of its slice (the profiles' cost is in that cycle's figures)")
 	profileSeconds := flag.Int("profile-seconds", 2, "how long the -profile profiles last")
-	fast := flag.Bool("fast", false, "also run each sampling rate with the -fast-keys tracing keys (modes \"fast 1 %\"...), in the same cycles")
-	fastKeys := flag.String("fast-keys", "recordSpans=direct,exporter=wire", "the tracing section's keys of the -fast modes, key=value,... (for example recordSpans=direct alone)")
 	ratios := flag.String("ratios", "0.01,0.1,1", "the sampling ratios measured, each a mode (empty, with -aa: only the noise floor)")
 	seed := flag.Uint64("seed", 1, "the seed of the slices' random orders (runs with the same seed use the same orders; another seed shows whether an order favours a mode)")
-	sdk := flag.Bool("sdk", true, "with -fast, also run the SDK's path at each rate (false: only the fast modes, for comparing binaries)")
-	altBins := flag.String("alt-bins", "", "with -fast, more bridge binaries (comma-separated) whose fast modes run in the same cycles, each mode named by its file (A/B of a change, paired cycle by cycle)")
+	altBins := flag.String("alt-bins", "", "more bridge binaries (comma-separated) whose traced modes run in the same cycles, each mode named by its file (A/B of a change, paired cycle by cycle)")
 	aa := flag.Bool("aa", true, "also run \"off again\", a second bridge with tracing off, measured as a traced one: its cost is the noise floor")
 	flag.Parse()
-	var fastYAML string
-	for _, kv := range strings.Split(*fastKeys, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok || k == "" {
-			log.Fatalf("-fast-keys %q: want key=value,...", *fastKeys)
-		}
-		fastYAML += fmt.Sprintf("  %s: %s\n", k, v)
-	}
 	harness.Pprof = *profile != ""
 	if *url == "" {
 		log.Fatal("no broker: set -url or PULSAR_URL (make bench-tracing starts one)")
@@ -175,20 +164,14 @@ func main() {
 		if err != nil || pct <= 0 || pct > 1 {
 			log.Fatalf("-ratios %q: want sampling ratios in (0, 1]", *ratios)
 		}
-		target := map[float64]float64{0.01: 1, 0.1: 5, 1: 20}[pct]
+		target := map[float64]float64{0.01: 2, 0.1: 10}[pct] // 100 %: measured, no target
 		env := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + sink, "OTEL_EXPORTER_OTLP_PROTOCOL=" + *protocol,
 			"OTEL_TRACES_SAMPLER=parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG=" + ratio,
 			fmt.Sprintf("OTEL_BSP_SCHEDULE_DELAY=%d", bspDelay.Milliseconds())}
-		if *sdk || !*fast {
-			traced = append(traced, mode{name: fmt.Sprintf("%g %%", pct*100), env: env, target: target})
-		}
-		if *fast {
-			traced = append(traced, mode{name: fmt.Sprintf("fast %g %%", pct*100), env: env, tracing: fastYAML, target: target})
-			for _, alt := range strings.Split(*altBins, ",") {
-				if alt = strings.TrimSpace(alt); alt != "" {
-					traced = append(traced, mode{name: fmt.Sprintf("fast %g %% %s", pct*100, filepath.Base(alt)), env: env, tracing: fastYAML,
-						target: target, bin: alt})
-				}
+		traced = append(traced, mode{name: fmt.Sprintf("%g %%", pct*100), env: env, target: target})
+		for _, alt := range strings.Split(*altBins, ",") {
+			if alt = strings.TrimSpace(alt); alt != "" {
+				traced = append(traced, mode{name: fmt.Sprintf("%g %% %s", pct*100, filepath.Base(alt)), env: env, target: target, bin: alt})
 			}
 		}
 	}
@@ -216,9 +199,6 @@ func main() {
 	bridges := make([]*bridge, len(all))
 	for i, m := range all {
 		cfg := base
-		if m.tracing != "" {
-			cfg += "tracing:\n" + m.tracing
-		}
 		binary := *bin
 		if m.bin != "" {
 			binary = m.bin
@@ -365,11 +345,10 @@ func (p pair) added(f func(window) float64) float64 { return f(p.x) - f(p.off) }
 
 // mode is a configuration of the bridge's tracing.
 type mode struct {
-	name    string
-	env     []string
-	tracing string  // the configuration file's tracing section's keys
-	target  float64 // the budget for its costs, in percent (0: none)
-	bin     string  // the bridge binary, when not -bin's (-alt-bins)
+	name   string
+	env    []string
+	target float64 // the budget for its costs, in percent (0: none)
+	bin    string  // the bridge binary, when not -bin's (-alt-bins)
 }
 
 // stat is a sample's median with a distribution-free confidence interval for it and

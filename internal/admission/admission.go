@@ -10,12 +10,9 @@ import (
 	"errors"
 	"net/http"
 	"sync"
-
-	"github.com/recordio-bridge/bridge/mapping"
 )
 
-// Errors of Gate.Enter. (Authentication errors are mapping's: ErrUnauthenticated and
-// ErrForbidden.)
+// Errors of Gate.Enter. (Authentication errors are ErrUnauthenticated and ErrForbidden.)
 var (
 	// ErrTooManyStreams: the server's limit of concurrent streams is reached.
 	ErrTooManyStreams = errors.New("too many concurrent streams")
@@ -25,15 +22,15 @@ var (
 
 // Authenticate checks the request's bearer token against the table's tokens, before the
 // request's path is looked up, so an unauthenticated caller learns nothing of what exists.
-// Its error wraps mapping.ErrUnauthenticated.
-func Authenticate(t *mapping.Table, h http.Header) error {
-	return t.Authenticate(mapping.BearerToken(h))
+// Its error wraps ErrUnauthenticated.
+func Authenticate(t *Tokens, h http.Header) error {
+	return t.Authenticate(BearerToken(h))
 }
 
 // Authorize checks that the request's token grants access to the named route or stream.
-// Its error wraps mapping.ErrUnauthenticated or mapping.ErrForbidden.
-func Authorize(t *mapping.Table, h http.Header, access mapping.Access, name string) error {
-	_, err := t.Authorize(mapping.BearerToken(h), access, name)
+// Its error wraps ErrUnauthenticated or ErrForbidden.
+func Authorize(t *Tokens, h http.Header, access Access, name string) error {
+	_, err := t.Authorize(BearerToken(h), access, name)
 	return err
 }
 

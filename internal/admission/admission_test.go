@@ -9,7 +9,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/recordio-bridge/bridge/config"
-	"github.com/recordio-bridge/bridge/mapping"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -69,22 +68,22 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	tab, err := mapping.Compile(cfg)
+	tab, err := Compile(cfg.Auth)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := http.Header{}
-	if err := Authenticate(tab, h); !errors.Is(err, mapping.ErrUnauthenticated) {
+	if err := Authenticate(tab, h); !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("no token: %v", err)
 	}
 	h.Set("Authorization", "Bearer test") // sha256("test") is the token above
 	if err := Authenticate(tab, h); err != nil {
 		t.Fatal(err)
 	}
-	if err := Authorize(tab, h, mapping.Write, "r"); err != nil {
+	if err := Authorize(tab, h, Write, "r"); err != nil {
 		t.Fatal(err)
 	}
-	if err := Authorize(tab, h, mapping.Read, "r"); !errors.Is(err, mapping.ErrForbidden) {
+	if err := Authorize(tab, h, Read, "r"); !errors.Is(err, ErrForbidden) {
 		t.Fatalf("a write token reading: %v", err)
 	}
 }

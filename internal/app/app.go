@@ -137,14 +137,13 @@ func New(o Options) (_ *App, err error) {
 	if a.tracing.Enabled {
 		to := a.tracing.Options()
 		log.Info("tracing on (OTLP)", "endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")+os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-			"exporter", to.Exporter, "segmentRecords", to.SegmentRecords, "segmentInterval", to.SegmentInterval.String(), "propagateUnsampled", to.PropagateUnsampled,
-			"recordSpans", to.RecordSpans)
+			"segmentRecords", to.SegmentRecords, "segmentInterval", to.SegmentInterval.String(), "propagateUnsampled", to.PropagateUnsampled)
 		if err := a.metrics.ObserveSpans(a.tracing.Spans); err != nil {
 			return nil, err
 		}
 	}
 	a.ingress = ingress.New(a.prods, log.With("component", "ingress"), a.metrics, a.tracing)
-	a.ingress.Update(snap.table, limitsOf(cfg))
+	a.ingress.Update(snap.table, snap.auth, limitsOf(cfg))
 	a.subs = pulsarpool.NewSubscriber(a.client, a.budget)
 	a.subs.DeadLetters(a.prods) // retry.maxDeliveries: dead letters go through the producer pool
 	a.egress = egress.New(a.subs, log.With("component", "egress"), a.metrics, a.tracing)
@@ -164,7 +163,7 @@ func New(o Options) (_ *App, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	a.egress.Update(snap.table, egressLimitsOf(cfg))
+	a.egress.Update(snap.table, snap.auth, egressLimitsOf(cfg))
 
 	if a.data, err = a.dataServer(cfg); err != nil {
 		return nil, err
@@ -440,8 +439,8 @@ func (a *App) Reload(why string) error {
 		a.log.Warn("configuration change needs a restart", "change", line)
 	}
 	a.snap.Store(next)
-	a.ingress.Update(next.table, limitsOf(next.cfg))
-	a.egress.Update(next.table, egressLimitsOf(next.cfg))
+	a.ingress.Update(next.table, next.auth, limitsOf(next.cfg))
+	a.egress.Update(next.table, next.auth, egressLimitsOf(next.cfg))
 	a.lastErr.Store(nil)
 	a.metrics.Reload("applied")
 	a.log.Info("configuration reloaded", "trigger", why, "routes", len(next.table.Routes()))

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -8,17 +9,19 @@ import (
 	"github.com/recordio-bridge/bridge/config"
 	"github.com/recordio-bridge/bridge/egress"
 	"github.com/recordio-bridge/bridge/ingress"
+	"github.com/recordio-bridge/bridge/internal/admission"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/pulsar"
 	"github.com/recordio-bridge/bridge/telemetry"
 )
 
-// snapshot is one loaded configuration: the file's bytes, the parsed values and the
-// compiled routes. Snapshots are immutable and swapped whole.
+// snapshot is one loaded configuration: the file's bytes, the parsed values, the
+// compiled routes and tokens. Snapshots are immutable and swapped whole.
 type snapshot struct {
 	raw    []byte
 	cfg    config.Config
 	table  *mapping.Table
+	auth   *admission.Tokens
 	loaded time.Time
 }
 
@@ -52,10 +55,11 @@ func parseSnapshot(path string, raw []byte) (*snapshot, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	table, err := mapping.Compile(cfg)
-	if err != nil {
+	auth, aerr := admission.Compile(cfg.Auth)
+	if err = errors.Join(err, aerr); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &snapshot{raw: raw, cfg: cfg, table: table, loaded: time.Now()}, nil
+	return &snapshot{raw: raw, cfg: cfg, table: table, auth: auth, loaded: time.Now()}, nil
 }
 
 func limitsOf(c config.Config) ingress.Limits {
@@ -74,8 +78,7 @@ func egressLimitsOf(c config.Config) egress.Limits {
 // (a reload that changes it logs that it needs a restart).
 func tracingOf(c config.Config) telemetry.TracingOptions {
 	t := c.Tracing
-	return telemetry.TracingOptions{Exporter: t.Exporter, SegmentRecords: t.SegmentRecords, SegmentInterval: t.SegmentInterval.D(), PropagateUnsampled: t.PropagateUnsampled,
-		RecordSpans: t.RecordSpans}
+	return telemetry.TracingOptions{SegmentRecords: t.SegmentRecords, SegmentInterval: t.SegmentInterval.D(), PropagateUnsampled: t.PropagateUnsampled}
 }
 
 var hashingSchemes = map[string]pulsar.HashingScheme{"murmur3": pulsar.Murmur3_32Hash, "javaString": pulsar.JavaStringHash}

@@ -5,28 +5,35 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
+
+	"github.com/recordio-bridge/bridge/internal/reread"
 )
 
 // certReloader serves the data listener's certificate and loads it again when the
 // files change (a renewed cert-manager or Kubernetes Secret mount), checking at most
-// once a second, on the next handshake. A bad pair keeps the previous one.
+// once a second, on the next handshake (reread). A bad pair keeps the previous one.
 type certReloader struct {
 	certFile, keyFile string
 	log               *slog.Logger
+	pair              *reread.Every[loadedPair]
+	last              loadedPair // written by load only (reread runs one load at a time)
+}
 
-	mu      sync.Mutex
-	cert    *tls.Certificate
-	stamp   string // modification times the loaded pair had
-	checked time.Time
+// loadedPair is a certificate with the files' modification times and sizes it was
+// loaded at.
+type loadedPair struct {
+	cert  *tls.Certificate
+	stamp string
 }
 
 func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {
 	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log}
-	if err := r.load(); err != nil {
+	pair, err := reread.New(time.Second, time.Now(), r.load)
+	if err != nil {
 		return nil, err
 	}
+	r.pair = pair
 	return r, nil
 }
 
@@ -40,31 +47,28 @@ func (r *certReloader) stampNow() string {
 	return s
 }
 
-func (r *certReloader) load() error {
+// load loads the pair when its files changed since the last load (the first time
+// always), logging a reload or a failed one after the first.
+func (r *certReloader) load() (loadedPair, error) {
 	stamp := r.stampNow()
+	if r.last.cert != nil && stamp == r.last.stamp {
+		return r.last, nil
+	}
 	c, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
 	if err != nil {
-		return fmt.Errorf("listen.tls: %w", err)
+		if r.last.cert != nil {
+			r.log.Error("TLS certificate not reloaded; the previous one stays in use", "error", err.Error())
+		}
+		return loadedPair{}, fmt.Errorf("listen.tls: %w", err)
 	}
-	r.cert, r.stamp = &c, stamp
-	return nil
+	if r.last.cert != nil {
+		r.log.Info("TLS certificate reloaded", "certFile", r.certFile)
+	}
+	r.last = loadedPair{cert: &c, stamp: stamp}
+	return r.last, nil
 }
 
 // GetCertificate is tls.Config.GetCertificate.
 func (r *certReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if now := time.Now(); now.Sub(r.checked) >= time.Second {
-		r.checked = now
-		if r.stampNow() != r.stamp {
-			old := r.cert
-			if err := r.load(); err != nil {
-				r.cert = old
-				r.log.Error("TLS certificate not reloaded; the previous one stays in use", "error", err.Error())
-			} else {
-				r.log.Info("TLS certificate reloaded", "certFile", r.certFile)
-			}
-		}
-	}
-	return r.cert, nil
+	return r.pair.Get(time.Now()).cert, nil
 }

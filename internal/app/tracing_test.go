@@ -53,7 +53,7 @@ func TestTracingKeysApplyAtStartAndNeedARestart(t *testing.T) {
 	}
 	t.Cleanup(b.Close)
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
-	writeConfig(t, path, b.URL(), "tracing:\n  exporter: wire\n  segmentRecords: 500\n  propagateUnsampled: true\n  recordSpans: direct")
+	writeConfig(t, path, b.URL(), "tracing:\n  segmentRecords: 500\n  propagateUnsampled: true")
 	var logs syncBuffer
 	a, err := New(Options{ConfigPath: path, Version: "test", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -64,13 +64,12 @@ func TestTracingKeysApplyAtStartAndNeedARestart(t *testing.T) {
 		defer cancel()
 		_ = a.Shutdown(ctx)
 	})
-	want := telemetry.TracingOptions{Exporter: telemetry.ExporterWire, SegmentRecords: 500, SegmentInterval: time.Minute, PropagateUnsampled: true,
-		RecordSpans: "direct"}
+	want := telemetry.TracingOptions{SegmentRecords: 500, SegmentInterval: time.Minute, PropagateUnsampled: true}
 	if !a.tracing.Enabled || a.tracing.Options() != want {
 		t.Fatalf("tracing on %v with %+v, want %+v from the file", a.tracing.Enabled, a.tracing.Options(), want)
 	}
 
-	writeConfig(t, path, b.URL(), "  pprof: true\ntracing:\n  exporter: wire\n  segmentRecords: 7\n  propagateUnsampled: true\n  recordSpans: direct")
+	writeConfig(t, path, b.URL(), "  pprof: true\ntracing:\n  segmentRecords: 7\n  propagateUnsampled: true")
 	if err := a.Reload("test"); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +84,7 @@ func TestTracingKeysApplyAtStartAndNeedARestart(t *testing.T) {
 		!strings.Contains(out, "tracing.segmentRecords: changed from 500 to 7; takes effect after a restart") {
 		t.Fatalf("the log does not say the tracing change needs a restart:\n%s", out)
 	}
-	if strings.Contains(out, "tracing.propagateUnsampled") || strings.Contains(out, "tracing.exporter") {
+	if strings.Contains(out, "tracing.propagateUnsampled") {
 		t.Fatalf("an unchanged key is reported as changed:\n%s", out)
 	}
 }

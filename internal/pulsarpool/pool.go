@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/recordio-bridge/bridge/ingress"
+	"github.com/recordio-bridge/bridge/internal/backoff"
 	"github.com/recordio-bridge/bridge/internal/budget"
 	"github.com/recordio-bridge/bridge/pulsar"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -318,10 +319,7 @@ func (ps *Pool) create(e *producerEntry) {
 	ps.mu.Lock()
 	if err != nil {
 		e.failures++
-		wait := ps.o.CreateRetryMin << min(e.failures-1, 30)
-		if wait <= 0 || wait > ps.o.CreateRetryMax {
-			wait = ps.o.CreateRetryMax
-		}
+		wait := backoff.Schedule{Initial: ps.o.CreateRetryMin, Multiplier: 2, Max: ps.o.CreateRetryMax}.Delay(e.failures-1, 0)
 		e.retryAt = ps.o.now().Add(wait)
 		e.err = ClassifyCreate(fmt.Errorf("creating the producer of %s: %w", e.topic, err))
 		if !e.retired {

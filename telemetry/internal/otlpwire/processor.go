@@ -53,9 +53,6 @@ type ProcessorOptions struct {
 // Its contract is a differential test against the SDK (processor_test.go): the same
 // spans through a Processor and through a BatchSpanProcessor around the official OTLP
 // exporter make equal requests.
-//
-// OnEnd keeps nothing of the span it is given once it returns (EndKeepsNoSpan), so a
-// span's maker may reuse it.
 type Processor struct {
 	s Sender
 	o ProcessorOptions
@@ -147,9 +144,6 @@ func NewProcessor(s Sender, o ProcessorOptions) *Processor {
 	go p.run()
 	return p
 }
-
-// EndKeepsNoSpan says OnEnd keeps nothing of its span once it returns.
-func (*Processor) EndKeepsNoSpan() {}
 
 // Dropped is how many sampled spans were dropped because MaxQueueSize spans waited.
 func (p *Processor) Dropped() int64 { return p.dropped.Load() }

@@ -1,4 +1,4 @@
-package egress
+package httpreply
 
 import (
 	"bufio"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+	"go.uber.org/goleak"
 )
 
 // countingBody counts the reads of a request body.
@@ -25,10 +26,12 @@ func (b *countingBody) Read(p []byte) (int, error) {
 }
 
 // TestDropBodyWaitsOutItsGraceOnce: a GET announcing a body it never finishes is
-// refused with 400 after dropBody's grace; the answer (answerError) asks dropBody again
+// refused with 400 after DropBody's grace; the answer (Error) asks DropBody again
 // whether the connection may stay open. That second question must be answered from the
 // first outcome, not by reading the body for another grace: it did once, and the answer
 // came after two graces.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
 func TestDropBodyWaitsOutItsGraceOnce(t *testing.T) {
 	type outcome struct {
 		first, second bool
@@ -39,11 +42,11 @@ func TestDropBodyWaitsOutItsGraceOnce(t *testing.T) {
 	e.GET("/s", func(c echo.Context) error {
 		body := &countingBody{ReadCloser: c.Request().Body}
 		c.Request().Body = body
-		first := dropBody(c)
+		first := DropBody(c)
 		before := body.reads.Load()
-		second := dropBody(c)
+		second := DropBody(c)
 		got <- outcome{first, second, body.reads.Load() - before}
-		return answerError(c, http.StatusBadRequest, "a GET of a stream has no body; this one did not end", 0)
+		return Error(c, http.StatusBadRequest, "a GET of a stream has no body; this one did not end", 0)
 	})
 	srv := httptest.NewServer(e)
 	defer srv.Close()
@@ -64,10 +67,10 @@ func TestDropBodyWaitsOutItsGraceOnce(t *testing.T) {
 	resp.Body.Close()
 	o := <-got
 	if o.first || o.second {
-		t.Fatalf("dropBody said the unfinished body ended: first %v, second %v", o.first, o.second)
+		t.Fatalf("DropBody said the unfinished body ended: first %v, second %v", o.first, o.second)
 	}
 	if o.readsBetween != 0 {
-		t.Fatalf("the second dropBody read the body %d more times: it waited out a second grace", o.readsBetween)
+		t.Fatalf("the second DropBody read the body %d more times: it waited out a second grace", o.readsBetween)
 	}
 	if resp.StatusCode != http.StatusBadRequest || !resp.Close {
 		t.Fatalf("answer %d, close %v; want 400 and the connection closed", resp.StatusCode, resp.Close)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -19,47 +20,121 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-
-	"github.com/recordio-bridge/bridge/telemetry/directspan"
 )
 
-// directInput is one span as directspan is told it, with its attributes and links.
-type directInput struct {
-	s     directspan.Span
-	attrs []attribute.KeyValue
-	links []trace.Link
+// recordInput is one record-like span as the bridge's tracer is told it, with its
+// attributes and links.
+type recordInput struct {
+	name       string
+	start, end time.Time
+	sc, parent trace.SpanContext
+	err        error
+	attrs      []attribute.KeyValue
+	links      []trace.Link
+	kind       trace.SpanKind
 }
 
-// directInputs are record-like spans for directspan, some failed, some with a remote
-// parent, with attributes past the limits below.
-func directInputs(n int) []directInput {
+// recordInputs are record-like spans, some failed, some with a remote parent, some
+// recorded and not sampled, with attributes past the limits below.
+func recordInputs(n int) []recordInput {
 	start := time.Unix(1700000000, 0)
 	seg := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{9}, TraceFlags: trace.FlagsSampled})
 	ts, _ := trace.ParseTraceState("v=1")
-	out := make([]directInput, 0, n)
+	out := make([]recordInput, 0, n)
 	for i := range n {
-		in := directInput{s: directspan.Span{Name: "publish t" + strconv.Itoa(i%3), Kind: trace.SpanKindProducer,
-			Start: start.Add(time.Duration(i) * time.Millisecond), End: start.Add(time.Duration(i)*time.Millisecond + 300*time.Microsecond),
-			SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i), 1}, SpanID: trace.SpanID{byte(i), 2},
-				TraceFlags: trace.FlagsSampled, TraceState: ts})},
+		in := recordInput{name: "publish t" + strconv.Itoa(i%3), kind: trace.SpanKindProducer,
+			start: start.Add(time.Duration(i) * time.Millisecond), end: start.Add(time.Duration(i)*time.Millisecond + 300*time.Microsecond),
+			sc: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i), 1}, SpanID: trace.SpanID{byte(i), 2},
+				TraceFlags: trace.FlagsSampled, TraceState: ts}),
 			attrs: []attribute.KeyValue{attribute.String("messaging.system", "pulsar"), attribute.String("messaging.destination.name", "a long topic name"),
 				attribute.Int("messaging.message.body.size", i), attribute.String("messaging.message.id", strconv.Itoa(i)),
 				attribute.String("x", "dropped by the count limit")},
 			links: []trace.Link{{SpanContext: seg}}}
 		if i%4 == 1 {
-			in.s.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i), 1}, SpanID: trace.SpanID{7}, Remote: true,
+			in.parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i), 1}, SpanID: trace.SpanID{7}, Remote: true,
 				TraceFlags: trace.FlagsSampled})
 		}
 		if i%5 == 2 {
-			in.s.Err = errors.New("the broker refused it")
+			in.err = errors.New("the broker refused it")
 		}
-		if i%7 == 3 { // unsampled: no processor exports it
-			in.s.SpanContext = in.s.SpanContext.WithTraceFlags(0)
+		if i%7 == 3 { // recorded, not sampled: no processor exports it
+			in.sc = in.sc.WithTraceFlags(0)
 		}
 		out = append(out, in)
 	}
 	return out
 }
+
+// madeBySDK makes the spans ins describe with the SDK's tracer, under limits, as the
+// bridge makes its record spans (ids and decision preset, attributes set, an error
+// recorded, ended at the end given), each with the attributes attrs gives it, and
+// returns them as its processors get them.
+func madeBySDK(t *testing.T, limits sdktrace.SpanLimits, ins []recordInput, attrs func(i int, in recordInput) []attribute.KeyValue) []sdktrace.ReadOnlySpan {
+	t.Helper()
+	var got spanRecorder
+	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", "direct"))),
+		sdktrace.WithRawSpanLimits(limits), sdktrace.WithSampler(inputSampler{}), sdktrace.WithIDGenerator(inputIDs{}),
+		sdktrace.WithSpanProcessor(&got))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tracer := tp.Tracer("direct-scope", trace.WithInstrumentationVersion("v1"))
+	for i, in := range ins {
+		ctx := context.WithValue(context.Background(), inputKey{}, &ins[i])
+		if in.parent.IsValid() {
+			ctx = trace.ContextWithSpanContext(ctx, in.parent)
+		}
+		_, span := tracer.Start(ctx, in.name, trace.WithSpanKind(in.kind), trace.WithTimestamp(in.start), trace.WithLinks(in.links...))
+		span.SetAttributes(attrs(i, in)...)
+		if in.err != nil {
+			span.RecordError(in.err, trace.WithTimestamp(in.end))
+			span.SetStatus(codes.Error, in.err.Error())
+		}
+		span.End(trace.WithTimestamp(in.end))
+	}
+	if len(got.spans) != len(ins) {
+		t.Fatalf("the SDK made %d of %d spans", len(got.spans), len(ins))
+	}
+	return got.spans
+}
+
+func inputAttrs(_ int, in recordInput) []attribute.KeyValue { return in.attrs }
+
+type inputKey struct{}
+
+func inputOf(ctx context.Context) *recordInput { return ctx.Value(inputKey{}).(*recordInput) }
+
+// inputSampler records every span, sampled as its input says, with its tracestate.
+type inputSampler struct{}
+
+func (inputSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	in := inputOf(p.ParentContext)
+	d := sdktrace.RecordOnly
+	if in.sc.IsSampled() {
+		d = sdktrace.RecordAndSample
+	}
+	return sdktrace.SamplingResult{Decision: d, Tracestate: in.sc.TraceState()}
+}
+
+func (inputSampler) Description() string { return "input" }
+
+// inputIDs gives each span its input's ids.
+type inputIDs struct{}
+
+func (inputIDs) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	in := inputOf(ctx)
+	return in.sc.TraceID(), in.sc.SpanID()
+}
+
+func (inputIDs) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
+	return inputOf(ctx).sc.SpanID()
+}
+
+// spanRecorder keeps every span ended, in order.
+type spanRecorder struct{ spans []sdktrace.ReadOnlySpan }
+
+func (*spanRecorder) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (r *spanRecorder) OnEnd(s sdktrace.ReadOnlySpan)                 { r.spans = append(r.spans, s) }
+func (*spanRecorder) Shutdown(context.Context) error                  { return nil }
+func (*spanRecorder) ForceFlush(context.Context) error                { return nil }
 
 // procPair is the SDK's batch span processor around the official exporter, and a
 // Processor around the wire exporter, with the same batching, each sending to its own
@@ -75,35 +150,16 @@ func newProcPair(t *testing.T, official sdktrace.SpanExporter, wire *Exporter, b
 	return procPair{bsp, p}
 }
 
-// feed hands the same spans to both: SDK spans and stubs as they are, direct spans made
-// by one directspan Maker per processor (the Processor's reuses its spans).
-func (pp procPair) feed(t *testing.T, spans []sdktrace.ReadOnlySpan, direct []directInput) {
+// feed hands the same spans to both: the SDK's and stubs, then record spans the SDK
+// made under limits that drop attributes.
+func (pp procPair) feed(t *testing.T, spans []sdktrace.ReadOnlySpan, records []recordInput) {
 	limits := sdktrace.NewSpanLimits()
 	limits.AttributeCountLimit = 4
 	limits.AttributeValueLengthLimit = 6
-	res := resource.NewSchemaless(attribute.String("service.name", "direct"))
-	ms := make([]*directspan.Maker, 2)
-	for i, p := range []sdktrace.SpanProcessor{pp.sdk, pp.wire} {
-		m, err := directspan.New([]sdktrace.SpanProcessor{p}, limits, res, "direct-scope", "v1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms[i] = m
-	}
-	if ms[0].Reuses() || !ms[1].Reuses() {
-		t.Fatalf("reuse: with the SDK's processor %v, with otlpwire's %v; want false, true", ms[0].Reuses(), ms[1].Reuses())
-	}
-	for i := range max(len(spans), len(direct)) {
-		if i < len(spans) && spans[i] != nil {
-			pp.sdk.OnEnd(spans[i])
-			pp.wire.OnEnd(spans[i])
-		}
-		if i < len(direct) {
-			d := direct[i]
-			for _, m := range ms {
-				s := d.s
-				m.End(&s, d.attrs, d.links)
-			}
+	for _, s := range append(spans, madeBySDK(t, limits, records, inputAttrs)...) {
+		if s != nil {
+			pp.sdk.OnEnd(s)
+			pp.wire.OnEnd(s)
 		}
 	}
 	for _, p := range []sdktrace.SpanProcessor{pp.sdk, pp.wire} {
@@ -118,7 +174,7 @@ func mixedSpans(t *testing.T) []sdktrace.ReadOnlySpan {
 }
 
 // The contract: the same spans (the SDK's, stubs over several resources and scopes,
-// directspan's with limits that drop attributes) through a Processor and through the
+// record spans under limits that drop attributes) through a Processor and through the
 // SDK's batch span processor with the official exporter make the same requests, batch
 // by batch, over OTLP/HTTP.
 func TestProcessorDifferentialHTTP(t *testing.T) {
@@ -134,7 +190,7 @@ func TestProcessorDifferentialHTTP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			newProcPair(t, off, w, batch).feed(t, mixedSpans(t), directInputs(40))
+			newProcPair(t, off, w, batch).feed(t, mixedSpans(t), recordInputs(40))
 			o, g := co.take(), cw.take()
 			if len(o) != len(g) || len(o) == 0 {
 				t.Fatalf("%d requests through the SDK's processor, %d through otlpwire's", len(o), len(g))
@@ -160,7 +216,7 @@ func TestProcessorDifferentialGRPC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			newProcPair(t, off, w, batch).feed(t, mixedSpans(t), directInputs(40))
+			newProcPair(t, off, w, batch).feed(t, mixedSpans(t), recordInputs(40))
 			o, g := co.take(), cw.take()
 			if len(o) != len(g) || len(o) == 0 {
 				t.Fatalf("%d requests through the SDK's processor, %d through otlpwire's", len(o), len(g))
@@ -496,14 +552,14 @@ func TestProcessorKeepsBoundedFreeBatchesAndChunks(t *testing.T) {
 	})
 }
 
-// directspan's spans, reused by the Processor, under span limits that bite (attributes
+// Record spans under span limits that bite (attributes
 // dropped and truncated), that do not (the SDK's defaults: every record attribute
 // kept as given), with the count exactly at the limit and with only lengths cut, some
 // with an attribute whose key and value are not UTF-8, some with a key twice and an
 // invalid attribute: through the Processor they make the requests the SDK's
 // batch processor and the official exporter make of the same spans with each bad
 // sequence already replaced by U+FFFD (the official exporter refuses invalid UTF-8).
-func TestProcessorDirectSpansUnderLimitsAndInvalidUTF8(t *testing.T) {
+func TestProcessorRecordSpansUnderLimitsAndInvalidUTF8(t *testing.T) {
 	tight := sdktrace.NewSpanLimits()
 	tight.AttributeCountLimit, tight.AttributeValueLengthLimit = 4, 6
 	atLimit := sdktrace.NewSpanLimits()
@@ -526,30 +582,29 @@ func TestProcessorDirectSpansUnderLimitsAndInvalidUTF8(t *testing.T) {
 				t.Fatal(err)
 			}
 			pp := newProcPair(t, off, w, 4096)
-			res := resource.NewSchemaless(attribute.String("service.name", "direct"))
-			var ms [2]*directspan.Maker
-			for i, p := range []sdktrace.SpanProcessor{pp.sdk, pp.wire} {
-				if ms[i], err = directspan.New([]sdktrace.SpanProcessor{p}, lc.limits, res, "direct-scope", "v1"); err != nil {
-					t.Fatal(err)
+			// The same spans but for their invalid UTF-8, already replaced in those the SDK's
+			// exporter is given.
+			withAttrs := func(bad bool) func(int, recordInput) []attribute.KeyValue {
+				return func(i int, in recordInput) []attribute.KeyValue {
+					a := in.attrs
+					if i%3 == 0 {
+						first := attribute.String("k\uFFFD", "v\uFFFD")
+						if bad {
+							first = attribute.String("k\xfe", "v\xc3")
+						}
+						a = append([]attribute.KeyValue{first}, a...)
+					}
+					if i%5 == 0 { // a key twice: the SDK keeps its first place and last value
+						a = append(a[:len(a):len(a)], attribute.String("messaging.system", "other"), attribute.KeyValue{})
+					}
+					return a
 				}
 			}
-			if !ms[1].Reuses() {
-				t.Fatal("the Processor's Maker does not reuse its spans")
-			}
-			for i, d := range directInputs(40) {
-				fixed, bad := d.attrs, d.attrs
-				if i%3 == 0 {
-					fixed = append([]attribute.KeyValue{attribute.String("k\uFFFD", "v\uFFFD")}, d.attrs...)
-					bad = append([]attribute.KeyValue{attribute.String("k\xfe", "v\xc3")}, d.attrs...)
-				}
-				if i%5 == 0 { // a key twice: the SDK keeps its first place and last value
-					fixed = append(fixed[:len(fixed):len(fixed)], attribute.String("messaging.system", "other"), attribute.KeyValue{})
-					bad = append(bad[:len(bad):len(bad)], attribute.String("messaging.system", "other"), attribute.KeyValue{})
-				}
-				s := d.s
-				ms[0].End(&s, fixed, d.links)
-				s = d.s
-				ms[1].End(&s, bad, d.links)
+			ins := recordInputs(40)
+			fixed, bad := madeBySDK(t, lc.limits, ins, withAttrs(false)), madeBySDK(t, lc.limits, ins, withAttrs(true))
+			for i := range ins {
+				pp.sdk.OnEnd(fixed[i])
+				pp.wire.OnEnd(bad[i])
 			}
 			for _, p := range []sdktrace.SpanProcessor{pp.sdk, pp.wire} {
 				if err := p.ForceFlush(exportCtx(t)); err != nil {

@@ -1,4 +1,4 @@
-package mapping
+package admission
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/internal/reread"
 )
 
-// Authorization errors; the HTTP layer answers them with 401 and 403.
+// Authorization errors (Authenticate's, Authorize's); the HTTP layer answers them with
+// 401 and 403.
 var (
 	ErrUnauthenticated = errors.New("a valid bearer token is required")
 	ErrForbidden       = errors.New("the token does not grant this")
@@ -34,9 +34,12 @@ const (
 )
 
 type token struct {
-	name   string
-	hash   [32]byte   // of a sha256 token
-	file   *tokenFile // of a file token
+	name string
+	hash [32]byte // of a sha256 token
+	// file is a file token's: read again at most every tokenRecheck when a request
+	// needs it, so a rotated token is in effect within that time without a restart or
+	// a reload.
+	file   *reread.Every[[32]byte]
 	grants grants
 }
 
@@ -70,20 +73,7 @@ func (t *token) current(now time.Time) [32]byte {
 	if t.file == nil {
 		return t.hash
 	}
-	return t.file.current(now)
-}
-
-// tokenFile is a token read from a file (a mounted Secret), re-read at most every
-// tokenRecheck when a request needs it, so a rotated token is in effect within that
-// time without a restart or a reload. A file that cannot be read (or is empty) keeps
-// the token read last: a Secret volume swaps its files atomically, so a failed read is
-// a fault, not a rotation.
-type tokenFile struct {
-	path    string
-	every   time.Duration
-	hash    atomic.Pointer[[32]byte]
-	checked atomic.Int64 // UnixNano of the last read
-	mu      sync.Mutex   // one reader at a time; the others use the current hash
+	return t.file.Get(now)
 }
 
 // tokenRecheck is how often a token file is read again; a variable for tests.
@@ -92,8 +82,9 @@ var tokenRecheck = time.Second
 // maxTokenFile bounds what is read of a token file.
 const maxTokenFile = 64 << 10
 
-func (f *tokenFile) read() ([32]byte, error) {
-	fh, err := os.Open(f.path)
+// readToken reads the token a file holds (a mounted Secret), as its SHA-256.
+func readToken(path string) ([32]byte, error) {
+	fh, err := os.Open(path)
 	if err != nil {
 		return [32]byte{}, err
 	}
@@ -103,24 +94,31 @@ func (f *tokenFile) read() ([32]byte, error) {
 	case err != nil:
 		return [32]byte{}, err
 	case len(b) > maxTokenFile:
-		return [32]byte{}, fmt.Errorf("%s is larger than %d bytes; it is not a token", f.path, maxTokenFile)
+		return [32]byte{}, fmt.Errorf("%s is larger than %d bytes; it is not a token", path, maxTokenFile)
 	}
 	v := strings.TrimSpace(string(b))
 	if v == "" {
-		return [32]byte{}, fmt.Errorf("%s is empty", f.path)
+		return [32]byte{}, fmt.Errorf("%s is empty", path)
 	}
 	return sha256.Sum256([]byte(v)), nil
 }
 
-func (f *tokenFile) current(now time.Time) [32]byte {
-	if now.UnixNano()-f.checked.Load() >= int64(f.every) && f.mu.TryLock() {
-		if h, err := f.read(); err == nil {
-			f.hash.Store(&h)
-		}
-		f.checked.Store(now.UnixNano())
-		f.mu.Unlock()
+// Tokens are the compiled auth section: the static tokens and the JWT issuers a request's
+// bearer token is checked against. A nil *Tokens, like one with neither, allows
+// everything. It is safe for concurrent use.
+type Tokens struct {
+	tokens []token
+	jwt    []jwtIssuer // auth.jwt
+}
+
+// Compile compiles the auth section: every problem (a token file that cannot be read, a
+// hash that is not one) is reported.
+func Compile(a config.Auth) (*Tokens, error) {
+	tokens, p := compileTokens(a)
+	if len(p) > 0 {
+		return nil, p
 	}
-	return *f.hash.Load()
+	return &Tokens{tokens: tokens, jwt: compileJWT(a)}, nil
 }
 
 func compileTokens(a config.Auth) ([]token, config.Problems) {
@@ -137,14 +135,12 @@ func compileTokens(a config.Auth) ([]token, config.Problems) {
 			}
 			copy(ct.hash[:], b)
 		} else {
-			f := &tokenFile{path: t.File, every: tokenRecheck}
-			h, err := f.read()
+			path := t.File
+			f, err := reread.New(tokenRecheck, now, func() ([32]byte, error) { return readToken(path) })
 			if err != nil {
 				p = append(p, fmt.Sprintf("auth.tokens[%d].file: %v", i, err))
 				continue
 			}
-			f.hash.Store(&h)
-			f.checked.Store(now.UnixNano())
 			ct.file = f
 		}
 		out = append(out, ct)
@@ -163,7 +159,7 @@ func BearerToken(h http.Header) string {
 
 // Authenticate checks that bearer is a configured token (any token is fine when none are
 // configured); its error wraps ErrUnauthenticated.
-func (t *Table) Authenticate(bearer string) error {
+func (t *Tokens) Authenticate(bearer string) error {
 	_, err := t.Authorize(bearer, Read, "")
 	if errors.Is(err, ErrUnauthenticated) {
 		return err
@@ -172,7 +168,7 @@ func (t *Table) Authenticate(bearer string) error {
 }
 
 // AuthRequired reports whether requests must carry a bearer token.
-func (t *Table) AuthRequired() bool { return len(t.tokens) > 0 || len(t.jwt) > 0 }
+func (t *Tokens) AuthRequired() bool { return t != nil && (len(t.tokens) > 0 || len(t.jwt) > 0) }
 
 // Authorize checks the bearer token of a request wanting access to the named route or
 // stream: a configured token or a JWT of a configured issuer (auth.jwt). It returns who
@@ -180,7 +176,7 @@ func (t *Table) AuthRequired() bool { return len(t.tokens) > 0 || len(t.jwt) > 0
 // wrapping ErrUnauthenticated (a *TokenError when a token was given and is not valid)
 // or ErrForbidden. Tokens are compared by their SHA-256 in constant time, every
 // configured token each time. Without tokens or issuers everything is allowed.
-func (t *Table) Authorize(bearer string, access Access, name string) (string, error) {
+func (t *Tokens) Authorize(bearer string, access Access, name string) (string, error) {
 	if !t.AuthRequired() {
 		return "", nil
 	}

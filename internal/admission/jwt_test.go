@@ -1,4 +1,4 @@
-package mapping
+package admission
 
 import (
 	"crypto/ecdsa"
@@ -31,7 +31,7 @@ func jwtProvider(t *testing.T) *oidctest.Provider {
 	return p
 }
 
-func jwtTable(t *testing.T, p *oidctest.Provider, extra string) *Table {
+func jwtTable(t *testing.T, p *oidctest.Provider, extra string) *Tokens {
 	t.Helper()
 	h := sha256.Sum256([]byte("static-token"))
 	return compile(t, fmt.Sprintf(`

@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/recordio-bridge/bridge/internal/backoff"
 )
 
 // ErrShutdown is ExportSpans' error after Shutdown.
@@ -163,8 +165,11 @@ func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 func (e *Exporter) sendWithRetry(ctx context.Context, body []byte) ([]byte, error) {
 	r := e.cfg.Retry
 	started := time.Now()
-	interval := r.InitialInterval
-	for {
+	// The backoff: the interval growing by 1.5 up to MaxInterval, each wait the interval
+	// ±50 % (not capped: the official exporters' schedule); the collector's throttle if
+	// it is longer.
+	schedule := backoff.Schedule{Initial: r.InitialInterval, Multiplier: 1.5, Max: r.MaxInterval}
+	for attempt := 0; ; attempt++ {
 		resp, err := e.tr.send(ctx, body)
 		if err == nil {
 			return resp, nil
@@ -176,10 +181,7 @@ func (e *Exporter) sendWithRetry(ctx context.Context, body []byte) ([]byte, erro
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", context.Cause(ctx), err)
 		}
-		// The backoff: interval ±50 %, the interval growing by 1.5 up to MaxInterval;
-		// the collector's throttle if it is longer.
-		delay := time.Duration(float64(interval) * (0.5 + rand.Float64())) // #nosec G404 -- jitter
-		interval = min(time.Duration(float64(interval)*1.5), r.MaxInterval)
+		delay := backoff.Spread(schedule.Delay(attempt, 0), 0, 0.5, rand.Float64()) // #nosec G404 -- jitter
 		elapsed := time.Since(started)
 		// Compared without adding: a throttle near the largest Duration (a huge
 		// Retry-After or RetryInfo) would overflow elapsed+throttle into a negative.
