@@ -132,7 +132,7 @@ func compileTokens(a config.Auth) ([]token, config.Problems) {
 		if t.SHA256 != "" {
 			b, err := hex.DecodeString(t.SHA256)
 			if err != nil || len(b) != 32 {
-				p = append(p, fmt.Sprintf("auth.tokens[%d].sha256: not 64 hex digits (value not shown)", i))
+				p.Addf("auth.tokens[%d].sha256: not 64 hex digits (value not shown)", i)
 				continue
 			}
 			copy(ct.hash[:], b)
@@ -140,7 +140,7 @@ func compileTokens(a config.Auth) ([]token, config.Problems) {
 			f := &tokenFile{path: t.File, every: tokenRecheck}
 			h, err := f.read()
 			if err != nil {
-				p = append(p, fmt.Sprintf("auth.tokens[%d].file: %v", i, err))
+				p.Addf("auth.tokens[%d].file: %v", i, err)
 				continue
 			}
 			f.hash.Store(&h)

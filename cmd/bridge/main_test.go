@@ -45,7 +45,7 @@ func TestValidateUsesTheStartUpPath(t *testing.T) {
 	if code := run([]string{"validate", "-config", bad}, &out, &errb); code != 1 {
 		t.Fatalf("bad file: exit %d", code)
 	}
-	if !strings.Contains(errb.String(), "line 3: field unknownKey not found") {
+	if !strings.Contains(errb.String(), bad+":3: ingress.unknownKey: unknown key") {
 		t.Fatalf("stderr %q does not name the line and key", errb.String())
 	}
 	if code := run([]string{"validate"}, &out, &errb); code != 2 {
