@@ -204,31 +204,18 @@ func cut(n *yaml.Node, v reflect.Value) bool {
 	return float64(v.Uint()) != f
 }
 
-// pairs walks a mapping's keys, reporting a key written twice and following merge keys
-// (<<: *anchor), and calls each with the key's path.
+// pairs walks a mapping's keys, reporting a key written twice, then the keys of merged
+// mappings (<<: *anchor) that the mapping does not write itself, and calls each with the
+// key's path.
 func (d *decoder) pairs(n *yaml.Node, path string, name func(path, key string) string, each func(k, v *yaml.Node, path string)) {
 	seen := map[string]int{}
 	var walk func(n *yaml.Node, merged bool)
 	walk = func(n *yaml.Node, merged bool) {
+		var merges []*yaml.Node
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, val := n.Content[i], n.Content[i+1]
 			if k.ShortTag() == "!!merge" {
-				for val.Kind == yaml.AliasNode && val.Alias != nil {
-					val = val.Alias
-				}
-				switch val.Kind {
-				case yaml.MappingNode:
-					walk(val, true)
-				case yaml.SequenceNode:
-					for _, m := range val.Content {
-						for m.Kind == yaml.AliasNode && m.Alias != nil {
-							m = m.Alias
-						}
-						if m.Kind == yaml.MappingNode {
-							walk(m, true)
-						}
-					}
-				}
+				merges = append(merges, val)
 				continue
 			}
 			p := name(path, k.Value)
@@ -241,6 +228,25 @@ func (d *decoder) pairs(n *yaml.Node, path string, name func(path, key string) s
 			seen[k.Value] = k.Line
 			d.lines[p] = k.Line
 			each(k, val, p)
+		}
+		for _, val := range merges {
+			for val.Kind == yaml.AliasNode && val.Alias != nil {
+				val = val.Alias
+			}
+			list := []*yaml.Node{val}
+			if val.Kind == yaml.SequenceNode {
+				list = val.Content
+			}
+			for _, m := range list {
+				for m.Kind == yaml.AliasNode && m.Alias != nil {
+					m = m.Alias
+				}
+				if m.Kind == yaml.MappingNode {
+					walk(m, true)
+				} else {
+					d.add(path, m.Line, "<< merges a mapping or a list of mappings, not %s", describe(m))
+				}
+			}
 		}
 	}
 	walk(n, false)

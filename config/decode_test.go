@@ -86,3 +86,15 @@ func TestListenAddressesAreParsedAndTheirPortsChecked(t *testing.T) {
 		}
 	}
 }
+
+// Keys merged from an anchor (<<: *defaults) are decoded unless the mapping writes them
+// itself, as YAML says; they are not "written twice".
+func TestMergedKeysAreOverriddenByTheMappingsOwn(t *testing.T) {
+	cfg, err := Parse([]byte("egress:\n  <<: {maxStreams: 5, writeTimeout: 5s}\n  maxStreams: 6\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Egress.MaxStreams != 6 || cfg.Egress.WriteTimeout.D().Seconds() != 5 {
+		t.Fatalf("egress %+v: want maxStreams 6 (its own) and writeTimeout 5s (merged)", cfg.Egress)
+	}
+}
