@@ -33,7 +33,7 @@ vet:
 unit:
 	$(GO) test -race -count=1 ./...
 
-## k8s-test: every manifest decoded strictly into the Kubernetes API types and checked against the binary.
+## k8s-test: every kustomization rendered (kustomize API), decoded strictly into the Kubernetes API types and checked against the binary.
 k8s-test:
 	cd k8s && $(GO) test -count=1 ./...
 

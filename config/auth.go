@@ -68,7 +68,7 @@ type Token struct {
 
 func validateAuth(a Auth, routes []Route, streams []Stream) Problems {
 	var p Problems
-	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	add := p.Addf
 	routeNames := map[string]bool{"*": true}
 	for _, r := range routes {
 		routeNames[r.Name] = true
@@ -144,7 +144,7 @@ func validateAuth(a Auth, routes []Route, streams []Stream) Problems {
 
 func validateOAuth2(c Pulsar) Problems {
 	var p Problems
-	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	add := p.Addf
 	o := c.OAuth2
 	if !o.On() {
 		return nil

@@ -194,53 +194,50 @@ func Default() Config {
 // ErrInvalid is wrapped by every error Load and Validate return.
 var ErrInvalid = errors.New("invalid configuration")
 
-// Problems lists everything wrong with a configuration, one problem a line.
-type Problems []string
+// Check is a check of a decoded configuration that Parse runs after its own (the
+// templates' compilation, the start-up environment). A Problems error is merged into
+// Parse's; any other error is one problem, its key path read from its text.
+type Check func(Config) error
 
-func (p Problems) Error() string { return strings.Join(p, "\n") }
-func (p Problems) Unwrap() error { return ErrInvalid }
-
-// Parse decodes YAML strictly over the defaults and validates the result.
-func Parse(data []byte) (Config, error) {
+// Parse decodes YAML strictly over the defaults, validates the result and runs the
+// checks, and returns every problem of all of them at once (Problems, wrapping
+// ErrInvalid), each with its key's full path and line: a key whose value cannot be
+// decoded is reported and the rest of the file is still decoded and checked.
+func Parse(data []byte, checks ...Check) (Config, error) {
 	cfg := Default()
+	lines, decoding := decodeFile(data, &cfg)
+	if len(decoding) == 1 && decoding[0].Path == "" { // a syntax error: nothing was decoded
+		return Config{}, decoding
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("%w: %v", ErrInvalid, nameKeys(strings.TrimPrefix(err.Error(), "yaml: "), data))
+	var first, extra yaml.Node
+	if err := dec.Decode(&first); err == nil {
+		if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+			return Config{}, Problems{{Line: extra.Line, Message: "more than one YAML document; the bridge reads one"}}
+		}
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("%w: more than one YAML document; the bridge reads one", ErrInvalid)
+	var found Problems
+	collect := func(err error) {
+		var p Problems
+		switch {
+		case err == nil:
+		case errors.As(err, &p):
+			found = append(found, p...)
+		default:
+			found = append(found, Problemf("%s", strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")))
+		}
 	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
+	collect(cfg.Validate())
+	for _, c := range checks {
+		collect(c(cfg))
+	}
+	if p := merge(decoding, found, lines); len(p) > 0 {
+		return Config{}, p
 	}
 	return cfg, nil
 }
 
 var lineRef = regexp.MustCompile(`line (\d+): `)
-
-// nameKeys adds to each "line N: ..." of a decoding error the key written on that line,
-// when the message does not say it already, so a bad value names its key too.
-func nameKeys(msg string, data []byte) string {
-	src := strings.Split(string(data), "\n")
-	out := strings.Split(msg, "\n")
-	for i, l := range out {
-		m := lineRef.FindStringSubmatch(l)
-		if m == nil {
-			continue
-		}
-		n, err := strconv.Atoi(m[1])
-		if err != nil || n < 1 || n > len(src) {
-			continue
-		}
-		key, _, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(src[n-1]), "- "), ":")
-		if key = strings.TrimSpace(key); ok && key != "" && !strings.ContainsAny(key, " \"'{[") && !strings.Contains(l, key) {
-			out[i] = l + " (key " + key + ")"
-		}
-	}
-	return strings.Join(out, "\n")
-}
 
 // Load reads and parses a configuration file, exactly as start-up does.
 func Load(path string) (Config, error) {
@@ -255,14 +252,38 @@ func Load(path string) (Config, error) {
 	return cfg, nil
 }
 
+// checkListen checks a listen address as net.Listen reads it, without binding it:
+// host:port, the host empty, an IP address or a host name, the port a number from 0
+// to 65535 or a service name.
+func checkListen(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if n, err := strconv.ParseUint(port, 10, 64); err == nil {
+		if n > 65535 {
+			return fmt.Errorf("%q: port %d is out of range (0 to 65535)", addr, n)
+		}
+	} else if _, err := net.LookupPort("tcp", port); err != nil || port == "" {
+		return fmt.Errorf("%q: port %q is neither a number from 0 to 65535 nor a service name", addr, port)
+	}
+	ip, _, _ := strings.Cut(host, "%") // an IPv6 zone
+	if host != "" && net.ParseIP(ip) == nil && !hostName.MatchString(host) {
+		return fmt.Errorf("%q: host %q is neither an IP address nor a host name", addr, host)
+	}
+	return nil
+}
+
+var hostName = regexp.MustCompile(`^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$`)
+
 // Validate checks every value and returns Problems (wrapping ErrInvalid) naming each
 // key and value at fault, or nil.
 func (c Config) Validate() error {
 	var p Problems
-	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	add := p.Addf
 	for _, kv := range [][2]string{{"listen.data", c.Listen.Data}, {"listen.ops", c.Listen.Ops}} {
-		if _, port, err := net.SplitHostPort(kv[1]); err != nil || port == "" {
-			add("%s: %q is not host:port", kv[0], kv[1])
+		if err := checkListen(kv[1]); err != nil {
+			add("%s: %v", kv[0], err)
 		}
 	}
 	if c.Listen.Data == c.Listen.Ops {

@@ -55,8 +55,8 @@ ingress:
 
 func TestParseErrorsNameTheLineKeyAndValue(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
-		{"unknown key", "listen:\n  data: 127.0.0.1:1\n  dta: x\n", "line 3: field dta not found"},
-		{"bad duration", "pulsar:\n  keepAlive: soon\n", `line 2: "soon" is not a duration`},
+		{"unknown key", "listen:\n  data: 127.0.0.1:1\n  dta: x\n", "line 3: listen.dta: unknown key; the keys under listen are data, ops, pprof, tls"},
+		{"bad duration", "pulsar:\n  keepAlive: soon\n", `line 2: pulsar.keepAlive: "soon" is not a duration`},
 		{"bad size", "ingress:\n  maxRecordBytes: 4MB\n", `"4MB" is not a size`},
 		{"wrong type", "ingress:\n  maxStreams: many\n", "line 2"},
 		{"two documents", "listen: {}\n---\nlisten: {}\n", "more than one YAML document"},
@@ -320,8 +320,8 @@ func TestReceiverQueueBytes(t *testing.T) {
 		t.Fatalf("receiverQueueBytes %d, want 256KiB", got)
 	}
 	for doc, want := range map[string]string{
-		"receiverQueueBytes: -1MiB": `line 4: "-1MiB" is not a size (write it like 4096, 64KiB, 4MiB or 1GiB) (key receiverQueueBytes)`,
-		"receiverQueueBytes: lots":  `line 4: "lots" is not a size (write it like 4096, 64KiB, 4MiB or 1GiB) (key receiverQueueBytes)`,
+		"receiverQueueBytes: -1MiB": `line 4: streams[0].receiverQueueBytes: "-1MiB" is not a size (write it like 4096, 64KiB, 4MiB or 1GiB)`,
+		"receiverQueueBytes: lots":  `line 4: streams[0].receiverQueueBytes: "lots" is not a size (write it like 4096, 64KiB, 4MiB or 1GiB)`,
 	} {
 		_, err := Parse([]byte("streams:\n  - name: s\n    topics: [t]\n    " + doc + "\n"))
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {

@@ -76,7 +76,7 @@ func (s *StringList) UnmarshalYAML(n *yaml.Node) error {
 // package does that): names, paths, required targets.
 func validateRoutes(routes []Route) Problems {
 	var p Problems
-	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	add := p.Addf
 	names := map[string]int{}
 	paths := map[string]int{}
 	for i, r := range routes {

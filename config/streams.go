@@ -150,7 +150,7 @@ const maxPendingChunked = 10000
 
 func validateStreams(streams []Stream, routes []Route) Problems {
 	var p Problems
-	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	add := p.Addf
 	names := map[string]int{}
 	paths := map[string]string{}
 	for i, r := range routes {

@@ -35,7 +35,7 @@ func TestTracingBadValuesNameKeyAndValue(t *testing.T) {
 		{"interval not a duration", "tracing:\n  segmentInterval: soon\n", "segmentInterval", "soon"},
 		{"interval without unit", "tracing:\n  segmentInterval: 60\n", "segmentInterval", "60"},
 		{"propagate not a bool", "tracing:\n  propagateUnsampled: sometimes\n", "propagateUnsampled", "sometimes"},
-		{"unknown key", "tracing:\n  segmentRecord: 5\n", "segmentRecord", "not found"},
+		{"unknown key", "tracing:\n  segmentRecord: 5\n", "tracing.segmentRecord", "unknown key"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

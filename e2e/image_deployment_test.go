@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -14,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// deploymentRun is how k8s/base/deployment.yaml runs the bridge container, translated into
+// deploymentRun is how k8s/base runs the bridge container, translated into
 // podman run flags, so the image tests run the image as the manifest says and follow it when
 // it changes. A security setting the translation does not know fails the test instead of
 // being left out.
@@ -55,16 +56,21 @@ type k8sContainer struct {
 	} `json:"volumeMounts"`
 }
 
-// bridgeDeployment reads the bridge container of k8s/base/deployment.yaml.
+// bridgeDeployment reads the bridge container of k8s/base as kustomize renders it (the
+// scheduler's Deployment, given the bridge by k8s/components/bridge-sidecar).
 func bridgeDeployment(t *testing.T) deploymentRun {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	manifest := filepath.Join(filepath.Dir(file), "..", "k8s", "base", "deployment.yaml")
-	raw, err := os.ReadFile(manifest)
+	manifest := "k8s/base, rendered"
+	render := exec.Command("go", "run", "./render", "base")
+	render.Dir = filepath.Join(filepath.Dir(file), "..", "k8s")
+	render.Stderr = os.Stderr
+	raw, err := render.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("rendering k8s/base: %v", err)
 	}
 	var d struct {
+		Kind string `json:"kind"`
 		Spec struct {
 			Template struct {
 				Spec struct {
@@ -75,8 +81,16 @@ func bridgeDeployment(t *testing.T) deploymentRun {
 			} `json:"template"`
 		} `json:"spec"`
 	}
-	if err := yaml.Unmarshal(raw, &d); err != nil {
-		t.Fatalf("%s: %v", manifest, err)
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		if err := yaml.Unmarshal([]byte(doc), &d); err != nil {
+			t.Fatalf("%s: %v", manifest, err)
+		}
+		if d.Kind == "Deployment" {
+			break
+		}
+	}
+	if d.Kind != "Deployment" {
+		t.Fatalf("%s has no Deployment", manifest)
 	}
 	pod := d.Spec.Template.Spec
 	i := slices.IndexFunc(append(pod.InitContainers, pod.Containers...), func(c k8sContainer) bool { return c.Name == "bridge" })
@@ -123,6 +137,10 @@ func bridgeDeployment(t *testing.T) deploymentRun {
 			run.UID = int64(number(t, k, v))
 		case "runAsGroup":
 			run.GID = int64(number(t, k, v))
+		case "seccompProfile":
+			if m, _ := v.(map[string]any); m["type"] != "RuntimeDefault" {
+				fail("seccompProfile %v: only RuntimeDefault is translated", v)
+			}
 		case "allowPrivilegeEscalation":
 			if v != false {
 				fail("allowPrivilegeEscalation %v", v)

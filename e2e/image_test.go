@@ -35,7 +35,7 @@ import (
 )
 
 // The container image tests run the image that `make image-test` built (BRIDGE_IMAGE) with
-// podman, the way k8s/base/deployment.yaml runs the bridge: read-only root filesystem, user
+// podman, the way k8s/base runs the bridge: read-only root filesystem, user
 // and group 65532, no capabilities, no privilege escalation, the configuration and the Pulsar
 // token mounted read-only from kubelet-style directories. `make e2e` does not build the image,
 // so there they are skipped; under `make image-test` a podman that cannot run fails them.
@@ -344,7 +344,7 @@ type container struct {
 	OpsURL  string
 }
 
-// runImage starts the image the way k8s/base/deployment.yaml runs the bridge (its security
+// runImage starts the image the way k8s/base runs the bridge (its security
 // context, memory limit, environment, volume mounts from the host directories given by volume
 // name, and args), with extra podman flags.
 func runImage(t *testing.T, img string, dataPort, opsPort int, volumes map[string]string, extra ...string) *container {

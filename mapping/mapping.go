@@ -110,7 +110,7 @@ func Compile(cfg config.Config) (*Table, error) {
 
 func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 	var p config.Problems
-	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
+	add := p.Addf
 	r := &Route{name: rc.Name}
 	for _, seg := range strings.Split(strings.Trim(rc.EffectivePath(), "/"), "/") {
 		if name, ok := strings.CutPrefix(seg, ":"); ok {
@@ -208,12 +208,12 @@ func compileProps(m map[string]string, params []string, at string, p *config.Pro
 	var out []prop
 	for _, name := range sortedKeys(m) {
 		if name == "" {
-			*p = append(*p, fmt.Sprintf("%s: a property needs a name", at))
+			p.Addf("%s: a property needs a name", at)
 			continue
 		}
 		t, err := parseTemplate(m[name], params)
 		if err != nil {
-			*p = append(*p, fmt.Sprintf("%s.%s: %v", at, name, err))
+			*p = append(*p, config.Problem{Path: config.MapKeyPath(at, name), Message: err.Error()})
 			continue
 		}
 		out = append(out, prop{name: name, value: t})

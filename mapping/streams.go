@@ -83,19 +83,19 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 		if s.Retry.DeadLetterTopic != "" {
 			topic, err := NormalizeTopic(s.Retry.DeadLetterTopic)
 			if err != nil {
-				p = append(p, fmt.Sprintf("%s.retry.deadLetterTopic: %v", at, err))
+				p.Addf("%s.retry.deadLetterTopic: %v", at, err)
 			}
 			cs.Retry.DeadLetterTopic = topic
 		}
 		mt, _, err := mime.ParseMediaType(s.ContentType)
 		if err != nil {
-			p = append(p, fmt.Sprintf("%s.contentType: %q is not a media type", at, s.ContentType))
+			p.Addf("%s.contentType: %q is not a media type", at, s.ContentType)
 		}
 		cs.ContentType = mt
 		for j, t := range s.Topics {
 			topic, err := NormalizeTopic(t)
 			if err != nil {
-				p = append(p, fmt.Sprintf("%s.topics[%d]: %v", at, j, err))
+				p.Addf("%s.topics[%d]: %v", at, j, err)
 				continue
 			}
 			cs.Topics = append(cs.Topics, topic)

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,10 +15,13 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"go.opentelemetry.io/otel"
 
+	"github.com/recordio-bridge/bridge/config"
 	"github.com/recordio-bridge/bridge/internal/app"
 	"github.com/recordio-bridge/bridge/telemetry"
 )
@@ -32,7 +36,8 @@ const usage = `bridge: RecordIO HTTP streams into Apache Pulsar topics and back.
 
 Usage:
   bridge run -config FILE        serve ingress and the operations endpoints (reloads FILE on change and on SIGHUP)
-  bridge validate -config FILE   check a configuration file exactly as start-up would
+  bridge validate -config FILE   check a configuration file exactly as start-up would, without binding
+                 [-o text|json]  every problem at once, each with its key path and line
   bridge version                 print the version and build information
   bridge help                    this text
 `
@@ -81,21 +86,47 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "the configuration file to check")
+	format := fs.String("o", "text", "text (one problem a line, FILE:LINE: key.path: message) or json (an array of {path, line, message})")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
-	if *path == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "bridge validate: usage: bridge validate -config FILE")
+	if *path == "" || fs.NArg() > 0 || (*format != "text" && *format != "json") {
+		fmt.Fprintln(stderr, "bridge validate: usage: bridge validate -config FILE [-o text|json]")
 		return 2
 	}
-	if err := app.Validate(*path); err != nil {
-		fmt.Fprintf(stderr, "bridge validate: %v\n", err)
+	err := app.Validate(*path)
+	var probs config.Problems
+	if err != nil && !errors.As(err, &probs) {
+		probs = config.Problems{{Message: strings.TrimPrefix(err.Error(), config.ErrInvalid.Error()+": ")}}
+	}
+	if *format == "json" {
+		if probs == nil {
+			probs = config.Problems{}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(probs)
+	} else if err == nil {
+		fmt.Fprintf(stdout, "%s: valid\n", *path)
+	} else {
+		for _, p := range probs {
+			where := *path
+			if p.Line > 0 {
+				where += ":" + strconv.Itoa(p.Line)
+			}
+			if p.Path != "" {
+				where += ": " + p.Path
+			}
+			fmt.Fprintf(stderr, "%s: %s\n", where, p.Message)
+		}
+		fmt.Fprintf(stderr, "bridge validate: %s: %d problem(s)\n", *path, len(probs))
+	}
+	if err != nil {
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: valid\n", *path)
 	return 0
 }
 

@@ -130,7 +130,7 @@ func compileTokens(a config.Auth) ([]token, config.Problems) {
 		if t.SHA256 != "" {
 			b, err := hex.DecodeString(t.SHA256)
 			if err != nil || len(b) != 32 {
-				p = append(p, fmt.Sprintf("auth.tokens[%d].sha256: not 64 hex digits (value not shown)", i))
+				p.Addf("auth.tokens[%d].sha256: not 64 hex digits (value not shown)", i)
 				continue
 			}
 			copy(ct.hash[:], b)
@@ -138,7 +138,7 @@ func compileTokens(a config.Auth) ([]token, config.Problems) {
 			path := t.File
 			f, err := reread.New(tokenRecheck, now, func() ([32]byte, error) { return readToken(path) })
 			if err != nil {
-				p = append(p, fmt.Sprintf("auth.tokens[%d].file: %v", i, err))
+				p.Addf("auth.tokens[%d].file: %v", i, err)
 				continue
 			}
 			ct.file = f

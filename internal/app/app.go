@@ -424,7 +424,7 @@ func (a *App) Reload(why string) error {
 	// (the usual way to undo a bad ConfigMap): applied again, clearing lastReloadError.
 	var next *snapshot
 	if err == nil {
-		next, err = parseSnapshot(a.path, raw)
+		next, err = check(a.path, raw, false)
 	} else {
 		err = fmt.Errorf("%w: %v", config.ErrInvalid, err)
 	}

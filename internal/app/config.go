@@ -1,7 +1,6 @@
 package app
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -25,38 +24,42 @@ type snapshot struct {
 	loaded time.Time
 }
 
-// Validate checks a configuration file exactly as start-up does: as every reload does,
-// and the tracing environment for the configured exporter (read at start-up only).
+// Validate checks a configuration file exactly as start-up does, without binding the
+// listeners: it is load, which New calls first.
 func Validate(path string) error {
-	s, err := load(path)
-	if err != nil {
-		return err
-	}
-	// What start-up checks of the tracing environment for the configured exporter.
-	if err := telemetry.CheckTracing(tracingOf(s.cfg)); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
+	_, err := load(path)
+	return err
 }
 
-// load reads, parses, validates and compiles a configuration file: the one path shared
-// by `bridge validate`, start-up and every reload.
+// load reads and checks a configuration file as start-up does: the checks of every
+// reload and those of the tracing environment for the configured exporter (read at
+// start-up only). It is the one function of both `bridge validate` and New.
 func load(path string) (*snapshot, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", config.ErrInvalid, err)
 	}
-	return parseSnapshot(path, raw)
+	return check(path, raw, true)
 }
 
-func parseSnapshot(path string, raw []byte) (*snapshot, error) {
-	cfg, err := config.Parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+// check parses, validates and compiles a configuration (and, at start-up, checks the
+// tracing environment), reporting every problem of all of them at once: the one path of
+// `bridge validate`, start-up and every reload.
+func check(path string, raw []byte, startup bool) (*snapshot, error) {
+	var table *mapping.Table
+	var auth *admission.Tokens
+	checks := []config.Check{func(c config.Config) (err error) {
+		table, err = mapping.Compile(c)
+		return err
+	}, func(c config.Config) (err error) {
+		auth, err = admission.Compile(c.Auth)
+		return err
+	}}
+	if startup {
+		checks = append(checks, func(c config.Config) error { return telemetry.CheckTracing(tracingOf(c)) })
 	}
-	table, err := mapping.Compile(cfg)
-	auth, aerr := admission.Compile(cfg.Auth)
-	if err = errors.Join(err, aerr); err != nil {
+	cfg, err := config.Parse(raw, checks...)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &snapshot{raw: raw, cfg: cfg, table: table, auth: auth, loaded: time.Now()}, nil
