@@ -718,7 +718,11 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 	}
 	st.count(status, e.size)
 	if status == http.StatusOK && (st.idle || e.seq%8 == 0) {
-		st.srv.obs.PublishLatency(st.route, time.Since(e.start))
+		var sc trace.SpanContext
+		if e.span.Recording() {
+			sc = e.span.SpanContext()
+		}
+		st.srv.obs.PublishLatency(st.route, time.Since(e.start), sc)
 	}
 }
 
