@@ -98,7 +98,7 @@ type Observer interface {
 	RecordsSettled(route string, status int, n, bytes int64)
 	// PublishLatency is the time from reading a record to the broker's receipt, for a
 	// sample of records: every 8th, and every record that arrives when the stream is idle;
-	// sc is the record's publish span when it was sampled (invalid otherwise).
+	// sc is the record's publish span (an exemplar when sampled; invalid with tracing off).
 	PublishLatency(route string, d time.Duration, sc trace.SpanContext)
 	DecodeError(route string)
 }
