@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,5 +141,73 @@ func TestEveryAlertHasASummaryARunbookAndAPromtoolCase(t *testing.T) {
 			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 		t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)
+	}
+}
+
+// TestDashboardFiltersByNamespaceAndPodWithOneUnitPerPanel: the dashboard has namespace
+// and pod variables, every panel query is restricted by both, and each panel has one
+// unit (no override gives a series another, so no axis mixes messages and bytes).
+func TestDashboardFiltersByNamespaceAndPodWithOneUnitPerPanel(t *testing.T) {
+	raw, err := os.ReadFile("dashboards/bridge.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Templating struct {
+			List []struct {
+				Name string `json:"name"`
+				Type string `json:"type"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			Title       string `json:"title"`
+			Type        string `json:"type"`
+			FieldConfig struct {
+				Defaults  map[string]any `json:"defaults"`
+				Overrides []struct {
+					Properties []struct {
+						ID string `json:"id"`
+					} `json:"properties"`
+				} `json:"overrides"`
+			} `json:"fieldConfig"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v.Type
+	}
+	if vars["namespace"] != "query" || vars["pod"] != "query" {
+		t.Fatalf("variables %v: want namespace and pod queries", vars)
+	}
+	panels := 0
+	for _, p := range d.Panels {
+		if p.Type == "row" {
+			continue
+		}
+		panels++
+		if u, _ := p.FieldConfig.Defaults["unit"].(string); u == "" {
+			t.Errorf("panel %q has no unit", p.Title)
+		}
+		for _, o := range p.FieldConfig.Overrides {
+			for _, prop := range o.Properties {
+				if prop.ID == "unit" {
+					t.Errorf("panel %q: an override sets a second unit", p.Title)
+				}
+			}
+		}
+		for _, tg := range p.Targets {
+			if !strings.Contains(tg.Expr, `namespace=~"$namespace"`) || !strings.Contains(tg.Expr, `pod=~"$pod"`) {
+				t.Errorf("panel %q: %s is not restricted to $namespace and $pod", p.Title, tg.Expr)
+			}
+		}
+	}
+	if panels < 20 {
+		t.Fatalf("only %d panels", panels)
 	}
 }

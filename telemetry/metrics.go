@@ -404,10 +404,14 @@ func (m *Metrics) ObserveSpans(c *SpanCounts) error {
 	return err
 }
 
-// EgressStreamStarted counts an egress stream in.
+// EgressStreamStarted counts an egress stream in, and makes its dead-letter series
+// exist at 0, so an alert on their increase sees the first one.
 func (m *Metrics) EgressStreamStarted(stream string) {
 	m.egressActive.Add(bg, 1, m.opt(stream, 0, 2))
 	m.egressStreams.Add(bg, 1, m.opt(stream, 0, 2))
+	for _, result := range [...]string{"ok", "failed"} {
+		m.deadLetters.Add(bg, 0, metric.WithAttributes(attribute.String("stream", stream), attribute.String("result", result)))
+	}
 }
 
 // EgressStreamEnded counts an egress stream out.

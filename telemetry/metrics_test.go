@@ -198,3 +198,24 @@ func get(t *testing.T, m *Metrics, accept string) string {
 	m.Handler().ServeHTTP(rec, req)
 	return rec.Body.String()
 }
+
+// TestDeadLetterSeriesExistFromTheStreamsStart: an egress stream's dead-letter counters
+// are on /metrics at 0 before any message is dead-lettered, so increase() over them
+// (BridgeDeadLettersGrowing) counts the first one.
+func TestDeadLetterSeriesExistFromTheStreamsStart(t *testing.T) {
+	m, err := NewMetrics(Build{Version: "v-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	m.EgressStreamStarted("out")
+	body := get(t, m, "")
+	for _, want := range []string{`bridge_egress_dead_letters_total{result="ok",stream="out"} 0`, `bridge_egress_dead_letters_total{result="failed",stream="out"} 0`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("missing %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("exposition:\n%s", body)
+	}
+}

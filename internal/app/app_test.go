@@ -94,6 +94,9 @@ func TestReloadOfTheGoodFileAfterARefusedOneClearsTheError(t *testing.T) {
 	if _, body := get(t, ops, "/readyz"); body["lastReloadError"] == nil {
 		t.Fatalf("/readyz %v lacks the refused reload's error", body)
 	}
+	if m := metricsText(t, ops); !strings.Contains(m, "\nbridge_config_reload_success 0\n") {
+		t.Fatalf("/metrics after a refused reload:\n%s", m)
+	}
 	if err := os.WriteFile(path, good, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +106,17 @@ func TestReloadOfTheGoodFileAfterARefusedOneClearsTheError(t *testing.T) {
 	if code, body := get(t, ops, "/readyz"); body["lastReloadError"] != nil || code != http.StatusOK {
 		t.Fatalf("/readyz %d %v after the good file came back", code, body)
 	}
+	if m := metricsText(t, ops); !strings.Contains(m, "\nbridge_config_reload_success 1\n") || !strings.Contains(m, "\nbridge_ready 1\n") ||
+		!strings.Contains(m, "\nbridge_pulsar_broker_up 1\n") {
+		t.Fatalf("/metrics after the good file came back:\n%s", m)
+	}
+}
+
+func metricsText(t *testing.T, h http.Handler) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
 }
 
 func TestPprofIsOffByDefaultAndFollowsReload(t *testing.T) {
