@@ -74,6 +74,6 @@ curl -s -N --max-time 3 -H 'Accept: application/recordio' "http://127.0.0.1:$dat
 echo
 echo
 echo "== bridge metrics (http://127.0.0.1:$ops_port/metrics)"
-curl -s "http://127.0.0.1:$ops_port/metrics" | grep -E '^bridge_ingress_(records|streams)_total|^bridge_publish_duration_seconds_count'
+curl -s "http://127.0.0.1:$ops_port/metrics" | grep -E '^bridge_ingress_(records|streams)_total|^bridge_ingress_publish_duration_seconds_count'
 echo
 echo "The broker keeps running at $PULSAR_URL (admin $PULSAR_ADMIN_URL); stop it with: make broker-stop"

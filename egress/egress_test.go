@@ -523,7 +523,7 @@ func TestNackRedeliversAfterABackoffThatGrowsWithTheCount(t *testing.T) {
 	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	if fmt.Sprint(obs.causes) != "[nack/1 nack/2 ackTimeout/6]" {
+	if fmt.Sprint(obs.causes) != "[nack/1 nack/2 ack_timeout/6]" {
 		t.Fatalf("observed %v", obs.causes)
 	}
 }

@@ -175,7 +175,7 @@ type Observer interface {
 // redeliveries: negative acknowledgements and acknowledgement timeouts.
 type RetryObserver interface {
 	// Nacked counts messages sent back for redelivery, by cause ("nack" or
-	// "ackTimeout"), and by attempt: how many times each had been delivered.
+	// "ack_timeout"), and by attempt: how many times each had been delivered.
 	Nacked(stream, cause string, deliveries uint32)
 	// DeadLettered counts messages moved to the dead-letter topic (ok) or that could
 	// not be (!ok: they stay unacknowledged and are redelivered).

@@ -562,7 +562,7 @@ func (st *stream) expireAcks(ctx context.Context, done <-chan struct{}) {
 				// A timeout is a failed attempt: the message waits its backoff, or goes
 				// to the dead-letter goroutine; the sweep itself never waits on a
 				// dead-letter topic.
-				st.retry(ctx, d, "ackTimeout", false)
+				st.retry(ctx, d, "ack_timeout", false)
 			}
 			if len(expired) > 0 {
 				st.srv.log.Info("acknowledgement timeout: messages redelivered", "stream", st.def.Name, "streamId", st.id, "messages", len(expired))

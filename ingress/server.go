@@ -98,8 +98,9 @@ type Observer interface {
 	// reports them in aggregate, whenever it flushes its receipts.
 	RecordsSettled(route string, status int, n, bytes int64)
 	// PublishLatency is the time from reading a record to the broker's receipt, for a
-	// sample of records: every 8th, and every record that arrives when the stream is idle.
-	PublishLatency(route string, d time.Duration)
+	// sample of records: every 8th, and every record that arrives when the stream is idle;
+	// sc is the record's publish span (an exemplar when sampled; invalid with tracing off).
+	PublishLatency(route string, d time.Duration, sc trace.SpanContext)
 	DecodeError(route string)
 }
 
@@ -286,11 +287,11 @@ func (s *Server) Handle(c echo.Context) error {
 
 type nopObserver struct{}
 
-func (nopObserver) StreamStarted(string)                     {}
-func (nopObserver) StreamEnded(string, int)                  {}
-func (nopObserver) RecordsSettled(string, int, int64, int64) {}
-func (nopObserver) PublishLatency(string, time.Duration)     {}
-func (nopObserver) DecodeError(string)                       {}
+func (nopObserver) StreamStarted(string)                                    {}
+func (nopObserver) StreamEnded(string, int)                                 {}
+func (nopObserver) RecordsSettled(string, int, int64, int64)                {}
+func (nopObserver) PublishLatency(string, time.Duration, trace.SpanContext) {}
+func (nopObserver) DecodeError(string)                                      {}
 
 // refuse answers a stream the gate did not admit: 503 while draining, 429 over the limit
 // (named by key).

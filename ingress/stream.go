@@ -720,7 +720,9 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 	}
 	st.count(status, e.size)
 	if status == http.StatusOK && (st.idle || e.seq%8 == 0) {
-		st.srv.obs.PublishLatency(st.route, time.Since(e.start))
+		// The record's span has ended (Recording is false now); its sampled flag says
+		// whether the trace was exported, so whether it can be the bucket's exemplar.
+		st.srv.obs.PublishLatency(st.route, time.Since(e.start), e.span.SpanContext())
 	}
 }
 

@@ -251,3 +251,68 @@ func TestARecordGivenUpBeforeSendingIsTracedAsFailed(t *testing.T) {
 		}
 	}
 }
+
+// latencyObserver keeps the span contexts PublishLatency is given.
+type latencyObserver struct {
+	nopObserver
+	mu  sync.Mutex
+	scs []trace.SpanContext
+}
+
+func (o *latencyObserver) PublishLatency(_ string, _ time.Duration, sc trace.SpanContext) {
+	o.mu.Lock()
+	o.scs = append(o.scs, sc)
+	o.mu.Unlock()
+}
+
+// TestPublishLatencyIsGivenTheRecordsSampledSpan: the latency of a record whose trace is
+// sampled comes with its span's context (the exemplar /metrics shows), although the span
+// has ended by then; an unsampled record's comes with an unsampled one.
+func TestPublishLatencyIsGivenTheRecordsSampledSpan(t *testing.T) {
+	url, _ := telemetrytest.SpanSink(t)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", url)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
+	tr, err := telemetry.SetupTracing(context.Background(), "test", telemetry.TracingOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	obs := &latencyObserver{}
+	s := New(&propsPublisher{}, nil, obs, tr)
+	s.Update(table(t, `
+routes:
+  - name: r
+    default: {topic: t, properties: {traceparent: "{json:tp}"}}
+`), nil, limits)
+	e := echo.New()
+	s.Register(e)
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	const sampledTrace = "0af7651916cd43dd8448eb211c80319c"
+	for _, rec := range []string{`{"tp":"00-` + sampledTrace + `-b7ad6b7169203331-01"}`, `{"n":2}`} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/publish/r", bytes.NewReader(recordio.AppendRecord(nil, []byte(rec))))
+		req.Header.Set("Content-Type", "application/recordio")
+		req.Header.Set("Message-Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("publish %s: %d", rec, resp.StatusCode)
+		}
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.scs) != 2 {
+		t.Fatalf("%d latencies observed, want 2 (each record found its stream idle)", len(obs.scs))
+	}
+	if sc := obs.scs[0]; !sc.IsSampled() || sc.TraceID().String() != sampledTrace || !sc.SpanID().IsValid() {
+		t.Errorf("the sampled record's latency came with %v; want its span in trace %s", sc, sampledTrace)
+	}
+	if sc := obs.scs[1]; sc.IsSampled() {
+		t.Errorf("the unsampled record's latency came with a sampled context %v", sc)
+	}
+}

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
@@ -19,6 +21,7 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Metrics holds the bridge's instruments. Its methods are safe for concurrent use and
@@ -44,6 +47,8 @@ type Metrics struct {
 	deadLetters    metric.Int64Counter // by stream and result
 	rateLimited    metric.Float64Counter
 	ackLatency     metric.Float64Histogram
+	reloadOK       metric.Int64Gauge
+	reloadAt       metric.Float64Gauge
 
 	attrs sync.Map // attrKey -> metric.MeasurementOption
 }
@@ -54,13 +59,27 @@ type attrKey struct {
 	kind   uint8
 }
 
-// NewMetrics creates the instruments and a Prometheus handler serving them, from a
-// registry of their own (so nothing global is touched and tests can make several).
+// Build says which build runs: bridge_build_info's labels.
+type Build struct {
+	Version  string // the release, or a git description
+	Revision string // the commit ("" when unknown)
+}
+
+// NewMetrics creates the instruments and a Prometheus handler serving them (with the
+// Go runtime's and the process's collectors), from a registry of their own (so nothing
+// global is touched and tests can make several). The handler speaks OpenMetrics to a
+// scraper that asks for it, and then carries exemplars: the trace of a sampled
+// publish on the latency histogram's buckets.
 // With OTEL_METRICS_EXPORTER=otlp the same instruments are also pushed over OTLP
 // (OTEL_EXPORTER_OTLP_METRICS_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL: grpc or
 // http/protobuf; endpoint and interval from the standard variables).
-func NewMetrics(version string) (*Metrics, error) {
+func NewMetrics(build Build) (*Metrics, error) {
+	version := build.Version
 	reg := prometheus.NewRegistry()
+	if err := errors.Join(reg.Register(collectors.NewGoCollector()),
+		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {
+		return nil, err
+	}
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, err
@@ -92,7 +111,7 @@ func NewMetrics(version string) (*Metrics, error) {
 			sdkmetric.NewView(sdkmetric.Instrument{Name: "bridge.egress.lag"},
 				sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{
 					Boundaries: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 3600}}})))...)
-	m := &Metrics{provider: mp, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
+	m := &Metrics{provider: mp, handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true})}
 	mt := mp.Meter("github.com/recordio-bridge/bridge")
 	var errs []error
 	must := func(err error) { errs = append(errs, err) }
@@ -106,7 +125,7 @@ func NewMetrics(version string) (*Metrics, error) {
 	must(err)
 	m.decodeErrors, err = mt.Int64Counter("bridge.ingress.decode.errors", metric.WithDescription("Ingress streams ended by a RecordIO framing error."))
 	must(err)
-	m.publishLatency, err = mt.Float64Histogram("bridge.publish.duration", metric.WithUnit("s"), metric.WithDescription("Time from reading a record to the broker's receipt, sampled: every 8th record and every record that finds its stream idle."))
+	m.publishLatency, err = mt.Float64Histogram("bridge.ingress.publish.duration", metric.WithUnit("s"), metric.WithDescription("Time from reading a record to the broker's receipt, sampled: every 8th record and every record that finds its stream idle."))
 	must(err)
 	m.reloads, err = mt.Int64Counter("bridge.config.reloads", metric.WithDescription("Configuration reloads, by result (applied, invalid, unchanged)."))
 	must(err)
@@ -122,7 +141,7 @@ func NewMetrics(version string) (*Metrics, error) {
 	must(err)
 	m.egressAcks, err = mt.Int64Counter("bridge.egress.acks", metric.WithDescription("Messages acknowledged to the broker by egress streams."))
 	must(err)
-	m.egressNacks, err = mt.Int64Counter("bridge.egress.nacks", metric.WithDescription("Messages sent back for redelivery after their backoff, by cause (nack: the client's POST /nack; ackTimeout) and attempt (the deliveries that failed so far, 10 for 10 or more)."))
+	m.egressNacks, err = mt.Int64Counter("bridge.egress.nacks", metric.WithDescription("Messages sent back for redelivery after their backoff, by cause (nack: the client's POST /nack; ack_timeout: not acknowledged within ackTimeout) and attempt (the deliveries that failed so far, 10 for 10 or more)."))
 	must(err)
 	m.deadLetters, err = mt.Int64Counter("bridge.egress.dead.letters", metric.WithDescription("Messages moved to a dead-letter topic after retry.maxDeliveries (result ok), or whose publication there failed (result failed: left unacknowledged, redelivered)."))
 	must(err)
@@ -130,14 +149,23 @@ func NewMetrics(version string) (*Metrics, error) {
 	must(err)
 	m.ackLatency, err = mt.Float64Histogram("bridge.egress.ack.duration", metric.WithUnit("s"), metric.WithDescription("Time from delivery to the client's acknowledgement (ack=client)."))
 	must(err)
-	info, err := mt.Int64Gauge("bridge.build.info", metric.WithDescription("Always 1; the labels say which build runs."))
+	m.reloadOK, err = mt.Int64Gauge("bridge.config.reload.success", metric.WithDescription("1 when the running configuration is the file's (its last load or reload was applied, or found it unchanged), 0 after a refused reload until one succeeds."))
+	must(err)
+	m.reloadAt, err = mt.Float64Gauge("bridge.config.reload.timestamp", metric.WithUnit("s"), metric.WithDescription("When the running configuration was last loaded or reloaded successfully (Unix time)."))
+	must(err)
+	info, err := mt.Int64Gauge("bridge.build.info", metric.WithDescription("Always 1; the labels say which build runs: version, revision (the commit) and goversion."))
 	must(err)
 	for _, e := range errs {
 		if e != nil {
 			return nil, e
 		}
 	}
-	info.Record(context.Background(), 1, metric.WithAttributes(attribute.String("version", version)))
+	rev := build.Revision
+	if rev == "" {
+		rev = "unknown"
+	}
+	info.Record(context.Background(), 1, metric.WithAttributes(attribute.String("version", version),
+		attribute.String("revision", rev), attribute.String("goversion", runtime.Version())))
 	return m, nil
 }
 
@@ -182,17 +210,36 @@ func (m *Metrics) RecordsSettled(route string, status int, n, bytes int64) {
 	m.bytes.Add(bg, bytes, o)
 }
 
-// PublishLatency records one (sampled) publish latency.
-func (m *Metrics) PublishLatency(route string, d time.Duration) {
-	m.publishLatency.Record(bg, d.Seconds(), m.opt(route, 0, 0))
+// PublishLatency records one (sampled) publish latency; a sampled sc (the record's
+// publish span) becomes the exemplar of its bucket.
+func (m *Metrics) PublishLatency(route string, d time.Duration, sc trace.SpanContext) {
+	ctx := bg
+	if sc.IsSampled() {
+		ctx = trace.ContextWithSpanContext(bg, sc)
+	}
+	m.publishLatency.Record(ctx, d.Seconds(), m.opt(route, 0, 0))
 }
 
 // DecodeError counts a stream ended by a framing error.
 func (m *Metrics) DecodeError(route string) { m.decodeErrors.Add(bg, 1, m.opt(route, 0, 0)) }
 
-// Reload counts a configuration reload by result.
+// Reload counts a configuration reload by result (applied, invalid, unchanged; the
+// file found unchanged is only counted) and sets bridge_config_reload_success and,
+// when applied, its timestamp.
 func (m *Metrics) Reload(result string) {
 	m.reloads.Add(bg, 1, metric.WithAttributes(attribute.String("result", result)))
+	switch result {
+	case "invalid":
+		m.reloadOK.Record(bg, 0)
+	case "applied":
+		m.Loaded(time.Now())
+	}
+}
+
+// Loaded says the running configuration was loaded from the file at t.
+func (m *Metrics) Loaded(t time.Time) {
+	m.reloadOK.Record(bg, 1)
+	m.reloadAt.Record(bg, float64(t.UnixNano())/1e9)
 }
 
 // PulsarStats are the client's figures at one instant, summed over producers and
@@ -215,8 +262,8 @@ type PulsarStats struct {
 // ObservePulsar registers instruments read from stats at each scrape.
 func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 	mt := m.provider.Meter("github.com/recordio-bridge/bridge")
-	pendingMsgs, err1 := mt.Int64ObservableGauge("bridge.producer.pending.messages", metric.WithDescription("Messages sent and awaiting the broker's receipt."))
-	pendingBytes, err2 := mt.Int64ObservableGauge("bridge.producer.pending.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes sent and awaiting the broker's receipt."))
+	pendingMsgs, err1 := mt.Int64ObservableGauge("bridge.pulsar.producer.pending.messages", metric.WithDescription("Messages sent and awaiting the broker's receipt."))
+	pendingBytes, err2 := mt.Int64ObservableGauge("bridge.pulsar.producer.pending.bytes", metric.WithUnit("By"), metric.WithDescription("Bytes sent and awaiting the broker's receipt."))
 	reconnects, err3 := mt.Int64ObservableCounter("bridge.pulsar.reconnects", metric.WithDescription("Reconnections of producers and consumers to the broker, by kind."))
 	permits, err4 := mt.Int64ObservableCounter("bridge.egress.permits", metric.WithDescription("FLOW permits granted to the broker by egress consumers."))
 	buffered, err5 := mt.Int64ObservableGauge("bridge.egress.buffered.messages", metric.WithDescription("Messages received from the broker and not yet written to a client."))
@@ -246,6 +293,38 @@ func (m *Metrics) ObservePulsar(stats func() PulsarStats) error {
 		}
 		return nil
 	}, pendingMsgs, pendingBytes, reconnects, permits, buffered, discarded, undecodable)
+	return err
+}
+
+// Health is what /readyz finds at one instant.
+type Health struct {
+	BrokerUp bool // the broker's handshake succeeded (pulsar.Client.Ping)
+	Ready    bool // /readyz would answer 200
+}
+
+// ObserveHealth registers bridge_pulsar_broker_up and bridge_ready (0 or 1), read from
+// check at each scrape.
+func (m *Metrics) ObserveHealth(check func(context.Context) Health) error {
+	mt := m.provider.Meter("github.com/recordio-bridge/bridge")
+	up, err1 := mt.Int64ObservableGauge("bridge.pulsar.broker.up", metric.WithDescription("1 when the broker of pulsar.url completed a handshake at this scrape (as /readyz checks it), 0 when it could not be reached within 2s."))
+	ready, err2 := mt.Int64ObservableGauge("bridge.ready", metric.WithDescription("1 when /readyz would answer 200 at this scrape, 0 when 503 (broker unreachable, credentials failing, draining)."))
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	b2i := func(b bool) int64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	_, err := mt.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		h := check(ctx)
+		o.ObserveInt64(up, b2i(h.BrokerUp))
+		o.ObserveInt64(ready, b2i(h.Ready))
+		return nil
+	}, up, ready)
 	return err
 }
 
@@ -325,10 +404,14 @@ func (m *Metrics) ObserveSpans(c *SpanCounts) error {
 	return err
 }
 
-// EgressStreamStarted counts an egress stream in.
+// EgressStreamStarted counts an egress stream in, and makes its dead-letter series
+// exist at 0, so an alert on their increase sees the first one.
 func (m *Metrics) EgressStreamStarted(stream string) {
 	m.egressActive.Add(bg, 1, m.opt(stream, 0, 2))
 	m.egressStreams.Add(bg, 1, m.opt(stream, 0, 2))
+	for _, result := range [...]string{"ok", "failed"} {
+		m.deadLetters.Add(bg, 0, metric.WithAttributes(attribute.String("stream", stream), attribute.String("result", result)))
+	}
 }
 
 // EgressStreamEnded counts an egress stream out.

@@ -5,10 +5,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"go.uber.org/goleak"
 )
@@ -16,7 +20,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestMetricsReachThePrometheusHandler(t *testing.T) {
-	m, err := NewMetrics("v-test")
+	m, err := NewMetrics(Build{Version: "v-test", Revision: "abc123"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,12 +28,12 @@ func TestMetricsReachThePrometheusHandler(t *testing.T) {
 	m.StreamStarted("mesos")
 	m.RecordsSettled("mesos", 200, 3, 300)
 	m.RecordsSettled("mesos", 413, 1, 5000)
-	m.PublishLatency("mesos", 3*time.Millisecond)
+	m.PublishLatency("mesos", 3*time.Millisecond, trace.SpanContext{})
 	m.StreamEnded("mesos", 200)
 	m.DecodeError("mesos")
 	m.Reload("invalid")
 	m.Nacked("out", "nack", 1)
-	m.Nacked("out", "ackTimeout", 12)
+	m.Nacked("out", "ack_timeout", 12)
 	m.DeadLettered("out", true)
 	m.DeadLettered("out", false)
 	m.RateLimited("out", 1500*time.Millisecond)
@@ -37,17 +41,19 @@ func TestMetricsReachThePrometheusHandler(t *testing.T) {
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	for _, want := range []string{
-		`bridge_build_info{version="v-test"} 1`,
+		`bridge_build_info{goversion="` + runtime.Version() + `",revision="abc123",version="v-test"} 1`,
 		`bridge_ingress_records_total{route="mesos",status="200"} 3`,
 		`bridge_ingress_records_total{route="mesos",status="413"} 1`,
 		`bridge_ingress_bytes_total{route="mesos",status="200"} 300`,
 		`bridge_ingress_streams_total{route="mesos",status="200"} 1`,
 		`bridge_ingress_streams_active{route="mesos"} 0`,
 		`bridge_ingress_decode_errors_total{route="mesos"} 1`,
-		`bridge_publish_duration_seconds_bucket{route="mesos",le="0.005"} 1`,
+		`bridge_ingress_publish_duration_seconds_bucket{route="mesos",le="0.005"} 1`,
 		`bridge_config_reloads_total{result="invalid"} 1`,
 		`bridge_egress_nacks_total{attempt="1",cause="nack",stream="out"} 1`,
-		`bridge_egress_nacks_total{attempt="10",cause="ackTimeout",stream="out"} 1`,
+		`bridge_egress_nacks_total{attempt="10",cause="ack_timeout",stream="out"} 1`,
+		`bridge_config_reload_success 0`,
+		"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_resident_memory_bytes ", "process_start_time_seconds ",
 		`bridge_egress_dead_letters_total{result="ok",stream="out"} 1`,
 		`bridge_egress_dead_letters_total{result="failed",stream="out"} 1`,
 		`bridge_egress_rate_limited_seconds_total{stream="out"} 1.5`,
@@ -74,7 +80,7 @@ func TestMetricsArePushedOverOTLPWhenAsked(t *testing.T) {
 	t.Setenv("OTEL_METRICS_EXPORTER", "otlp")
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
-	m, err := NewMetrics("v-test")
+	m, err := NewMetrics(Build{Version: "v-test", Revision: "abc123"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +95,7 @@ func TestMetricsArePushedOverOTLPWhenAsked(t *testing.T) {
 
 // TestMemoryBudgetOnMetrics: the memory budget's limit, use, peak and users are gauges.
 func TestMemoryBudgetOnMetrics(t *testing.T) {
-	m, err := NewMetrics("v-test")
+	m, err := NewMetrics(Build{Version: "v-test", Revision: "abc123"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +118,100 @@ func TestMemoryBudgetOnMetrics(t *testing.T) {
 		`bridge_memory_budget_charged_bytes{user="ingress"} 500`,
 	} {
 		if !strings.Contains(string(body), want) {
+			t.Errorf("missing %s", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("exposition:\n%s", body)
+	}
+}
+
+// TestConfigReloadGaugesSayWhetherTheFileRuns: bridge_config_reload_success is 1 after
+// a load, 0 after a refused reload, 1 again once one applies; the timestamp moves only
+// when a configuration is applied.
+func TestConfigReloadGaugesSayWhetherTheFileRuns(t *testing.T) {
+	m, err := NewMetrics(Build{Version: "v-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	gauges := func() (string, string) {
+		t.Helper()
+		body := get(t, m, "")
+		ok := regexp.MustCompile(`(?m)^bridge_config_reload_success (\S+)$`).FindStringSubmatch(body)
+		at := regexp.MustCompile(`(?m)^bridge_config_reload_timestamp_seconds (\S+)$`).FindStringSubmatch(body)
+		if ok == nil || at == nil {
+			t.Fatalf("reload gauges missing:\n%s", body)
+		}
+		return ok[1], at[1]
+	}
+	m.Loaded(time.Unix(1700000000, 0))
+	if ok, at := gauges(); ok != "1" || at != "1.7e+09" {
+		t.Fatalf("after the load: success %s, timestamp %s", ok, at)
+	}
+	m.Reload("invalid")
+	if ok, at := gauges(); ok != "0" || at != "1.7e+09" {
+		t.Fatalf("after a refused reload: success %s, timestamp %s", ok, at)
+	}
+	m.Reload("applied")
+	if ok, at := gauges(); ok != "1" || at == "1.7e+09" {
+		t.Fatalf("after an applied reload: success %s, timestamp %s", ok, at)
+	}
+}
+
+// TestPublishLatencyCarriesTheSampledTraceAsExemplar: a scraper that negotiates
+// OpenMetrics sees the trace id of a sampled publish on its latency bucket; an
+// unsampled one leaves no exemplar, and the plain text format carries none.
+func TestPublishLatencyCarriesTheSampledTraceAsExemplar(t *testing.T) {
+	m, err := NewMetrics(Build{Version: "v-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	sampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0x4b, 0xf9, 1}, SpanID: trace.SpanID{0x00, 0xf0, 7},
+		TraceFlags: trace.FlagsSampled})
+	unsampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0x11, 2}, SpanID: trace.SpanID{0x22, 3}})
+	m.PublishLatency("mesos", 3*time.Millisecond, sampled)
+	m.PublishLatency("mesos", 300*time.Millisecond, unsampled)
+	om := get(t, m, "application/openmetrics-text; version=1.0.0")
+	want := `bridge_ingress_publish_duration_seconds_bucket{route="mesos",le="0.005"} 1 # {trace_id="` + sampled.TraceID().String() +
+		`",span_id="` + sampled.SpanID().String() + `"} 0.003 `
+	if !strings.Contains(om, want) {
+		t.Fatalf("no exemplar %s in the OpenMetrics exposition:\n%s", want, om)
+	}
+	if strings.Contains(om, unsampled.TraceID().String()) {
+		t.Fatalf("an unsampled publish left an exemplar:\n%s", om)
+	}
+	if text := get(t, m, ""); strings.Contains(text, sampled.TraceID().String()) {
+		t.Fatalf("the text format carries exemplars:\n%s", text)
+	}
+}
+
+// get scrapes m's handler, asking for the format accept names ("" the default).
+func get(t *testing.T, m *Metrics, accept string) string {
+	t.Helper()
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, req)
+	return rec.Body.String()
+}
+
+// TestDeadLetterSeriesExistFromTheStreamsStart: an egress stream's dead-letter counters
+// are on /metrics at 0 before any message is dead-lettered, so increase() over them
+// (BridgeDeadLettersGrowing) counts the first one.
+func TestDeadLetterSeriesExistFromTheStreamsStart(t *testing.T) {
+	m, err := NewMetrics(Build{Version: "v-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Shutdown(context.Background())
+	m.EgressStreamStarted("out")
+	body := get(t, m, "")
+	for _, want := range []string{`bridge_egress_dead_letters_total{result="ok",stream="out"} 0`, `bridge_egress_dead_letters_total{result="failed",stream="out"} 0`} {
+		if !strings.Contains(body, want) {
 			t.Errorf("missing %s", want)
 		}
 	}

@@ -69,7 +69,7 @@ func TestDroppedAndRejectedSpansAreOnMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewMetrics("v")
+	m, err := NewMetrics(Build{Version: "v"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,20 +131,27 @@ func cmdValidate(args []string, stdout, stderr io.Writer) int {
 }
 
 func versionString() string {
-	rev := commit
-	if rev == "" {
-		if bi, ok := debug.ReadBuildInfo(); ok {
-			for _, s := range bi.Settings {
-				if s.Key == "vcs.revision" {
-					rev = s.Value
-				}
-			}
-		}
-	}
+	rev := revision()
 	if rev == "" {
 		rev = "unknown"
 	}
 	return fmt.Sprintf("%s (commit %s, %s, %s/%s)", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// revision is the commit the binary was built from: the link-time one, else the one
+// Go recorded, else "".
+func revision() string {
+	if commit != "" {
+		return commit
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return ""
 }
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -171,7 +178,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	// OpenTelemetry's own errors (exports that failed, spans dropped) go to the same log.
 	otelLog := log.With("component", "opentelemetry")
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { otelLog.Warn("telemetry export problem", "error", err.Error()) }))
-	a, err := app.New(app.Options{ConfigPath: *path, Logger: log, Version: version})
+	a, err := app.New(app.Options{ConfigPath: *path, Logger: log, Version: version, Revision: revision()})
 	if err != nil {
 		log.Error("configuration refused", "error", err.Error())
 		return 1

@@ -40,6 +40,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Version is reported by the metrics, traces and the start-up log line.
 	Version string
+	// Revision is the commit of the build, for bridge_build_info ("" when unknown).
+	Revision string
 }
 
 // App is a bridge: its listeners, Pulsar client, producers and current configuration.
@@ -100,9 +102,10 @@ func New(o Options) (_ *App, err error) {
 			}
 		}
 	}()
-	if a.metrics, err = telemetry.NewMetrics(o.Version); err != nil {
+	if a.metrics, err = telemetry.NewMetrics(telemetry.Build{Version: o.Version, Revision: o.Revision}); err != nil {
 		return nil, err
 	}
+	a.metrics.Loaded(snap.loaded)
 	undo = append(undo, func() { _ = a.metrics.Shutdown(context.Background()) })
 	copts := pulsar.ClientOptions{URL: cfg.Pulsar.URL, TLSCAFile: cfg.Pulsar.TLS.CAFile, TLSCertFile: cfg.Pulsar.TLS.CertFile,
 		TLSKeyFile: cfg.Pulsar.TLS.KeyFile, TLSServerName: cfg.Pulsar.TLS.ServerName, OperationTimeout: cfg.Pulsar.OperationTimeout.D(),
@@ -160,6 +163,12 @@ func New(o Options) (_ *App, err error) {
 		ms.ConsumerQueues, ms.ConsumerReserved, ms.Egress = a.subs.Memory()
 		ms.Ingress = max(0, st.Used-ms.ConsumerQueues-ms.ConsumerReserved-ms.Egress)
 		return ms
+	}); err != nil {
+		return nil, err
+	}
+	if err := a.metrics.ObserveHealth(func(ctx context.Context) telemetry.Health {
+		ready, detail := a.readiness(ctx)
+		return telemetry.Health{BrokerUp: detail["broker"] == "connected", Ready: ready}
 	}); err != nil {
 		return nil, err
 	}
@@ -447,6 +456,40 @@ func (a *App) Reload(why string) error {
 	return nil
 }
 
+// readiness is /readyz's verdict and the details its body shows (detail["broker"] is
+// "connected" when the broker's handshake succeeded within 2s).
+func (a *App) readiness(ctx context.Context) (bool, map[string]any) {
+	snap := a.snap.Load()
+	detail := map[string]any{"config": a.path, "configLoaded": snap.loaded.UTC().Format(time.RFC3339), "routes": len(snap.table.Routes()),
+		"streams": a.ingress.Active(), "egressStreams": a.egress.Active()}
+	if p := a.lastErr.Load(); p != nil {
+		detail["lastReloadError"] = *p
+	}
+	if a.budget != nil {
+		st := a.budget.Stats()
+		detail["memoryBudget"] = map[string]int64{"limit": st.Limit, "used": st.Used, "peak": st.Peak, "waits": st.Waits}
+	}
+	detail["producers"] = a.prods.Live()
+	ready := true
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := a.client.Ping(ctx); err != nil {
+		ready = false
+		detail["broker"] = "unreachable: " + err.Error()
+	} else {
+		detail["broker"] = "connected"
+	}
+	if !a.authReady(detail) {
+		ready = false
+	}
+	if a.draining.Load() {
+		ready = false
+		detail["draining"] = true
+	}
+	detail["ready"] = ready
+	return ready, detail
+}
+
 // opsHandler serves /healthz, /readyz and /metrics.
 func (a *App) opsHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -455,34 +498,7 @@ func (a *App) opsHandler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		snap := a.snap.Load()
-		detail := map[string]any{"config": a.path, "configLoaded": snap.loaded.UTC().Format(time.RFC3339), "routes": len(snap.table.Routes()),
-			"streams": a.ingress.Active(), "egressStreams": a.egress.Active()}
-		if p := a.lastErr.Load(); p != nil {
-			detail["lastReloadError"] = *p
-		}
-		if a.budget != nil {
-			st := a.budget.Stats()
-			detail["memoryBudget"] = map[string]int64{"limit": st.Limit, "used": st.Used, "peak": st.Peak, "waits": st.Waits}
-		}
-		detail["producers"] = a.prods.Live()
-		ready := true
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := a.client.Ping(ctx); err != nil {
-			ready = false
-			detail["broker"] = "unreachable: " + err.Error()
-		} else {
-			detail["broker"] = "connected"
-		}
-		if !a.authReady(detail) {
-			ready = false
-		}
-		if a.draining.Load() {
-			ready = false
-			detail["draining"] = true
-		}
-		detail["ready"] = ready
+		ready, detail := a.readiness(r.Context())
 		w.Header().Set("Content-Type", "application/json")
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -1,13 +1,16 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -91,6 +94,9 @@ func TestReloadOfTheGoodFileAfterARefusedOneClearsTheError(t *testing.T) {
 	if _, body := get(t, ops, "/readyz"); body["lastReloadError"] == nil {
 		t.Fatalf("/readyz %v lacks the refused reload's error", body)
 	}
+	if m := metricsText(t, ops); !strings.Contains(m, "\nbridge_config_reload_success 0\n") {
+		t.Fatalf("/metrics after a refused reload:\n%s", m)
+	}
 	if err := os.WriteFile(path, good, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +106,17 @@ func TestReloadOfTheGoodFileAfterARefusedOneClearsTheError(t *testing.T) {
 	if code, body := get(t, ops, "/readyz"); body["lastReloadError"] != nil || code != http.StatusOK {
 		t.Fatalf("/readyz %d %v after the good file came back", code, body)
 	}
+	if m := metricsText(t, ops); !strings.Contains(m, "\nbridge_config_reload_success 1\n") || !strings.Contains(m, "\nbridge_ready 1\n") ||
+		!strings.Contains(m, "\nbridge_pulsar_broker_up 1\n") {
+		t.Fatalf("/metrics after the good file came back:\n%s", m)
+	}
+}
+
+func metricsText(t *testing.T, h http.Handler) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
 }
 
 func TestPprofIsOffByDefaultAndFollowsReload(t *testing.T) {
@@ -197,4 +214,103 @@ func TestShutdownEndsOpenStreamsAndLeavesNothingRunning(t *testing.T) {
 	if err := <-egressDone; err != nil {
 		t.Fatalf("egress stream: %v", err)
 	}
+}
+
+// TestMetricLabelsNameOnlyConfiguredRoutesAndStreams: a templated route publishing to
+// hundreds of topics, and requests to paths no route or stream has, add no series:
+// /metrics has as many after 200 topics as after 2, and every route and stream label
+// is a configured name.
+func TestMetricLabelsNameOnlyConfiguredRoutesAndStreams(t *testing.T) {
+	a, path := newApp(t, "streams:\n  - name: s\n    topics: [t]")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(raw), "routes:\n", "routes:\n  - name: tmpl\n    namespaces: [public/default]\n    default: {topic: \"card-{json:k}\"}\n", 1)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(context.Background()) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.Shutdown(ctx)
+		<-ran
+	}()
+	base := "http://" + a.DataAddr().String()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	traffic := func(from, to int) {
+		t.Helper()
+		var body []byte
+		for i := from; i < to; i++ {
+			body = recordio.AppendRecord(body, []byte(fmt.Sprintf(`{"k":"k%d"}`, i)))
+		}
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/publish/tmpl", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/recordio")
+		req.Header.Set("Message-Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("publish: %d", resp.StatusCode)
+		}
+		for i := from; i < to; i += 10 { // unknown ingress and egress paths
+			for _, r := range []struct{ method, path string }{{"POST", "/v1/publish/nope-%d"}, {"GET", "/v1/streams/nope-%d"}} {
+				req, _ := http.NewRequest(r.method, base+fmt.Sprintf(r.path, i), strings.NewReader(""))
+				req.Header.Set("Content-Type", "application/recordio")
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+			}
+		}
+	}
+	series := func() []string {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		a.opsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		var out []string
+		for _, line := range strings.Split(rec.Body.String(), "\n") {
+			if strings.HasPrefix(line, "bridge_") {
+				out = append(out, line[:strings.LastIndexByte(line, ' ')])
+			}
+		}
+		return out
+	}
+	traffic(0, 2)
+	few := series()
+	traffic(2, 200)
+	many := series()
+	if len(many) != len(few) {
+		t.Errorf("%d series after 2 topics, %d after 200", len(few), len(many))
+	}
+	label := regexp.MustCompile(`\b(route|stream)="([^"]*)"`)
+	for _, s := range many {
+		for _, m := range label.FindAllStringSubmatch(s, -1) {
+			if m[2] != "tmpl" && m[2] != "s" && m[2] != "r" {
+				t.Errorf("series %s: %s %q is no configured name", s, m[1], m[2])
+			}
+		}
+	}
+	if !slicesContain(many, `bridge_ingress_records_total{route="tmpl",status="200"}`) {
+		t.Fatalf("the traffic is not on /metrics:\n%s", strings.Join(many, "\n"))
+	}
+}
+
+func slicesContain(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
