@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/schema"
 )
 
 // ErrUnroutable is wrapped by every error Resolve returns: the record cannot be sent
@@ -55,6 +56,7 @@ type Route struct {
 	props        []prop
 	rules        []rule
 	fallback     target
+	schema       *schema.Schema // the route's; nil: none
 }
 
 type prop struct {
@@ -80,10 +82,11 @@ type headerMatch struct {
 }
 
 type target struct {
-	topic *template
-	fixed string // the normalised topic when it has no placeholders
-	key   *template
-	props []prop
+	topic  *template
+	fixed  string // the normalised topic when it has no placeholders
+	key    *template
+	props  []prop
+	schema *schema.Schema // what the target's producers declare; nil: none
 }
 
 // Compile builds the routing table of a configuration. Its errors are config.Problems,
@@ -146,6 +149,10 @@ func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 		r.propNames = append(r.propNames, strings.ToLower(h))
 	}
 	r.props = compileProps(rc.Properties, r.params, at+".properties", &p)
+	var err error
+	if r.schema, err = schema.Compile(rc.Schema); err != nil {
+		add("%s.schema: %v", at, err)
+	}
 	routeAt := at
 	compileTarget := func(tc config.Target, at string) target {
 		var tg target
@@ -196,10 +203,17 @@ func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 			cr.headers = append(cr.headers, headerMatch{name: http.CanonicalHeaderKey(h), values: rl.Match.Headers[h]})
 		}
 		cr.target = compileTarget(rl.Target, rat)
+		cr.target.schema = r.schema
+		if rl.Schema != nil {
+			if cr.target.schema, err = schema.Compile(rl.Schema); err != nil {
+				add("%s.schema: %v", rat, err)
+			}
+		}
 		r.rules = append(r.rules, cr)
 	}
 	if rc.Default != nil {
 		r.fallback = compileTarget(*rc.Default, at+".default")
+		r.fallback.schema = r.schema
 	}
 	return r, p
 }
@@ -350,7 +364,8 @@ type Target struct {
 	Topic      string // normalised: persistent://tenant/namespace/name
 	Key        string // "" for none
 	Properties map[string]string
-	Rule       int // index of the rule that matched; -1 for the default
+	Rule       int            // index of the rule that matched; -1 for the default
+	Schema     *schema.Schema // what the topic's producer declares; nil: none
 }
 
 // MaxTopicName bounds a topic name a template makes from a request or a record (as
@@ -373,7 +388,12 @@ func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
 	fail := func(reason string) (Target, error) {
 		return Target{}, &RouteError{Route: r.name, Rule: idx, Reason: reason}
 	}
-	out := Target{Rule: idx, Topic: tg.fixed}
+	out := Target{Rule: idx, Topic: tg.fixed, Schema: tg.schema}
+	if data != nil {
+		if err := tg.schema.Check(data); err != nil {
+			return Target{}, fmt.Errorf("route %s: %w", r.name, err)
+		}
+	}
 	if out.Topic == "" {
 		raw, err := tg.topic.render(&in, checkTopicPart)
 		if err != nil {
