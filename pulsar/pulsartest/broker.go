@@ -819,7 +819,7 @@ func (b *Broker) EnforceSchemas(on bool) { b.mu.Lock(); b.enforceSchemas = on; b
 
 // Schemas returns the schemas registered for topic, oldest first (the version of the
 // i-th is i+1, eight bytes big-endian on the wire).
-func (b *Broker) Schemas(topic string) []*pb.Schema {
+func (b *Broker) Schemas(topic string) []*Schema {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return slices.Clone(b.schemas[topic])
