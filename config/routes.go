@@ -10,8 +10,8 @@ import (
 
 // Route is one ingress endpoint: where records are POSTed and how each is sent on.
 // Rules are tried in order and the first that matches routes the record; a record no
-// rule matches goes to Default. Templates ({json:PATH}, {header:NAME}, {path:NAME},
-// {route}) are checked and compiled by the mapping package.
+// rule matches goes to Default. Templates ({json:PATH}, {proto:PATH}, {header:NAME},
+// {path:NAME}, {route}) are checked and compiled by the mapping package.
 type Route struct {
 	Name string `yaml:"name"` // required; unique
 	// Path of the endpoint [/v1/publish/<name>]; a segment written :NAME captures that
@@ -114,6 +114,7 @@ func validateSchema(s *Schema, at string, add func(string, ...any)) {
 type Match struct {
 	ContentType StringList            `yaml:"contentType"` // the record's media type
 	JSON        map[string]StringList `yaml:"json"`        // gjson path -> values (the field's text)
+	Proto       map[string]StringList `yaml:"proto"`       // protobuf field path -> values (enums by name)
 	Headers     map[string]StringList `yaml:"headers"`     // request header -> values
 }
 

@@ -67,8 +67,14 @@ type prop struct {
 type rule struct {
 	contentTypes []string
 	json         []fieldMatch
+	proto        []protoMatch
 	headers      []headerMatch
 	target
+}
+
+type protoMatch struct {
+	path   *schema.Path
+	values []string
 }
 
 type fieldMatch struct {
@@ -148,18 +154,19 @@ func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 		r.headers = append(r.headers, http.CanonicalHeaderKey(h))
 		r.propNames = append(r.propNames, strings.ToLower(h))
 	}
-	r.props = compileProps(rc.Properties, r.params, at+".properties", &p)
 	var err error
 	if r.schema, err = schema.Compile(rc.Schema); err != nil {
 		add("%s.schema: %v", at, err)
 	}
+	sc := scope{params: r.params, schema: r.schema}
+	r.props = compileProps(rc.Properties, sc, at+".properties", &p)
 	routeAt := at
 	compileTarget := func(tc config.Target, at string) target {
 		var tg target
 		if tc.Topic == "" {
 			return tg // reported by config.Validate
 		}
-		tmpl, err := parseTemplate(tc.Topic, r.params)
+		tmpl, err := parseTemplate(tc.Topic, sc)
 		tg.topic = tmpl
 		if err != nil {
 			add("%s.topic: %v", at, err)
@@ -175,11 +182,11 @@ func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 			add("%s.topic: %q is a template; list the namespaces it may reach in %s.namespaces", at, tc.Topic, routeAt)
 		}
 		if tc.Key != "" {
-			if tg.key, err = parseTemplate(tc.Key, r.params); err != nil {
+			if tg.key, err = parseTemplate(tc.Key, sc); err != nil {
 				add("%s.key: %v", at, err)
 			}
 		}
-		tg.props = compileProps(tc.Properties, r.params, at+".properties", &p)
+		tg.props = compileProps(tc.Properties, sc, at+".properties", &p)
 		return tg
 	}
 	for j, rl := range rc.Rules {
@@ -198,6 +205,19 @@ func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 				add("%s.match.json: %q is not a JSON path", rat, path)
 			}
 			cr.json = append(cr.json, fieldMatch{path: path, values: rl.Match.JSON[path]})
+		}
+		for _, path := range sortedKeys(rl.Match.Proto) {
+			pp, err := r.schema.Path(path)
+			if err != nil {
+				add("%s.match.proto: %v", rat, err)
+				continue
+			}
+			for _, v := range rl.Match.Proto[path] {
+				if err := pp.CheckValue(v); err != nil {
+					add("%s.match.proto.%s: %v", rat, path, err)
+				}
+			}
+			cr.proto = append(cr.proto, protoMatch{path: pp, values: rl.Match.Proto[path]})
 		}
 		for _, h := range sortedKeys(rl.Match.Headers) {
 			cr.headers = append(cr.headers, headerMatch{name: http.CanonicalHeaderKey(h), values: rl.Match.Headers[h]})
@@ -218,14 +238,14 @@ func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 	return r, p
 }
 
-func compileProps(m map[string]string, params []string, at string, p *config.Problems) []prop {
+func compileProps(m map[string]string, sc scope, at string, p *config.Problems) []prop {
 	var out []prop
 	for _, name := range sortedKeys(m) {
 		if name == "" {
 			p.Addf("%s: a property needs a name", at)
 			continue
 		}
-		t, err := parseTemplate(m[name], params)
+		t, err := parseTemplate(m[name], sc)
 		if err != nil {
 			*p = append(*p, config.Problem{Path: config.MapKeyPath(at, name), Message: err.Error()})
 			continue
@@ -337,6 +357,7 @@ type Request struct {
 	Params      map[string]string // path parameters, from Lookup
 	route       string
 	json        bool
+	proto       bool
 	headerProps map[string]string
 	// The last templated topic and its normalised form: records of a stream mostly go
 	// to the same few topics. A Request belongs to one stream, so no lock is needed.
@@ -347,7 +368,8 @@ type Request struct {
 // NewRequest prepares the routing facts of one request for this route.
 func (r *Route) NewRequest(contentType string, h http.Header, params map[string]string) *Request {
 	req := &Request{ContentType: contentType, Header: h, Params: params, route: r.name,
-		json: contentType == "application/json" || strings.HasSuffix(contentType, "+json")}
+		json:  contentType == "application/json" || strings.HasSuffix(contentType, "+json"),
+		proto: contentType == "application/x-protobuf"}
 	for i, name := range r.headers {
 		if v := h.Get(name); v != "" {
 			if req.headerProps == nil {
@@ -377,7 +399,7 @@ const MaxTopicName = 255
 // Resolve routes one record. data is the record, or nil when it is streamed (then JSON
 // conditions do not match and JSON placeholders have no value).
 func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
-	in := input{req: req, data: data, json: req.json}
+	in := input{req: req, data: data, json: req.json, proto: req.proto}
 	idx, tg := -1, &r.fallback
 	for i := range r.rules {
 		if r.rules[i].matches(&in) {
@@ -444,6 +466,15 @@ func (rl *rule) matches(in *input) bool {
 		}
 		res := gjson.GetBytes(in.data, f.path)
 		if !res.Exists() || !contains(f.values, res.String()) {
+			return false
+		}
+	}
+	for _, f := range rl.proto {
+		if !in.proto || in.data == nil {
+			return false
+		}
+		v, ok := f.path.Value(in.data)
+		if !ok || !contains(f.values, v) {
 			return false
 		}
 	}

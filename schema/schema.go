@@ -239,3 +239,6 @@ func (s *Schema) Check(data []byte) error {
 	}
 	return nil
 }
+
+// Path compiles a field path of the schema's message type (protobuf_native only).
+func (s *Schema) Path(path string) (*Path, error) { return CompilePath(s.Message(), path) }
