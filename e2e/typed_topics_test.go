@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"fmt"
 	"net/http"
 	"strings"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
 	"github.com/recordio-bridge/bridge/e2e/javapeer"
+	"github.com/recordio-bridge/bridge/recordio"
 )
 
 // avroRecord encodes {a: string, b: int} in Avro's binary encoding (zig-zag varints,
@@ -152,4 +156,91 @@ func TestTypedRoutesPublishWhatAutoConsumeDecodes(t *testing.T) {
 		t.Fatalf("after the reload to a compatible definition: %d %s", code, out)
 	}
 	check(av, "AVRO", 4, ab("av"))
+}
+
+// TestEgressGivesAJSONClientProtojsonOfAProtobufTopic: records published through a
+// protobuf_native route are served to a client asking Message-Accept: application/json
+// as protojson, converted by the schema the broker gives for each message's version
+// (GET_SCHEMA), and to a protobuf client as stored, byte for byte.
+func TestEgressGivesAJSONClientProtojsonOfAProtobufTopic(t *testing.T) {
+	b := broker.Get(t)
+	ns := b.Namespace(t, "typedout")
+	pb := "persistent://" + ns + "/" + broker.Name("pb")
+	p := startBridge(t, fmt.Sprintf(`
+pulsar:
+  url: %s
+routes:
+  - name: pb
+    contentTypes: [application/x-protobuf]
+    schema: {type: protobuf_native, message: mesos.v1.scheduler.Event}
+    default: {topic: %s}
+streams:
+  - name: out
+    topics: [%s]
+    contentType: application/x-protobuf
+    position: earliest
+    overrides: [subscription]
+`, b.URL, pb, pb))
+	var sent [][]byte
+	for i := range 3 {
+		rec := schedulerUpdate(fmt.Sprintf("task-%d", i), 1+i) // TASK_RUNNING, TASK_FINISHED, TASK_FAILED
+		if code, _, out := postOne(t, p.DataURL+"/v1/publish/pb", map[string]string{"Content-Type": "application/x-protobuf"}, rec); code != 200 {
+			t.Fatalf("record %d: %d %s", i, code, out)
+		}
+		sent = append(sent, rec)
+	}
+	read := func(sub, accept string) (string, [][]byte) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		resp := egressGet(t, ctx, p.DataURL+"/v1/streams/out?subscription="+sub, map[string]string{"Message-Accept": accept})
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			body, _ := io.ReadAll(resp.Body)
+			t.Fatalf("Message-Accept %s: %d %s", accept, resp.StatusCode, body)
+		}
+		r := recordio.NewReader(resp.Body)
+		var got [][]byte
+		for len(got) < len(sent) {
+			rec, err := r.NextRecord()
+			if err != nil {
+				t.Fatalf("Message-Accept %s: after %d records: %v (Stream-Error %q)", accept, len(got), err, resp.Trailer.Get("Stream-Error"))
+			}
+			got = append(got, append([]byte(nil), rec.Data...))
+		}
+		return resp.Header.Get("Message-Content-Type"), got
+	}
+	ct, got := read("json", "application/json")
+	if ct != "application/json" {
+		t.Fatalf("Message-Content-Type %q, want application/json", ct)
+	}
+	states := []string{"TASK_RUNNING", "TASK_FINISHED", "TASK_FAILED"}
+	for i, rec := range got {
+		var v struct {
+			Type   string `json:"type"`
+			Update struct {
+				Status struct {
+					TaskID struct{ Value string } `json:"task_id"`
+					State  string                 `json:"state"`
+				} `json:"status"`
+			} `json:"update"`
+		}
+		if err := json.Unmarshal(rec, &v); err != nil || v.Type != "UPDATE" || v.Update.Status.TaskID.Value != fmt.Sprintf("task-%d", i) || v.Update.Status.State != states[i] {
+			t.Fatalf("JSON record %d: %s (%v), want the UPDATE of task-%d, %s", i, rec, err, i, states[i])
+		}
+	}
+	t.Logf("a JSON client reads %s", got[0])
+	ct, got = read("bytes", "application/x-protobuf")
+	for i, rec := range got {
+		if ct != "application/x-protobuf" || !bytes.Equal(rec, sent[i]) {
+			t.Fatalf("protobuf record %d: %q %x, want the bytes sent", i, ct, rec)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/out?subscription=plain", map[string]string{"Message-Accept": "text/plain"})
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotAcceptable || !strings.Contains(string(body), "text/plain") || !strings.Contains(string(body), "application/x-protobuf") {
+		t.Fatalf("Message-Accept text/plain: %d %s, want 406 naming both types", resp.StatusCode, body)
+	}
 }
