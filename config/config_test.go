@@ -452,7 +452,7 @@ routes:
 	if !errors.As(err, &p) {
 		t.Fatalf("Parse: %v, want problems", err)
 	}
-	got := strings.Join(p, "\n")
+	got := p.Error()
 	for _, want := range []string{
 		`routes[0].schema.type: "protobuf" is not a schema type`,
 		"routes[0].rules[0].schema.message: missing",

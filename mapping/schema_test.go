@@ -83,8 +83,8 @@ routes:
 		`routes[0].rules[0].schema: definition: the Avro definition's type is enum`,
 		"routes[0].rules[1].schema: descriptorSet " + notSet,
 		"routes[0].rules[2].schema: file:"} {
-		if !strings.HasPrefix(p[i], want) {
-			t.Errorf("problem %d: %q, want it to start %q", i, p[i], want)
+		if !strings.Contains(p[i].String(), want) {
+			t.Errorf("problem %d: %q, want it to hold %q", i, p[i].String(), want)
 		}
 	}
 }
@@ -180,7 +180,7 @@ routes:
 	if !errors.As(err, &p) {
 		t.Fatalf("Compile: %v, want problems", err)
 	}
-	got := strings.Join(p, "\n")
+	got := p.Error()
 	for _, want := range []string{
 		`routes[0].rules[0].match.proto.type: "UPDATED" is not a value of mesos.v1.scheduler.Event.Type`,
 		`routes[0].rules[0].match.proto: proto path "update.status.nope": mesos.v1.TaskStatus has no field "nope"`,
