@@ -79,7 +79,7 @@ routes:
 	if !errors.As(err, &p) || len(p) != 4 {
 		t.Fatalf("Compile: %v, want four problems", err)
 	}
-	for i, want := range []string{"routes[0].schema: message: no message type mesos.v1.scheduler.Nope",
+	for i, want := range []string{"routes[0].schema: message: mesos.v1.scheduler.Nope is not a built-in type",
 		`routes[0].rules[0].schema: definition: the Avro definition's type is enum`,
 		"routes[0].rules[1].schema: descriptorSet " + notSet,
 		"routes[0].rules[2].schema: file:"} {

@@ -90,6 +90,9 @@ func Compile(c *config.Schema) (*Schema, error) {
 			}
 		}
 		md, err := findMessage(files, c.Message)
+		if err != nil && c.DescriptorSet == "" {
+			return nil, fmt.Errorf("message: %s is not a built-in type (%s); give a descriptorSet holding it", c.Message, strings.Join(BuiltIn, ", "))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("message: %w", err)
 		}
