@@ -228,8 +228,8 @@ type Typed struct {
 // with the Java client's AUTO_CONSUME schema, stopping after timeout without a message.
 func AutoConsume(t testing.TB, url, topic string, count int, timeout time.Duration) []Typed {
 	t.Helper()
-	cp := Build(t)
-	cmd := exec.Command(javaBin, "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", cp, "TypedConsumer",
+	prog := Build(t)
+	cmd := exec.Command(prog.Java, "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", prog.Classpath, "TypedConsumer",
 		url, topic, fmt.Sprint(count), fmt.Sprint(timeout.Milliseconds()), fmt.Sprintf("typed-%d", time.Now().UnixNano()))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
