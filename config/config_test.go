@@ -427,3 +427,42 @@ func TestHashingSchemeDefaultsToTheJavaClients(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestValidateChecksSchemaFieldsAgainstTheirType: each schema type takes only its own
+// fields, so a misplaced one is reported instead of ignored.
+func TestValidateChecksSchemaFieldsAgainstTheirType(t *testing.T) {
+	_, err := Parse([]byte(`
+routes:
+  - name: a
+    schema: {type: protobuf}
+    rules:
+      - topic: b
+        schema: {type: protobuf_native}
+      - topic: c
+        schema: {type: json}
+      - topic: d
+        schema: {type: avro, definition: x, file: y}
+      - topic: e
+        schema: {type: string, message: m, validate: true}
+      - topic: f
+        schema: {validate: true}
+    default: {topic: d}
+`))
+	var p Problems
+	if !errors.As(err, &p) {
+		t.Fatalf("Parse: %v, want problems", err)
+	}
+	got := p.Error()
+	for _, want := range []string{
+		`routes[0].schema.type: "protobuf" is not a schema type`,
+		"routes[0].rules[0].schema.message: missing",
+		"routes[0].rules[1].schema: a json schema needs its Avro record definition",
+		"routes[0].rules[2].schema: give the definition inline or in a file, not both",
+		"routes[0].rules[3].schema.message: only a protobuf_native schema has a message type",
+		"routes[0].rules[4].schema.validate: a schema of type none has nothing to validate",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no problem %q in:\n%s", want, got)
+		}
+	}
+}

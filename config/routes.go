@@ -2,14 +2,16 @@ package config
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
 // Route is one ingress endpoint: where records are POSTed and how each is sent on.
 // Rules are tried in order and the first that matches routes the record; a record no
-// rule matches goes to Default. Templates ({json:PATH}, {header:NAME}, {path:NAME},
-// {route}) are checked and compiled by the mapping package.
+// rule matches goes to Default. Templates ({json:PATH}, {proto:PATH}, {header:NAME},
+// {path:NAME}, {route}) are checked and compiled by the mapping package.
 type Route struct {
 	Name string `yaml:"name"` // required; unique
 	// Path of the endpoint [/v1/publish/<name>]; a segment written :NAME captures that
@@ -25,14 +27,86 @@ type Route struct {
 	Headers []string `yaml:"headers"`
 	// Properties are added to every message (values may be templates).
 	Properties map[string]string `yaml:"properties"`
-	Rules      []Rule            `yaml:"rules"`
-	Default    *Target           `yaml:"default"` // required
+	// Schema is what the route's producers declare to the broker [none: bytes]; a rule
+	// may declare its own topic's.
+	Schema  *Schema `yaml:"schema"`
+	Rules   []Rule  `yaml:"rules"`
+	Default *Target `yaml:"default"` // required
 }
 
 // Rule sends the records it matches to its target.
 type Rule struct {
 	Match  Match `yaml:"match"`
 	Target `yaml:",inline"`
+	// Schema replaces the route's for this rule's topic.
+	Schema *Schema `yaml:"schema"`
+}
+
+// Schema is the Pulsar schema a route's (or a rule's) producers declare, so the broker
+// registers it for the topic or checks it against the topic's (and typed consumers read
+// fields). The schema package compiles it.
+type Schema struct {
+	// Type is none, string, json, avro or protobuf_native [none].
+	Type string `yaml:"type"`
+	// Message is the protobuf message type (protobuf_native): a built-in Mesos type
+	// (mesos.v1.scheduler.Event...) or a message of DescriptorSet.
+	Message string `yaml:"message"`
+	// DescriptorSet is a FileDescriptorSet file (protoc --include_imports
+	// --descriptor_set_out) holding Message (protobuf_native).
+	DescriptorSet string `yaml:"descriptorSet"`
+	// Definition is the Avro record definition (json, avro), inline; File names a file
+	// holding it instead.
+	Definition string `yaml:"definition"`
+	File       string `yaml:"file"`
+	// Validate refuses (422) each record that does not decode as the schema [false].
+	Validate bool `yaml:"validate"`
+}
+
+// SchemaTypes are the values of Schema.Type.
+var SchemaTypes = []string{"none", "string", "json", "avro", "protobuf_native"}
+
+// validateSchema checks a schema's fields against its type (the schema package reads
+// the files and definitions).
+func validateSchema(s *Schema, at string, add func(string, ...any)) {
+	if s == nil {
+		return
+	}
+	typ := s.Type
+	if typ == "" {
+		typ = "none"
+	}
+	if !slices.Contains(SchemaTypes, typ) {
+		add("%s.type: %q is not a schema type (%s)", at, s.Type, strings.Join(SchemaTypes, ", "))
+		return
+	}
+	if typ == "protobuf_native" {
+		if s.Message == "" {
+			add("%s.message: missing; a protobuf_native schema names its message type", at)
+		}
+	} else {
+		if s.Message != "" {
+			add("%s.message: only a protobuf_native schema has a message type", at)
+		}
+		if s.DescriptorSet != "" {
+			add("%s.descriptorSet: only a protobuf_native schema has a descriptor set", at)
+		}
+	}
+	if typ == "json" || typ == "avro" {
+		switch {
+		case s.Definition == "" && s.File == "":
+			add("%s: a %s schema needs its Avro record definition, in definition or file", at, typ)
+		case s.Definition != "" && s.File != "":
+			add("%s: give the definition inline or in a file, not both", at)
+		}
+		if typ == "avro" && s.Validate {
+			add("%s.validate: records of an avro schema are not validated by the bridge; set validate: false", at)
+		}
+	} else if s.Definition != "" || s.File != "" {
+		add("%s: only json and avro schemas have a definition", at)
+	}
+	if typ == "none" && s.Validate {
+		add("%s.validate: a schema of type none has nothing to validate", at)
+	}
 }
 
 // Match holds conditions that must all hold; each lists the values allowed. An empty
@@ -40,6 +114,7 @@ type Rule struct {
 type Match struct {
 	ContentType StringList            `yaml:"contentType"` // the record's media type
 	JSON        map[string]StringList `yaml:"json"`        // gjson path -> values (the field's text)
+	Proto       map[string]StringList `yaml:"proto"`       // protobuf field path -> values (enums by name)
 	Headers     map[string]StringList `yaml:"headers"`     // request header -> values
 }
 
@@ -101,10 +176,12 @@ func validateRoutes(routes []Route) Problems {
 		} else if r.Default.Topic == "" {
 			add("%s.default.topic: missing", at)
 		}
+		validateSchema(r.Schema, at+".schema", add)
 		for j, rule := range r.Rules {
 			if rule.Topic == "" {
 				add("%s.rules[%d].topic: missing", at, j)
 			}
+			validateSchema(rule.Schema, fmt.Sprintf("%s.rules[%d].schema", at, j), add)
 		}
 	}
 	return p

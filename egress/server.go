@@ -70,6 +70,9 @@ type Delivery struct {
 	PublishTime  time.Time
 	EventTime    time.Time
 	Redeliveries uint32
+	// SchemaVersion is the version of the topic's schema the message was produced with
+	// (nil: none), for a Converter.
+	SchemaVersion []byte
 	// Payload is the message's bytes when they are in one piece; nil when Body is set.
 	Payload []byte
 	// Body streams a payload that is not held in one piece (a reassembled chunked
@@ -126,6 +129,16 @@ type Subscription interface {
 	Nack(d *Delivery, after time.Duration)
 	// Close ends the consumer; what it delivered without an ack is redelivered.
 	Close() error
+}
+
+// Converter turns a message stored as one record type into another, by the topic's
+// schema of the message's version: a Subscriber that implements it lets a stream whose
+// records are application/x-protobuf serve Message-Accept: application/json.
+type Converter interface {
+	// Converts reports whether records of type from can be converted to type to.
+	Converts(from, to string) bool
+	// Convert converts d's payload (whole) from type from to type to.
+	Convert(ctx context.Context, d *Delivery, payload []byte, from, to string) ([]byte, error)
 }
 
 // Subscriber is what egress needs from a Pulsar client.
@@ -298,10 +311,19 @@ func (s *Server) Handle(c echo.Context) error {
 	if opts.envelope == "json" {
 		recordType = recordio.MediaJSON
 	}
-	resp, err := recordio.NegotiateResponse(req.Header.Get("Accept"), req.Header.Get("Message-Accept"), []string{recordType}, nil)
+	offered := []string{recordType}
+	conv, _ := s.sub.(Converter)
+	if opts.envelope != "json" && conv != nil && conv.Converts(recordType, recordio.MediaJSON) {
+		offered = append(offered, recordio.MediaJSON) // converted by the topic's schema
+	}
+	resp, err := recordio.NegotiateResponse(req.Header.Get("Accept"), req.Header.Get("Message-Accept"), offered, nil)
 	if err != nil || !resp.Streaming {
 		msg := "send Accept: application/recordio"
-		if err != nil {
+		var me *recordio.MediaError
+		if errors.As(err, &me) && me.Header == "Message-Accept" && strings.HasPrefix(me.Detail, "offered") {
+			msg = fmt.Sprintf("Message-Accept %q: the stream's records are %s and cannot be converted to that (served as: %s)",
+				me.Value, recordType, strings.Join(offered, ", "))
+		} else if err != nil {
 			msg = err.Error()
 		}
 		return httpreply.Error(c, http.StatusNotAcceptable, msg, 0)
@@ -333,7 +355,10 @@ func (s *Server) Handle(c echo.Context) error {
 		}
 		return httpreply.Error(c, http.StatusBadGateway, err.Error(), 0)
 	}
-	sm := newStream(s, c, ctx, def, opts, sub, recordType, st.limits)
+	sm := newStream(s, c, ctx, def, opts, sub, resp.RecordType, st.limits)
+	if resp.RecordType != recordType {
+		sm.conv, sm.storedType = conv, recordType
+	}
 	s.mu.Lock()
 	s.open[sm.id] = sm
 	s.mu.Unlock()

@@ -111,6 +111,9 @@ type stream struct {
 	sub        Subscription
 	id         string
 	recordType string
+	// conv, when set, converts each record from storedType (the stream's own) to recordType.
+	conv       Converter
+	storedType string
 	limits     Limits
 
 	writeErr error // a record could not be written whole
@@ -418,6 +421,24 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 					st.failed(rerr)
 				}
 				return written, rerr.Error()
+			}
+		}
+		if st.conv != nil && d.Undecodable == nil {
+			if err := st.convert(ctx, d); err != nil {
+				if ctx.Err() != nil {
+					st.sub.Nack(d, 0)
+					return written, ctx.Err().Error()
+				}
+				if errors.Is(err, ErrUnavailable) || !st.def.DeadLetters() {
+					// Not converted, and nowhere to set it aside: what was written goes
+					// out, then the stream ends with the reason; the message is delivered
+					// again to the next stream.
+					st.sub.Nack(d, 0)
+					_ = sendBuf(true)
+					st.failed(err)
+					return written, err.Error()
+				}
+				d.Undecodable = err
 			}
 		}
 		if d.Undecodable != nil {
@@ -766,6 +787,25 @@ type envelope struct {
 	Encryption    *Encryption     `json:"encryption,omitempty"`
 	Payload       json.RawMessage `json:"payload,omitempty"`       // when the payload is JSON
 	PayloadBase64 string          `json:"payloadBase64,omitempty"` // otherwise
+}
+
+// convert replaces d's payload by its conversion to the stream's record type.
+func (st *stream) convert(ctx context.Context, d *Delivery) error {
+	payload := d.Payload
+	if d.Body != nil {
+		b, err := io.ReadAll(d.Body)
+		if err != nil {
+			return fmt.Errorf("message %s: reading its body: %w", d.ID, err)
+		}
+		// Held whole from here on, so a dead-lettering still has it.
+		payload, d.Payload, d.Body, d.Size = b, b, nil, 0
+	}
+	out, err := st.conv.Convert(ctx, d, payload, st.storedType, st.recordType)
+	if err != nil {
+		return fmt.Errorf("message %s of %s as %s: %w", d.ID, d.Topic, st.recordType, err)
+	}
+	d.Payload, d.Body, d.Size = out, nil, 0
+	return nil
 }
 
 // flushBytes is what a stream writes between flushes (and acknowledgements) at most,

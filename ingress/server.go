@@ -22,6 +22,7 @@ import (
 	"github.com/recordio-bridge/bridge/internal/httpreply"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
+	"github.com/recordio-bridge/bridge/schema"
 	"github.com/recordio-bridge/bridge/telemetry"
 )
 
@@ -51,6 +52,9 @@ type Message struct {
 	// without a map.
 	ExtraKey   string
 	ExtraValue []byte
+	// Schema is what the topic's producer declares (nil: none); records of one topic
+	// with different schemas go through different producers.
+	Schema *schema.Schema
 }
 
 // MetadataBytes is what the message's key and properties add to its payload: every

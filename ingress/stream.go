@@ -460,7 +460,7 @@ func (st *stream) publish(rec recordio.Record) error {
 		sequence = n
 	}
 	m := &st.msg // PublishAsync does not keep it
-	*m = Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties}
+	*m = Message{Topic: tg.Topic, Key: tg.Key, Properties: tg.Properties, Schema: tg.Schema}
 	if st.named != nil {
 		m.Producer, m.Sequence = st.named.producer, sequence
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/schema"
 )
 
 // ErrUnroutable is wrapped by every error Resolve returns: the record cannot be sent
@@ -55,6 +56,7 @@ type Route struct {
 	props        []prop
 	rules        []rule
 	fallback     target
+	schema       *schema.Schema // the route's; nil: none
 }
 
 type prop struct {
@@ -65,8 +67,14 @@ type prop struct {
 type rule struct {
 	contentTypes []string
 	json         []fieldMatch
+	proto        []protoMatch
 	headers      []headerMatch
 	target
+}
+
+type protoMatch struct {
+	path   *schema.Path
+	values []string
 }
 
 type fieldMatch struct {
@@ -80,10 +88,11 @@ type headerMatch struct {
 }
 
 type target struct {
-	topic *template
-	fixed string // the normalised topic when it has no placeholders
-	key   *template
-	props []prop
+	topic  *template
+	fixed  string // the normalised topic when it has no placeholders
+	key    *template
+	props  []prop
+	schema *schema.Schema // what the target's producers declare; nil: none
 }
 
 // Compile builds the routing table of a configuration. Its errors are config.Problems,
@@ -145,14 +154,19 @@ func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 		r.headers = append(r.headers, http.CanonicalHeaderKey(h))
 		r.propNames = append(r.propNames, strings.ToLower(h))
 	}
-	r.props = compileProps(rc.Properties, r.params, at+".properties", &p)
+	var err error
+	if r.schema, err = schema.Compile(rc.Schema); err != nil {
+		add("%s.schema: %v", at, err)
+	}
+	sc := scope{params: r.params, schema: r.schema}
+	r.props = compileProps(rc.Properties, sc, at+".properties", &p)
 	routeAt := at
 	compileTarget := func(tc config.Target, at string) target {
 		var tg target
 		if tc.Topic == "" {
 			return tg // reported by config.Validate
 		}
-		tmpl, err := parseTemplate(tc.Topic, r.params)
+		tmpl, err := parseTemplate(tc.Topic, sc)
 		tg.topic = tmpl
 		if err != nil {
 			add("%s.topic: %v", at, err)
@@ -168,11 +182,11 @@ func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 			add("%s.topic: %q is a template; list the namespaces it may reach in %s.namespaces", at, tc.Topic, routeAt)
 		}
 		if tc.Key != "" {
-			if tg.key, err = parseTemplate(tc.Key, r.params); err != nil {
+			if tg.key, err = parseTemplate(tc.Key, sc); err != nil {
 				add("%s.key: %v", at, err)
 			}
 		}
-		tg.props = compileProps(tc.Properties, r.params, at+".properties", &p)
+		tg.props = compileProps(tc.Properties, sc, at+".properties", &p)
 		return tg
 	}
 	for j, rl := range rc.Rules {
@@ -192,26 +206,46 @@ func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 			}
 			cr.json = append(cr.json, fieldMatch{path: path, values: rl.Match.JSON[path]})
 		}
+		for _, path := range sortedKeys(rl.Match.Proto) {
+			pp, err := r.schema.Path(path)
+			if err != nil {
+				add("%s.match.proto: %v", rat, err)
+				continue
+			}
+			for _, v := range rl.Match.Proto[path] {
+				if err := pp.CheckValue(v); err != nil {
+					add("%s.match.proto.%s: %v", rat, path, err)
+				}
+			}
+			cr.proto = append(cr.proto, protoMatch{path: pp, values: rl.Match.Proto[path]})
+		}
 		for _, h := range sortedKeys(rl.Match.Headers) {
 			cr.headers = append(cr.headers, headerMatch{name: http.CanonicalHeaderKey(h), values: rl.Match.Headers[h]})
 		}
 		cr.target = compileTarget(rl.Target, rat)
+		cr.target.schema = r.schema
+		if rl.Schema != nil {
+			if cr.target.schema, err = schema.Compile(rl.Schema); err != nil {
+				add("%s.schema: %v", rat, err)
+			}
+		}
 		r.rules = append(r.rules, cr)
 	}
 	if rc.Default != nil {
 		r.fallback = compileTarget(*rc.Default, at+".default")
+		r.fallback.schema = r.schema
 	}
 	return r, p
 }
 
-func compileProps(m map[string]string, params []string, at string, p *config.Problems) []prop {
+func compileProps(m map[string]string, sc scope, at string, p *config.Problems) []prop {
 	var out []prop
 	for _, name := range sortedKeys(m) {
 		if name == "" {
 			p.Addf("%s: a property needs a name", at)
 			continue
 		}
-		t, err := parseTemplate(m[name], params)
+		t, err := parseTemplate(m[name], sc)
 		if err != nil {
 			*p = append(*p, config.Problem{Path: config.MapKeyPath(at, name), Message: err.Error()})
 			continue
@@ -323,6 +357,7 @@ type Request struct {
 	Params      map[string]string // path parameters, from Lookup
 	route       string
 	json        bool
+	proto       bool
 	headerProps map[string]string
 	// The last templated topic and its normalised form: records of a stream mostly go
 	// to the same few topics. A Request belongs to one stream, so no lock is needed.
@@ -333,7 +368,8 @@ type Request struct {
 // NewRequest prepares the routing facts of one request for this route.
 func (r *Route) NewRequest(contentType string, h http.Header, params map[string]string) *Request {
 	req := &Request{ContentType: contentType, Header: h, Params: params, route: r.name,
-		json: contentType == "application/json" || strings.HasSuffix(contentType, "+json")}
+		json:  contentType == "application/json" || strings.HasSuffix(contentType, "+json"),
+		proto: contentType == "application/x-protobuf"}
 	for i, name := range r.headers {
 		if v := h.Get(name); v != "" {
 			if req.headerProps == nil {
@@ -350,7 +386,8 @@ type Target struct {
 	Topic      string // normalised: persistent://tenant/namespace/name
 	Key        string // "" for none
 	Properties map[string]string
-	Rule       int // index of the rule that matched; -1 for the default
+	Rule       int            // index of the rule that matched; -1 for the default
+	Schema     *schema.Schema // what the topic's producer declares; nil: none
 }
 
 // MaxTopicName bounds a topic name a template makes from a request or a record (as
@@ -362,7 +399,7 @@ const MaxTopicName = 255
 // Resolve routes one record. data is the record, or nil when it is streamed (then JSON
 // conditions do not match and JSON placeholders have no value).
 func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
-	in := input{req: req, data: data, json: req.json}
+	in := input{req: req, data: data, json: req.json, proto: req.proto}
 	idx, tg := -1, &r.fallback
 	for i := range r.rules {
 		if r.rules[i].matches(&in) {
@@ -373,7 +410,12 @@ func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
 	fail := func(reason string) (Target, error) {
 		return Target{}, &RouteError{Route: r.name, Rule: idx, Reason: reason}
 	}
-	out := Target{Rule: idx, Topic: tg.fixed}
+	out := Target{Rule: idx, Topic: tg.fixed, Schema: tg.schema}
+	if data != nil {
+		if err := tg.schema.Check(data); err != nil {
+			return Target{}, fmt.Errorf("route %s: %w", r.name, err)
+		}
+	}
 	if out.Topic == "" {
 		raw, err := tg.topic.render(&in, checkTopicPart)
 		if err != nil {
@@ -424,6 +466,15 @@ func (rl *rule) matches(in *input) bool {
 		}
 		res := gjson.GetBytes(in.data, f.path)
 		if !res.Exists() || !contains(f.values, res.String()) {
+			return false
+		}
+	}
+	for _, f := range rl.proto {
+		if !in.proto || in.data == nil {
+			return false
+		}
+		v, ok := f.path.Value(in.data)
+		if !ok || !contains(f.values, v) {
 			return false
 		}
 	}

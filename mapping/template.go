@@ -6,10 +6,13 @@ import (
 	"strings"
 
 	"github.com/tidwall/gjson"
+
+	"github.com/recordio-bridge/bridge/schema"
 )
 
 // A template is text with placeholders: {json:PATH} (a field of a JSON record, PATH in
-// gjson syntax), {header:NAME} (a request header), {path:NAME} (a :NAME segment of the
+// gjson syntax), {proto:PATH} (a field of a protobuf record of the route's message type),
+// {header:NAME} (a request header), {path:NAME} (a :NAME segment of the
 // route's path) and {route} (the route's name).
 type template struct {
 	src   string
@@ -21,20 +24,31 @@ type partKind uint8
 const (
 	literal partKind = iota
 	jsonField
+	protoField
 	header
 	pathParam
 	routeName
 )
 
 type part struct {
-	kind partKind
-	text string // the literal, JSON path, canonical header name or parameter name
+	kind  partKind
+	text  string       // the literal, JSON or proto path, canonical header name or parameter name
+	proto *schema.Path // protoField: the compiled path
+}
+
+// scope is what a route's templates may refer to: its path parameters and the message
+// type of its protobuf records (nil: none).
+type scope struct {
+	params []string
+	schema *schema.Schema
 }
 
 func (p part) String() string {
 	switch p.kind {
 	case jsonField:
 		return "json field " + p.text
+	case protoField:
+		return "proto field " + p.text
 	case header:
 		return "header " + p.text
 	case pathParam:
@@ -45,8 +59,8 @@ func (p part) String() string {
 	return "literal"
 }
 
-// parseTemplate compiles src; params are the path parameters the route defines.
-func parseTemplate(src string, params []string) (*template, error) {
+// parseTemplate compiles src in the route's scope.
+func parseTemplate(src string, sc scope) (*template, error) {
 	t := &template{src: src}
 	rest := src
 	for rest != "" {
@@ -74,11 +88,17 @@ func parseTemplate(src string, params []string) (*template, error) {
 		switch {
 		case kind == "json" && arg != "":
 			t.parts = append(t.parts, part{kind: jsonField, text: arg})
+		case kind == "proto" && arg != "":
+			path, err := sc.schema.Path(arg)
+			if err != nil {
+				return nil, fmt.Errorf("%q: %v", src, err)
+			}
+			t.parts = append(t.parts, part{kind: protoField, text: arg, proto: path})
 		case kind == "header" && arg != "":
 			t.parts = append(t.parts, part{kind: header, text: http.CanonicalHeaderKey(arg)})
 		case kind == "path" && arg != "":
 			found := false
-			for _, p := range params {
+			for _, p := range sc.params {
 				found = found || p == arg
 			}
 			if !found {
@@ -88,7 +108,7 @@ func parseTemplate(src string, params []string) (*template, error) {
 		case ph == "route":
 			t.parts = append(t.parts, part{kind: routeName})
 		default:
-			return nil, fmt.Errorf("%q: {%s} is not a placeholder (write {json:PATH}, {header:NAME}, {path:NAME} or {route})", src, ph)
+			return nil, fmt.Errorf("%q: {%s} is not a placeholder (write {json:PATH}, {proto:PATH}, {header:NAME}, {path:NAME} or {route})", src, ph)
 		}
 	}
 	return t, nil
@@ -128,6 +148,8 @@ func (e *missingError) Error() string {
 	switch e.part.kind {
 	case jsonField:
 		return fmt.Sprintf("the record has no JSON field %s", e.part.text)
+	case protoField:
+		return fmt.Sprintf("the record has no protobuf field %s", e.part.text)
 	case header:
 		return fmt.Sprintf("the request has no %s header", e.part.text)
 	}
@@ -161,9 +183,10 @@ func (t *template) render(in *input, check func(part, string) error) (string, er
 
 // input is what a record is routed by.
 type input struct {
-	req  *Request
-	data []byte // nil for a streamed record
-	json bool   // data is JSON
+	req   *Request
+	data  []byte // nil for a streamed record
+	json  bool   // data is JSON
+	proto bool   // data is protobuf (of the route's message type)
 }
 
 func (in *input) value(p part) (string, error) {
@@ -179,6 +202,15 @@ func (in *input) value(p part) (string, error) {
 			return "", &missingError{p}
 		}
 		return r.String(), nil
+	case protoField:
+		if !in.proto || in.data == nil {
+			return "", &missingError{p}
+		}
+		v, ok := p.proto.Value(in.data)
+		if !ok {
+			return "", &missingError{p}
+		}
+		return v, nil
 	case header:
 		v := in.req.Header.Get(p.text)
 		if v == "" {

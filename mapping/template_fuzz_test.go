@@ -16,7 +16,7 @@ func FuzzTemplate(f *testing.F) {
 		f.Add(s, []byte(`{"tenant":"acme","a":{"b":[{"c":1,"d":"x"}]}}`), "t1")
 	}
 	f.Fuzz(func(t *testing.T, src string, record []byte, headerValue string) {
-		tpl, err := parseTemplate(src, []string{"id"})
+		tpl, err := parseTemplate(src, scope{params: []string{"id"}})
 		if err != nil {
 			return
 		}

@@ -207,6 +207,9 @@ type Message struct {
 	PublishTime     time.Time
 	EventTime       time.Time // zero when the producer set none
 	RedeliveryCount uint32
+	// SchemaVersion is the version of the topic's schema the producer declared (nil:
+	// none); Client.GetSchema reads it.
+	SchemaVersion []byte
 	// Undecodable is set on a message the consumer could not decode, delivered as
 	// stored (ConsumerOptions.DeliverUndecodable): its payload is not the message.
 	Undecodable *UndecodableError

@@ -82,4 +82,7 @@ const (
 	CodeAuthorization   = ServerErrorCode(pb.ServerError_AuthorizationError)
 	CodeTopicNotFound   = ServerErrorCode(pb.ServerError_TopicNotFound)
 	CodeTopicTerminated = ServerErrorCode(pb.ServerError_TopicTerminatedError)
+	// CodeIncompatibleSchema: the topic refuses the producer's schema, or a producer
+	// without one (a namespace enforcing schemas).
+	CodeIncompatibleSchema = ServerErrorCode(pb.ServerError_IncompatibleSchema)
 )

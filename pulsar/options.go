@@ -82,6 +82,10 @@ type ProducerOptions struct {
 	// message that timed out: nothing queued after a lost message may be persisted before
 	// it is sent again, or the broker would take the resent one for a duplicate.
 	Deduplication bool
+	// Schema is declared to the broker when the producer registers (nil: none); a
+	// schema the broker refuses (IncompatibleSchema) fails the creation for good. Each
+	// message then carries the schema version the broker answered with.
+	Schema *Schema
 }
 
 func (o ProducerOptions) withDefaults() (ProducerOptions, error) {

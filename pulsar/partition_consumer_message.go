@@ -46,7 +46,7 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		share: p.landedLocked(max(e.Permits, 1)),
 		base: Message{
 			Topic: p.topic, ProducerName: md.GetProducerName(), RedeliveryCount: cmd.GetRedeliveryCount(),
-			PublishTime: time.UnixMilli(int64(md.GetPublishTime())), pc: p,
+			PublishTime: time.UnixMilli(int64(md.GetPublishTime())), SchemaVersion: md.GetSchemaVersion(), pc: p,
 		},
 	}
 	de := (*delivery.Error)(nil)

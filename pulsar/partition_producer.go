@@ -120,12 +120,15 @@ type partitionProducer struct {
 	// quotaErr is set while the broker refuses the producer because the topic's backlog
 	// quota is exceeded with the producer_exception policy: sends fail at once with it
 	// (a temporary error) until the producer is registered again.
-	quotaErr   error
-	name       string
-	seq        uint64
-	maxMsgSize int
-	pending    []*pendingItem
-	batch      batch
+	quotaErr error
+	name     string
+	// schemaVersion is the version of the declared schema the broker registered it as,
+	// carried by every message.
+	schemaVersion []byte
+	seq           uint64
+	maxMsgSize    int
+	pending       []*pendingItem
+	batch         batch
 	// lastBatchBytes and lastBatchMsgs size the next batch's buffer and request list.
 	lastBatchBytes int
 	lastBatchMsgs  int
@@ -237,6 +240,7 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		RequestId:                proto.Uint64(reqID),
 		Epoch:                    proto.Uint64(epoch),
 		UserProvidedProducerName: proto.Bool(p.opts.Name != ""),
+		Schema:                   p.opts.Schema.proto(),
 	}
 	if name != "" {
 		cmd.ProducerName = proto.String(name)
@@ -285,6 +289,9 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 	p.quotaErr = nil
 	ps := resp.GetProducerSuccess()
 	p.name = ps.GetProducerName()
+	if v := ps.GetSchemaVersion(); len(v) > 0 {
+		p.schemaVersion = v
+	}
 	p.epoch++
 	if first {
 		if last := ps.GetLastSequenceId(); last >= 0 {
@@ -821,9 +828,10 @@ func (p *partitionProducer) complete(cb func(MessageID, error), direct bool, err
 
 func (p *partitionProducer) metadataLocked(seq uint64) *pb.MessageMetadata {
 	return &pb.MessageMetadata{
-		ProducerName: proto.String(p.name),
-		SequenceId:   proto.Uint64(seq),
-		PublishTime:  proto.Uint64(uint64(time.Now().UnixMilli())),
+		ProducerName:  proto.String(p.name),
+		SequenceId:    proto.Uint64(seq),
+		PublishTime:   proto.Uint64(uint64(time.Now().UnixMilli())),
+		SchemaVersion: p.schemaVersion,
 	}
 }
 

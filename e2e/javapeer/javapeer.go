@@ -214,3 +214,44 @@ func tailLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// Typed is one message TypedConsumer read with AUTO_CONSUME: its schema type and its
+// value decoded by the Java client, as JSON (protobuf as protojson with the proto's field
+// names).
+type Typed struct {
+	Type  string          `json:"type"`
+	Value json.RawMessage `json:"value"`
+	Error string          `json:"error"`
+}
+
+// AutoConsume reads up to count messages of topic from its start (a new subscription)
+// with the Java client's AUTO_CONSUME schema, stopping after timeout without a message.
+func AutoConsume(t testing.TB, url, topic string, count int, timeout time.Duration) []Typed {
+	t.Helper()
+	prog := Build(t)
+	cmd := exec.Command(prog.Java, "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", prog.Classpath, "TypedConsumer",
+		url, topic, fmt.Sprint(count), fmt.Sprint(timeout.Milliseconds()), fmt.Sprintf("typed-%d", time.Now().UnixNano()))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("javapeer TypedConsumer %s: %v; stderr:\n%s", topic, err, tailLines(stderr.String(), 40))
+	}
+	var msgs []Typed
+	for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+		var probe struct{ Done bool }
+		if err := json.Unmarshal(line, &probe); err != nil {
+			t.Fatalf("javapeer TypedConsumer: %q: %v", line, err)
+		}
+		if probe.Done {
+			return msgs
+		}
+		var m Typed
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("javapeer TypedConsumer: %q: %v", line, err)
+		}
+		msgs = append(msgs, m)
+	}
+	t.Fatalf("javapeer TypedConsumer %s ended without its summary; stderr:\n%s", topic, tailLines(stderr.String(), 40))
+	return nil
+}

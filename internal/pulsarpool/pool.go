@@ -18,6 +18,7 @@ import (
 	"github.com/recordio-bridge/bridge/internal/backoff"
 	"github.com/recordio-bridge/bridge/internal/budget"
 	"github.com/recordio-bridge/bridge/pulsar"
+	"github.com/recordio-bridge/bridge/schema"
 	"github.com/recordio-bridge/bridge/telemetry"
 )
 
@@ -65,8 +66,9 @@ type claim struct {
 
 type producerEntry struct {
 	topic    string
-	name     string        // a named stream's producer name (deduplication); "" for the topic's shared producer
-	ready    chan struct{} // closed once p or err is set
+	name     string         // a named stream's producer name (deduplication); "" for the topic's shared producer
+	schema   *schema.Schema // what the producer declares; nil: none
+	ready    chan struct{}  // closed once p or err is set
 	p        *pulsar.Producer
 	err      error     // the creation's error
 	retryAt  time.Time // a failed creation is not tried again before
@@ -78,13 +80,15 @@ type producerEntry struct {
 }
 
 // key is e's key in Pool.m.
-func (e *producerEntry) key() string { return entryKey(e.topic, e.name) }
+func (e *producerEntry) key() string { return entryKey(e.topic, e.name, e.schema) }
 
-func entryKey(topic, name string) string {
-	if name == "" {
+// entryKey is a producer's key: its topic, a named stream's name, and its schema (a
+// reload that changes a topic's schema gets a producer declaring the new one).
+func entryKey(topic, name string, s *schema.Schema) string {
+	if name == "" && s == nil {
 		return topic
 	}
-	return topic + "\x00" + name
+	return topic + "\x00" + name + "\x00" + s.Key()
 }
 
 // Options configure a Pool.
@@ -137,9 +141,9 @@ var errShuttingDown = fmt.Errorf("%w: the bridge is shutting down", ingress.ErrU
 
 // acquire returns the topic's producer (name: a named stream's, which must be claimed),
 // creating it if needed, and counts one use that release ends.
-func (ps *Pool) acquire(ctx context.Context, topic, name string) (*producerEntry, error) {
+func (ps *Pool) acquire(ctx context.Context, topic, name string, sch *schema.Schema) (*producerEntry, error) {
 	var capTimer <-chan time.Time
-	key := entryKey(topic, name)
+	key := entryKey(topic, name, sch)
 	for {
 		ps.mu.Lock()
 		if ps.closed {
@@ -177,7 +181,7 @@ func (ps *Pool) acquire(ctx context.Context, topic, name string) (*producerEntry
 						ingress.ErrUnavailable, ps.o.MaxProducers, ps.o.CreateTimeout)
 				}
 			}
-			n := &producerEntry{topic: topic, name: name, ready: make(chan struct{})}
+			n := &producerEntry{topic: topic, name: name, schema: sch, ready: make(chan struct{})}
 			if e != nil {
 				n.failures = e.failures
 			}
@@ -312,6 +316,7 @@ func (ps *Pool) create(e *producerEntry) {
 	}()
 	opts := ps.opts
 	opts.Topic = e.topic
+	opts.Schema = e.schema.Info()
 	if e.name != "" {
 		opts.Name, opts.Deduplication = e.name, true
 	}
@@ -321,7 +326,7 @@ func (ps *Pool) create(e *producerEntry) {
 		e.failures++
 		wait := backoff.Schedule{Initial: ps.o.CreateRetryMin, Multiplier: 2, Max: ps.o.CreateRetryMax}.Delay(e.failures-1, 0)
 		e.retryAt = ps.o.now().Add(wait)
-		e.err = ClassifyCreate(fmt.Errorf("creating the producer of %s: %w", e.topic, err))
+		e.err = ClassifyCreate(createError(e, err))
 		if !e.retired {
 			e.retired = true // holds no producer: out of the cap's count, kept as the topic's cached failure
 			ps.live--
@@ -343,6 +348,20 @@ func (ps *Pool) create(e *producerEntry) {
 	}
 	close(e.ready)
 	ps.mu.Unlock()
+}
+
+// createError says which producer could not be created: its topic and, when the broker
+// refused the schema (IncompatibleSchema: a definition its compatibility policy refuses,
+// or none declared to a topic with one in a namespace enforcing schemas), the schema.
+func createError(e *producerEntry, err error) error {
+	var se *pulsar.ServerError
+	if errors.As(err, &se) && se.Code == pulsar.CodeIncompatibleSchema {
+		if e.schema.Info() == nil {
+			return fmt.Errorf("creating the producer of %s: the topic refuses a producer without a schema (the route declares none; give it the topic's schema): %w", e.topic, err)
+		}
+		return fmt.Errorf("creating the producer of %s: the topic refuses the schema %s: %w", e.topic, e.schema, err)
+	}
+	return fmt.Errorf("creating the producer of %s: %w", e.topic, err)
 }
 
 // PublishAsync implements ingress.Publisher.
@@ -369,7 +388,7 @@ func (ps *Pool) publishAsync(ctx context.Context, m *ingress.Message, done func(
 		done("", ps.stopNamed(m, budgetErr(err)))
 		return
 	}
-	e, err := ps.acquire(ctx, m.Topic, m.Producer)
+	e, err := ps.acquire(ctx, m.Topic, m.Producer, m.Schema)
 	if err != nil {
 		ps.o.Budget.Release(size)
 		done("", ps.stopNamed(m, err))
@@ -447,7 +466,7 @@ func (ps *Pool) publishStream(ctx context.Context, m *ingress.Message, size int6
 		return "", budgetErr(err)
 	}
 	defer ps.o.Budget.Release(charge)
-	e, err := ps.acquire(ctx, m.Topic, m.Producer)
+	e, err := ps.acquire(ctx, m.Topic, m.Producer, m.Schema)
 	if err != nil {
 		return "", ps.stopNamed(m, err)
 	}

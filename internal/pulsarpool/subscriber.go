@@ -40,6 +40,7 @@ type Subscriber struct {
 	retiredCorrupt, retiredMalformed  int64
 	retiredChunkedDropped             int64
 	retiredUndecodable                map[pulsar.UndecodableReason]int64
+	schemas                           schemaCache
 }
 
 // NewSubscriber returns the egress Subscriber of c, charging b (nil: no budget).
@@ -193,7 +194,7 @@ func (s *subscription) delivery(m *pulsar.Message) *egress.Delivery {
 		s.mu.Unlock()
 	}
 	d := &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, OrderingKey: m.OrderingKey, Properties: m.Properties, PublishTime: m.PublishTime,
-		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, Handle: h}
+		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, SchemaVersion: m.SchemaVersion, Handle: h}
 	if m.Undecodable != nil {
 		d.Undecodable = m.Undecodable
 	} else if st := m.Stored; st != nil && len(st.EncryptionKeys) > 0 {

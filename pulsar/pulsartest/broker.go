@@ -6,12 +6,14 @@ package pulsartest
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,6 +35,8 @@ type Message struct {
 	EntryID    uint64
 	BatchIndex int
 	Chunk      int // chunk id, or -1
+	// SchemaVersion is the version of the producer's schema the message carries (nil: none).
+	SchemaVersion []byte
 }
 
 // Broker is the fake broker. Its zero value is not usable; call NewBroker.
@@ -81,6 +85,8 @@ type Broker struct {
 	lostProducerOK int                                      // register the next PRODUCERs but never answer them
 	slowBytes      int                                      // SlowReading: at most this many bytes per read...
 	slowEvery      time.Duration                            // ...and a pause before each read
+	schemas        map[string][]*pb.Schema                  // by topic: the registered schemas, version i+1 at i
+	enforceSchemas bool                                     // a producer without a schema is refused by a topic with one
 }
 
 // UniqueProducerNames makes a producer name busy on its topic while a producer of that
@@ -676,6 +682,13 @@ func (c *serverConn) handle(f *frame.Frame) {
 				Error: pb.ServerError_ProducerBusy.Enum(), Message: proto.String("Producer with name '" + name + "' is already connected to topic")}})
 			return
 		}
+		version, refusal := b.checkSchemaLocked(r.GetTopic(), r.GetSchema())
+		if refusal != "" {
+			b.mu.Unlock()
+			c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{RequestId: proto.Uint64(r.GetRequestId()),
+				Error: pb.ServerError_IncompatibleSchema.Enum(), Message: proto.String(refusal)}})
+			return
+		}
 		c.producers[r.GetProducerId()] = r.GetTopic()
 		c.names[r.GetProducerId()] = name
 		last := int64(-1)
@@ -689,7 +702,23 @@ func (c *serverConn) handle(f *frame.Frame) {
 		}
 		b.mu.Unlock()
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
-			RequestId: proto.Uint64(r.GetRequestId()), ProducerName: proto.String(name), LastSequenceId: proto.Int64(last)}})
+			RequestId: proto.Uint64(r.GetRequestId()), ProducerName: proto.String(name), LastSequenceId: proto.Int64(last), SchemaVersion: version}})
+	case pb.BaseCommand_GET_SCHEMA:
+		r := cmd.GetGetSchema()
+		b.mu.Lock()
+		list := b.schemas[r.GetTopic()]
+		b.mu.Unlock()
+		resp := &pb.CommandGetSchemaResponse{RequestId: proto.Uint64(r.GetRequestId())}
+		v := len(list)
+		if len(r.GetSchemaVersion()) == 8 {
+			v = int(binary.BigEndian.Uint64(r.GetSchemaVersion()))
+		}
+		if v < 1 || v > len(list) {
+			resp.ErrorCode, resp.ErrorMessage = pb.ServerError_TopicNotFound.Enum(), proto.String("No schema found for topic "+r.GetTopic())
+		} else {
+			resp.Schema, resp.SchemaVersion = list[v-1], schemaVersion(v)
+		}
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_GET_SCHEMA_RESPONSE.Enum(), GetSchemaResponse: resp})
 	case pb.BaseCommand_CLOSE_PRODUCER:
 		r := cmd.GetCloseProducer()
 		b.mu.Lock()
@@ -784,6 +813,46 @@ func (b *Broker) nameBusyLocked(topic, name string) bool {
 }
 
 // dedupKey keys deduplication state, per topic (partition) and producer name, as the broker does.
+// EnforceSchemas makes a topic with a schema refuse producers that declare none, as a
+// namespace with schemaValidationEnforced does.
+func (b *Broker) EnforceSchemas(on bool) { b.mu.Lock(); b.enforceSchemas = on; b.mu.Unlock() }
+
+// Schemas returns the schemas registered for topic, oldest first (the version of the
+// i-th is i+1, eight bytes big-endian on the wire).
+func (b *Broker) Schemas(topic string) []*Schema {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.schemas[topic])
+}
+
+// checkSchemaLocked registers or checks a producer's schema. The fake's compatibility
+// rule: a schema of another type than the topic's is refused; one of the same type is a
+// new version unless it equals one already registered.
+func (b *Broker) checkSchemaLocked(topic string, s *pb.Schema) ([]byte, string) {
+	list := b.schemas[topic]
+	if s == nil || s.GetType() == pb.Schema_None {
+		if len(list) > 0 && b.enforceSchemas {
+			return nil, "Producers cannot connect or send message without a schema to topics with a schema if SchemaValidationEnforced is enabled"
+		}
+		return nil, ""
+	}
+	for i, old := range list {
+		if old.GetType() == s.GetType() && bytes.Equal(old.GetSchemaData(), s.GetSchemaData()) {
+			return schemaVersion(i + 1), ""
+		}
+	}
+	if len(list) > 0 && list[len(list)-1].GetType() != s.GetType() {
+		return nil, fmt.Sprintf("Incompatible schema: the topic's schema is %s, the producer's %s", list[len(list)-1].GetType(), s.GetType())
+	}
+	if b.schemas == nil {
+		b.schemas = map[string][]*pb.Schema{}
+	}
+	b.schemas[topic] = append(list, proto.Clone(s).(*pb.Schema))
+	return schemaVersion(len(list) + 1), ""
+}
+
+func schemaVersion(v int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+
 func dedupKey(topic, producer string) string { return topic + "\x00" + producer }
 
 func decodeMessages(topic string, md *pb.MessageMetadata, payload []byte, ledger, entry uint64) []Message {
@@ -793,7 +862,8 @@ func decodeMessages(topic string, md *pb.MessageMetadata, payload []byte, ledger
 	}
 	if md.NumMessagesInBatch == nil {
 		return []Message{{Topic: topic, Producer: md.GetProducerName(), SequenceID: md.GetSequenceId(), Payload: payload,
-			Key: md.GetPartitionKey(), Properties: props(md.GetProperties()), LedgerID: ledger, EntryID: entry, BatchIndex: -1, Chunk: chunk}}
+			Key: md.GetPartitionKey(), Properties: props(md.GetProperties()), LedgerID: ledger, EntryID: entry, BatchIndex: -1, Chunk: chunk,
+			SchemaVersion: md.GetSchemaVersion()}}
 	}
 	var out []Message
 	for i := 0; len(payload) >= 4; i++ {
@@ -811,7 +881,8 @@ func decodeMessages(topic string, md *pb.MessageMetadata, payload []byte, ledger
 			break
 		}
 		out = append(out, Message{Topic: topic, Producer: md.GetProducerName(), SequenceID: smd.GetSequenceId(), Payload: rest[:size],
-			Key: smd.GetPartitionKey(), Properties: props(smd.GetProperties()), LedgerID: ledger, EntryID: entry, BatchIndex: i, Chunk: -1})
+			Key: smd.GetPartitionKey(), Properties: props(smd.GetProperties()), LedgerID: ledger, EntryID: entry, BatchIndex: i, Chunk: -1,
+			SchemaVersion: md.GetSchemaVersion()})
 		payload = rest[size:]
 	}
 	return out

@@ -20,6 +20,8 @@ type (
 	AckType = pb.CommandAck_AckType
 	// ValidationError is the reason a consumer gives when it acknowledges a message it could not decode.
 	ValidationError = pb.CommandAck_ValidationError
+	// Schema is a schema as a producer declares it and GET_SCHEMA answers it.
+	Schema = pb.Schema
 )
 
 // The commands tests most often count, refuse or intercept; CommandTypeOf names any other.
@@ -37,6 +39,7 @@ const (
 	CommandCloseConsumer       = pb.BaseCommand_CLOSE_CONSUMER
 	CommandPing                = pb.BaseCommand_PING
 	CommandAuthResponse        = pb.BaseCommand_AUTH_RESPONSE
+	CommandGetSchema           = pb.BaseCommand_GET_SCHEMA
 )
 
 // The error codes tests most often inject; ServerErrorOf names any other.

@@ -616,6 +616,8 @@ func requestID(cmd *pb.BaseCommand) (uint64, bool) {
 		return cmd.GetPartitionMetadataResponse().GetRequestId(), true
 	case pb.BaseCommand_ACK_RESPONSE:
 		return cmd.GetAckResponse().GetRequestId(), true
+	case pb.BaseCommand_GET_SCHEMA_RESPONSE:
+		return cmd.GetGetSchemaResponse().GetRequestId(), true
 	}
 	return 0, false
 }

@@ -341,6 +341,122 @@ func (KeySharedMode) EnumDescriptor() ([]byte, []int) {
 	return file_pulsar_proto_rawDescGZIP(), []int{3}
 }
 
+type Schema_Type int32
+
+const (
+	Schema_None           Schema_Type = 0
+	Schema_String         Schema_Type = 1
+	Schema_Json           Schema_Type = 2
+	Schema_Protobuf       Schema_Type = 3
+	Schema_Avro           Schema_Type = 4
+	Schema_Bool           Schema_Type = 5
+	Schema_Int8           Schema_Type = 6
+	Schema_Int16          Schema_Type = 7
+	Schema_Int32          Schema_Type = 8
+	Schema_Int64          Schema_Type = 9
+	Schema_Float          Schema_Type = 10
+	Schema_Double         Schema_Type = 11
+	Schema_Date           Schema_Type = 12
+	Schema_Time           Schema_Type = 13
+	Schema_Timestamp      Schema_Type = 14
+	Schema_KeyValue       Schema_Type = 15
+	Schema_Instant        Schema_Type = 16
+	Schema_LocalDate      Schema_Type = 17
+	Schema_LocalTime      Schema_Type = 18
+	Schema_LocalDateTime  Schema_Type = 19
+	Schema_ProtobufNative Schema_Type = 20
+	Schema_AutoConsume    Schema_Type = 21
+)
+
+// Enum value maps for Schema_Type.
+var (
+	Schema_Type_name = map[int32]string{
+		0:  "None",
+		1:  "String",
+		2:  "Json",
+		3:  "Protobuf",
+		4:  "Avro",
+		5:  "Bool",
+		6:  "Int8",
+		7:  "Int16",
+		8:  "Int32",
+		9:  "Int64",
+		10: "Float",
+		11: "Double",
+		12: "Date",
+		13: "Time",
+		14: "Timestamp",
+		15: "KeyValue",
+		16: "Instant",
+		17: "LocalDate",
+		18: "LocalTime",
+		19: "LocalDateTime",
+		20: "ProtobufNative",
+		21: "AutoConsume",
+	}
+	Schema_Type_value = map[string]int32{
+		"None":           0,
+		"String":         1,
+		"Json":           2,
+		"Protobuf":       3,
+		"Avro":           4,
+		"Bool":           5,
+		"Int8":           6,
+		"Int16":          7,
+		"Int32":          8,
+		"Int64":          9,
+		"Float":          10,
+		"Double":         11,
+		"Date":           12,
+		"Time":           13,
+		"Timestamp":      14,
+		"KeyValue":       15,
+		"Instant":        16,
+		"LocalDate":      17,
+		"LocalTime":      18,
+		"LocalDateTime":  19,
+		"ProtobufNative": 20,
+		"AutoConsume":    21,
+	}
+)
+
+func (x Schema_Type) Enum() *Schema_Type {
+	p := new(Schema_Type)
+	*p = x
+	return p
+}
+
+func (x Schema_Type) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Schema_Type) Descriptor() protoreflect.EnumDescriptor {
+	return file_pulsar_proto_enumTypes[4].Descriptor()
+}
+
+func (Schema_Type) Type() protoreflect.EnumType {
+	return &file_pulsar_proto_enumTypes[4]
+}
+
+func (x Schema_Type) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Do not use.
+func (x *Schema_Type) UnmarshalJSON(b []byte) error {
+	num, err := protoimpl.X.UnmarshalJSONEnum(x.Descriptor(), b)
+	if err != nil {
+		return err
+	}
+	*x = Schema_Type(num)
+	return nil
+}
+
+// Deprecated: Use Schema_Type.Descriptor instead.
+func (Schema_Type) EnumDescriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{0, 0}
+}
+
 type CommandSubscribe_SubType int32
 
 const (
@@ -377,11 +493,11 @@ func (x CommandSubscribe_SubType) String() string {
 }
 
 func (CommandSubscribe_SubType) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_proto_enumTypes[4].Descriptor()
+	return file_pulsar_proto_enumTypes[5].Descriptor()
 }
 
 func (CommandSubscribe_SubType) Type() protoreflect.EnumType {
-	return &file_pulsar_proto_enumTypes[4]
+	return &file_pulsar_proto_enumTypes[5]
 }
 
 func (x CommandSubscribe_SubType) Number() protoreflect.EnumNumber {
@@ -400,7 +516,7 @@ func (x *CommandSubscribe_SubType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandSubscribe_SubType.Descriptor instead.
 func (CommandSubscribe_SubType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{15, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type CommandSubscribe_InitialPosition int32
@@ -433,11 +549,11 @@ func (x CommandSubscribe_InitialPosition) String() string {
 }
 
 func (CommandSubscribe_InitialPosition) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_proto_enumTypes[5].Descriptor()
+	return file_pulsar_proto_enumTypes[6].Descriptor()
 }
 
 func (CommandSubscribe_InitialPosition) Type() protoreflect.EnumType {
-	return &file_pulsar_proto_enumTypes[5]
+	return &file_pulsar_proto_enumTypes[6]
 }
 
 func (x CommandSubscribe_InitialPosition) Number() protoreflect.EnumNumber {
@@ -456,7 +572,7 @@ func (x *CommandSubscribe_InitialPosition) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandSubscribe_InitialPosition.Descriptor instead.
 func (CommandSubscribe_InitialPosition) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{15, 1}
+	return file_pulsar_proto_rawDescGZIP(), []int{16, 1}
 }
 
 type CommandPartitionedTopicMetadataResponse_LookupType int32
@@ -489,11 +605,11 @@ func (x CommandPartitionedTopicMetadataResponse_LookupType) String() string {
 }
 
 func (CommandPartitionedTopicMetadataResponse_LookupType) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_proto_enumTypes[6].Descriptor()
+	return file_pulsar_proto_enumTypes[7].Descriptor()
 }
 
 func (CommandPartitionedTopicMetadataResponse_LookupType) Type() protoreflect.EnumType {
-	return &file_pulsar_proto_enumTypes[6]
+	return &file_pulsar_proto_enumTypes[7]
 }
 
 func (x CommandPartitionedTopicMetadataResponse_LookupType) Number() protoreflect.EnumNumber {
@@ -512,7 +628,7 @@ func (x *CommandPartitionedTopicMetadataResponse_LookupType) UnmarshalJSON(b []b
 
 // Deprecated: Use CommandPartitionedTopicMetadataResponse_LookupType.Descriptor instead.
 func (CommandPartitionedTopicMetadataResponse_LookupType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{17, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type CommandLookupTopicResponse_LookupType int32
@@ -548,11 +664,11 @@ func (x CommandLookupTopicResponse_LookupType) String() string {
 }
 
 func (CommandLookupTopicResponse_LookupType) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_proto_enumTypes[7].Descriptor()
+	return file_pulsar_proto_enumTypes[8].Descriptor()
 }
 
 func (CommandLookupTopicResponse_LookupType) Type() protoreflect.EnumType {
-	return &file_pulsar_proto_enumTypes[7]
+	return &file_pulsar_proto_enumTypes[8]
 }
 
 func (x CommandLookupTopicResponse_LookupType) Number() protoreflect.EnumNumber {
@@ -571,7 +687,7 @@ func (x *CommandLookupTopicResponse_LookupType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandLookupTopicResponse_LookupType.Descriptor instead.
 func (CommandLookupTopicResponse_LookupType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{19, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{20, 0}
 }
 
 type CommandAck_AckType int32
@@ -604,11 +720,11 @@ func (x CommandAck_AckType) String() string {
 }
 
 func (CommandAck_AckType) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_proto_enumTypes[8].Descriptor()
+	return file_pulsar_proto_enumTypes[9].Descriptor()
 }
 
 func (CommandAck_AckType) Type() protoreflect.EnumType {
-	return &file_pulsar_proto_enumTypes[8]
+	return &file_pulsar_proto_enumTypes[9]
 }
 
 func (x CommandAck_AckType) Number() protoreflect.EnumNumber {
@@ -627,7 +743,7 @@ func (x *CommandAck_AckType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandAck_AckType.Descriptor instead.
 func (CommandAck_AckType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{25, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{26, 0}
 }
 
 type CommandAck_ValidationError int32
@@ -669,11 +785,11 @@ func (x CommandAck_ValidationError) String() string {
 }
 
 func (CommandAck_ValidationError) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_proto_enumTypes[9].Descriptor()
+	return file_pulsar_proto_enumTypes[10].Descriptor()
 }
 
 func (CommandAck_ValidationError) Type() protoreflect.EnumType {
-	return &file_pulsar_proto_enumTypes[9]
+	return &file_pulsar_proto_enumTypes[10]
 }
 
 func (x CommandAck_ValidationError) Number() protoreflect.EnumNumber {
@@ -692,7 +808,7 @@ func (x *CommandAck_ValidationError) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandAck_ValidationError.Descriptor instead.
 func (CommandAck_ValidationError) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{25, 1}
+	return file_pulsar_proto_rawDescGZIP(), []int{26, 1}
 }
 
 type CommandTopicMigrated_ResourceType int32
@@ -725,11 +841,11 @@ func (x CommandTopicMigrated_ResourceType) String() string {
 }
 
 func (CommandTopicMigrated_ResourceType) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_proto_enumTypes[10].Descriptor()
+	return file_pulsar_proto_enumTypes[11].Descriptor()
 }
 
 func (CommandTopicMigrated_ResourceType) Type() protoreflect.EnumType {
-	return &file_pulsar_proto_enumTypes[10]
+	return &file_pulsar_proto_enumTypes[11]
 }
 
 func (x CommandTopicMigrated_ResourceType) Number() protoreflect.EnumNumber {
@@ -748,7 +864,7 @@ func (x *CommandTopicMigrated_ResourceType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandTopicMigrated_ResourceType.Descriptor instead.
 func (CommandTopicMigrated_ResourceType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{32, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{33, 0}
 }
 
 type BaseCommand_Type int32
@@ -780,6 +896,8 @@ const (
 	BaseCommand_REACHED_END_OF_TOPIC              BaseCommand_Type = 27
 	BaseCommand_SEEK                              BaseCommand_Type = 28
 	BaseCommand_ACTIVE_CONSUMER_CHANGE            BaseCommand_Type = 31
+	BaseCommand_GET_SCHEMA                        BaseCommand_Type = 34
+	BaseCommand_GET_SCHEMA_RESPONSE               BaseCommand_Type = 35
 	BaseCommand_AUTH_CHALLENGE                    BaseCommand_Type = 36
 	BaseCommand_AUTH_RESPONSE                     BaseCommand_Type = 37
 	BaseCommand_ACK_RESPONSE                      BaseCommand_Type = 38
@@ -815,6 +933,8 @@ var (
 		27: "REACHED_END_OF_TOPIC",
 		28: "SEEK",
 		31: "ACTIVE_CONSUMER_CHANGE",
+		34: "GET_SCHEMA",
+		35: "GET_SCHEMA_RESPONSE",
 		36: "AUTH_CHALLENGE",
 		37: "AUTH_RESPONSE",
 		38: "ACK_RESPONSE",
@@ -847,6 +967,8 @@ var (
 		"REACHED_END_OF_TOPIC":              27,
 		"SEEK":                              28,
 		"ACTIVE_CONSUMER_CHANGE":            31,
+		"GET_SCHEMA":                        34,
+		"GET_SCHEMA_RESPONSE":               35,
 		"AUTH_CHALLENGE":                    36,
 		"AUTH_RESPONSE":                     37,
 		"ACK_RESPONSE":                      38,
@@ -865,11 +987,11 @@ func (x BaseCommand_Type) String() string {
 }
 
 func (BaseCommand_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_proto_enumTypes[11].Descriptor()
+	return file_pulsar_proto_enumTypes[12].Descriptor()
 }
 
 func (BaseCommand_Type) Type() protoreflect.EnumType {
-	return &file_pulsar_proto_enumTypes[11]
+	return &file_pulsar_proto_enumTypes[12]
 }
 
 func (x BaseCommand_Type) Number() protoreflect.EnumNumber {
@@ -888,7 +1010,77 @@ func (x *BaseCommand_Type) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use BaseCommand_Type.Descriptor instead.
 func (BaseCommand_Type) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{41, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{44, 0}
+}
+
+// Schema is what a producer declares of its messages' type (SchemaInfo), and what
+// GET_SCHEMA answers with.
+type Schema struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          *string                `protobuf:"bytes,1,opt,name=name" json:"name,omitempty"`
+	SchemaData    []byte                 `protobuf:"bytes,3,opt,name=schema_data,json=schemaData" json:"schema_data,omitempty"`
+	Type          *Schema_Type           `protobuf:"varint,4,opt,name=type,enum=recordiobridge.pulsar.Schema_Type" json:"type,omitempty"`
+	Properties    []*KeyValue            `protobuf:"bytes,5,rep,name=properties" json:"properties,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schema) Reset() {
+	*x = Schema{}
+	mi := &file_pulsar_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schema) ProtoMessage() {}
+
+func (x *Schema) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schema.ProtoReflect.Descriptor instead.
+func (*Schema) Descriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Schema) GetName() string {
+	if x != nil && x.Name != nil {
+		return *x.Name
+	}
+	return ""
+}
+
+func (x *Schema) GetSchemaData() []byte {
+	if x != nil {
+		return x.SchemaData
+	}
+	return nil
+}
+
+func (x *Schema) GetType() Schema_Type {
+	if x != nil && x.Type != nil {
+		return *x.Type
+	}
+	return Schema_None
+}
+
+func (x *Schema) GetProperties() []*KeyValue {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
 }
 
 type MessageIdData struct {
@@ -912,7 +1104,7 @@ const (
 
 func (x *MessageIdData) Reset() {
 	*x = MessageIdData{}
-	mi := &file_pulsar_proto_msgTypes[0]
+	mi := &file_pulsar_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1116,7 @@ func (x *MessageIdData) String() string {
 func (*MessageIdData) ProtoMessage() {}
 
 func (x *MessageIdData) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[0]
+	mi := &file_pulsar_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1129,7 @@ func (x *MessageIdData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageIdData.ProtoReflect.Descriptor instead.
 func (*MessageIdData) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{0}
+	return file_pulsar_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *MessageIdData) GetLedgerId() uint64 {
@@ -999,7 +1191,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_pulsar_proto_msgTypes[1]
+	mi := &file_pulsar_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1203,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[1]
+	mi := &file_pulsar_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1216,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{1}
+	return file_pulsar_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *KeyValue) GetKey() string {
@@ -1051,7 +1243,7 @@ type KeyLongValue struct {
 
 func (x *KeyLongValue) Reset() {
 	*x = KeyLongValue{}
-	mi := &file_pulsar_proto_msgTypes[2]
+	mi := &file_pulsar_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1255,7 @@ func (x *KeyLongValue) String() string {
 func (*KeyLongValue) ProtoMessage() {}
 
 func (x *KeyLongValue) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[2]
+	mi := &file_pulsar_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1268,7 @@ func (x *KeyLongValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyLongValue.ProtoReflect.Descriptor instead.
 func (*KeyLongValue) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{2}
+	return file_pulsar_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *KeyLongValue) GetKey() string {
@@ -1139,7 +1331,7 @@ const (
 
 func (x *MessageMetadata) Reset() {
 	*x = MessageMetadata{}
-	mi := &file_pulsar_proto_msgTypes[3]
+	mi := &file_pulsar_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1343,7 @@ func (x *MessageMetadata) String() string {
 func (*MessageMetadata) ProtoMessage() {}
 
 func (x *MessageMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[3]
+	mi := &file_pulsar_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1356,7 @@ func (x *MessageMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageMetadata.ProtoReflect.Descriptor instead.
 func (*MessageMetadata) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{3}
+	return file_pulsar_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MessageMetadata) GetProducerName() string {
@@ -1362,7 +1554,7 @@ type EncryptionKeys struct {
 
 func (x *EncryptionKeys) Reset() {
 	*x = EncryptionKeys{}
-	mi := &file_pulsar_proto_msgTypes[4]
+	mi := &file_pulsar_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1566,7 @@ func (x *EncryptionKeys) String() string {
 func (*EncryptionKeys) ProtoMessage() {}
 
 func (x *EncryptionKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[4]
+	mi := &file_pulsar_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1579,7 @@ func (x *EncryptionKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EncryptionKeys.ProtoReflect.Descriptor instead.
 func (*EncryptionKeys) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{4}
+	return file_pulsar_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EncryptionKeys) GetKey() string {
@@ -1438,7 +1630,7 @@ const (
 
 func (x *SingleMessageMetadata) Reset() {
 	*x = SingleMessageMetadata{}
-	mi := &file_pulsar_proto_msgTypes[5]
+	mi := &file_pulsar_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1642,7 @@ func (x *SingleMessageMetadata) String() string {
 func (*SingleMessageMetadata) ProtoMessage() {}
 
 func (x *SingleMessageMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[5]
+	mi := &file_pulsar_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1655,7 @@ func (x *SingleMessageMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SingleMessageMetadata.ProtoReflect.Descriptor instead.
 func (*SingleMessageMetadata) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{5}
+	return file_pulsar_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SingleMessageMetadata) GetProperties() []*KeyValue {
@@ -1546,7 +1738,7 @@ type BrokerEntryMetadata struct {
 
 func (x *BrokerEntryMetadata) Reset() {
 	*x = BrokerEntryMetadata{}
-	mi := &file_pulsar_proto_msgTypes[6]
+	mi := &file_pulsar_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1750,7 @@ func (x *BrokerEntryMetadata) String() string {
 func (*BrokerEntryMetadata) ProtoMessage() {}
 
 func (x *BrokerEntryMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[6]
+	mi := &file_pulsar_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1763,7 @@ func (x *BrokerEntryMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerEntryMetadata.ProtoReflect.Descriptor instead.
 func (*BrokerEntryMetadata) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{6}
+	return file_pulsar_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BrokerEntryMetadata) GetBrokerTimestamp() uint64 {
@@ -1608,7 +1800,7 @@ const (
 
 func (x *FeatureFlags) Reset() {
 	*x = FeatureFlags{}
-	mi := &file_pulsar_proto_msgTypes[7]
+	mi := &file_pulsar_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1812,7 @@ func (x *FeatureFlags) String() string {
 func (*FeatureFlags) ProtoMessage() {}
 
 func (x *FeatureFlags) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[7]
+	mi := &file_pulsar_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1825,7 @@ func (x *FeatureFlags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureFlags.ProtoReflect.Descriptor instead.
 func (*FeatureFlags) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{7}
+	return file_pulsar_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FeatureFlags) GetSupportsAuthRefresh() bool {
@@ -1683,7 +1875,7 @@ const (
 
 func (x *CommandConnect) Reset() {
 	*x = CommandConnect{}
-	mi := &file_pulsar_proto_msgTypes[8]
+	mi := &file_pulsar_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1887,7 @@ func (x *CommandConnect) String() string {
 func (*CommandConnect) ProtoMessage() {}
 
 func (x *CommandConnect) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[8]
+	mi := &file_pulsar_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1900,7 @@ func (x *CommandConnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandConnect.ProtoReflect.Descriptor instead.
 func (*CommandConnect) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{8}
+	return file_pulsar_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommandConnect) GetClientVersion() string {
@@ -1770,7 +1962,7 @@ const (
 
 func (x *CommandConnected) Reset() {
 	*x = CommandConnected{}
-	mi := &file_pulsar_proto_msgTypes[9]
+	mi := &file_pulsar_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1974,7 @@ func (x *CommandConnected) String() string {
 func (*CommandConnected) ProtoMessage() {}
 
 func (x *CommandConnected) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[9]
+	mi := &file_pulsar_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1987,7 @@ func (x *CommandConnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandConnected.ProtoReflect.Descriptor instead.
 func (*CommandConnected) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{9}
+	return file_pulsar_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CommandConnected) GetServerVersion() string {
@@ -1836,7 +2028,7 @@ type AuthData struct {
 
 func (x *AuthData) Reset() {
 	*x = AuthData{}
-	mi := &file_pulsar_proto_msgTypes[10]
+	mi := &file_pulsar_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2040,7 @@ func (x *AuthData) String() string {
 func (*AuthData) ProtoMessage() {}
 
 func (x *AuthData) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[10]
+	mi := &file_pulsar_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2053,7 @@ func (x *AuthData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthData.ProtoReflect.Descriptor instead.
 func (*AuthData) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{10}
+	return file_pulsar_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AuthData) GetAuthMethodName() string {
@@ -1894,7 +2086,7 @@ const (
 
 func (x *CommandAuthChallenge) Reset() {
 	*x = CommandAuthChallenge{}
-	mi := &file_pulsar_proto_msgTypes[11]
+	mi := &file_pulsar_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2098,7 @@ func (x *CommandAuthChallenge) String() string {
 func (*CommandAuthChallenge) ProtoMessage() {}
 
 func (x *CommandAuthChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[11]
+	mi := &file_pulsar_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2111,7 @@ func (x *CommandAuthChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAuthChallenge.ProtoReflect.Descriptor instead.
 func (*CommandAuthChallenge) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{11}
+	return file_pulsar_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CommandAuthChallenge) GetServerVersion() string {
@@ -1959,7 +2151,7 @@ const (
 
 func (x *CommandAuthResponse) Reset() {
 	*x = CommandAuthResponse{}
-	mi := &file_pulsar_proto_msgTypes[12]
+	mi := &file_pulsar_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2163,7 @@ func (x *CommandAuthResponse) String() string {
 func (*CommandAuthResponse) ProtoMessage() {}
 
 func (x *CommandAuthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[12]
+	mi := &file_pulsar_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2176,7 @@ func (x *CommandAuthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAuthResponse.ProtoReflect.Descriptor instead.
 func (*CommandAuthResponse) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{12}
+	return file_pulsar_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CommandAuthResponse) GetClientVersion() string {
@@ -2018,7 +2210,7 @@ type IntRange struct {
 
 func (x *IntRange) Reset() {
 	*x = IntRange{}
-	mi := &file_pulsar_proto_msgTypes[13]
+	mi := &file_pulsar_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2222,7 @@ func (x *IntRange) String() string {
 func (*IntRange) ProtoMessage() {}
 
 func (x *IntRange) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[13]
+	mi := &file_pulsar_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2235,7 @@ func (x *IntRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntRange.ProtoReflect.Descriptor instead.
 func (*IntRange) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{13}
+	return file_pulsar_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *IntRange) GetStart() int32 {
@@ -2076,7 +2268,7 @@ const (
 
 func (x *KeySharedMeta) Reset() {
 	*x = KeySharedMeta{}
-	mi := &file_pulsar_proto_msgTypes[14]
+	mi := &file_pulsar_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2280,7 @@ func (x *KeySharedMeta) String() string {
 func (*KeySharedMeta) ProtoMessage() {}
 
 func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[14]
+	mi := &file_pulsar_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2293,7 @@ func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySharedMeta.ProtoReflect.Descriptor instead.
 func (*KeySharedMeta) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{14}
+	return file_pulsar_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KeySharedMeta) GetKeySharedMode() KeySharedMode {
@@ -2159,7 +2351,7 @@ const (
 
 func (x *CommandSubscribe) Reset() {
 	*x = CommandSubscribe{}
-	mi := &file_pulsar_proto_msgTypes[15]
+	mi := &file_pulsar_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2363,7 @@ func (x *CommandSubscribe) String() string {
 func (*CommandSubscribe) ProtoMessage() {}
 
 func (x *CommandSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[15]
+	mi := &file_pulsar_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2376,7 @@ func (x *CommandSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSubscribe.ProtoReflect.Descriptor instead.
 func (*CommandSubscribe) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{15}
+	return file_pulsar_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CommandSubscribe) GetTopic() string {
@@ -2323,7 +2515,7 @@ type CommandPartitionedTopicMetadata struct {
 
 func (x *CommandPartitionedTopicMetadata) Reset() {
 	*x = CommandPartitionedTopicMetadata{}
-	mi := &file_pulsar_proto_msgTypes[16]
+	mi := &file_pulsar_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2527,7 @@ func (x *CommandPartitionedTopicMetadata) String() string {
 func (*CommandPartitionedTopicMetadata) ProtoMessage() {}
 
 func (x *CommandPartitionedTopicMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[16]
+	mi := &file_pulsar_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2540,7 @@ func (x *CommandPartitionedTopicMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPartitionedTopicMetadata.ProtoReflect.Descriptor instead.
 func (*CommandPartitionedTopicMetadata) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{16}
+	return file_pulsar_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CommandPartitionedTopicMetadata) GetTopic() string {
@@ -2378,7 +2570,7 @@ type CommandPartitionedTopicMetadataResponse struct {
 
 func (x *CommandPartitionedTopicMetadataResponse) Reset() {
 	*x = CommandPartitionedTopicMetadataResponse{}
-	mi := &file_pulsar_proto_msgTypes[17]
+	mi := &file_pulsar_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2582,7 @@ func (x *CommandPartitionedTopicMetadataResponse) String() string {
 func (*CommandPartitionedTopicMetadataResponse) ProtoMessage() {}
 
 func (x *CommandPartitionedTopicMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[17]
+	mi := &file_pulsar_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2595,7 @@ func (x *CommandPartitionedTopicMetadataResponse) ProtoReflect() protoreflect.Me
 
 // Deprecated: Use CommandPartitionedTopicMetadataResponse.ProtoReflect.Descriptor instead.
 func (*CommandPartitionedTopicMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{17}
+	return file_pulsar_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CommandPartitionedTopicMetadataResponse) GetPartitions() uint32 {
@@ -2458,7 +2650,7 @@ const (
 
 func (x *CommandLookupTopic) Reset() {
 	*x = CommandLookupTopic{}
-	mi := &file_pulsar_proto_msgTypes[18]
+	mi := &file_pulsar_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2662,7 @@ func (x *CommandLookupTopic) String() string {
 func (*CommandLookupTopic) ProtoMessage() {}
 
 func (x *CommandLookupTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[18]
+	mi := &file_pulsar_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2675,7 @@ func (x *CommandLookupTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLookupTopic.ProtoReflect.Descriptor instead.
 func (*CommandLookupTopic) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{18}
+	return file_pulsar_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CommandLookupTopic) GetTopic() string {
@@ -2536,7 +2728,7 @@ const (
 
 func (x *CommandLookupTopicResponse) Reset() {
 	*x = CommandLookupTopicResponse{}
-	mi := &file_pulsar_proto_msgTypes[19]
+	mi := &file_pulsar_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2548,7 +2740,7 @@ func (x *CommandLookupTopicResponse) String() string {
 func (*CommandLookupTopicResponse) ProtoMessage() {}
 
 func (x *CommandLookupTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[19]
+	mi := &file_pulsar_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2561,7 +2753,7 @@ func (x *CommandLookupTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLookupTopicResponse.ProtoReflect.Descriptor instead.
 func (*CommandLookupTopicResponse) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{19}
+	return file_pulsar_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommandLookupTopicResponse) GetBrokerServiceUrl() string {
@@ -2630,6 +2822,7 @@ type CommandProducer struct {
 	Metadata                 []*KeyValue            `protobuf:"bytes,6,rep,name=metadata" json:"metadata,omitempty"`
 	Epoch                    *uint64                `protobuf:"varint,8,opt,name=epoch,def=0" json:"epoch,omitempty"`
 	UserProvidedProducerName *bool                  `protobuf:"varint,9,opt,name=user_provided_producer_name,json=userProvidedProducerName,def=1" json:"user_provided_producer_name,omitempty"`
+	Schema                   *Schema                `protobuf:"bytes,7,opt,name=schema" json:"schema,omitempty"`
 	ProducerAccessMode       *ProducerAccessMode    `protobuf:"varint,10,opt,name=producer_access_mode,json=producerAccessMode,enum=recordiobridge.pulsar.ProducerAccessMode,def=0" json:"producer_access_mode,omitempty"`
 	TopicEpoch               *uint64                `protobuf:"varint,11,opt,name=topic_epoch,json=topicEpoch" json:"topic_epoch,omitempty"`
 	unknownFields            protoimpl.UnknownFields
@@ -2646,7 +2839,7 @@ const (
 
 func (x *CommandProducer) Reset() {
 	*x = CommandProducer{}
-	mi := &file_pulsar_proto_msgTypes[20]
+	mi := &file_pulsar_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2851,7 @@ func (x *CommandProducer) String() string {
 func (*CommandProducer) ProtoMessage() {}
 
 func (x *CommandProducer) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[20]
+	mi := &file_pulsar_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2864,7 @@ func (x *CommandProducer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandProducer.ProtoReflect.Descriptor instead.
 func (*CommandProducer) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{20}
+	return file_pulsar_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CommandProducer) GetTopic() string {
@@ -2730,6 +2923,13 @@ func (x *CommandProducer) GetUserProvidedProducerName() bool {
 	return Default_CommandProducer_UserProvidedProducerName
 }
 
+func (x *CommandProducer) GetSchema() *Schema {
+	if x != nil {
+		return x.Schema
+	}
+	return nil
+}
+
 func (x *CommandProducer) GetProducerAccessMode() ProducerAccessMode {
 	if x != nil && x.ProducerAccessMode != nil {
 		return *x.ProducerAccessMode
@@ -2766,7 +2966,7 @@ const (
 
 func (x *CommandSend) Reset() {
 	*x = CommandSend{}
-	mi := &file_pulsar_proto_msgTypes[21]
+	mi := &file_pulsar_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2978,7 @@ func (x *CommandSend) String() string {
 func (*CommandSend) ProtoMessage() {}
 
 func (x *CommandSend) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[21]
+	mi := &file_pulsar_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2991,7 @@ func (x *CommandSend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSend.ProtoReflect.Descriptor instead.
 func (*CommandSend) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{21}
+	return file_pulsar_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommandSend) GetProducerId() uint64 {
@@ -2853,7 +3053,7 @@ const (
 
 func (x *CommandSendReceipt) Reset() {
 	*x = CommandSendReceipt{}
-	mi := &file_pulsar_proto_msgTypes[22]
+	mi := &file_pulsar_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +3065,7 @@ func (x *CommandSendReceipt) String() string {
 func (*CommandSendReceipt) ProtoMessage() {}
 
 func (x *CommandSendReceipt) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[22]
+	mi := &file_pulsar_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +3078,7 @@ func (x *CommandSendReceipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSendReceipt.ProtoReflect.Descriptor instead.
 func (*CommandSendReceipt) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{22}
+	return file_pulsar_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommandSendReceipt) GetProducerId() uint64 {
@@ -2921,7 +3121,7 @@ type CommandSendError struct {
 
 func (x *CommandSendError) Reset() {
 	*x = CommandSendError{}
-	mi := &file_pulsar_proto_msgTypes[23]
+	mi := &file_pulsar_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3133,7 @@ func (x *CommandSendError) String() string {
 func (*CommandSendError) ProtoMessage() {}
 
 func (x *CommandSendError) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[23]
+	mi := &file_pulsar_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3146,7 @@ func (x *CommandSendError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSendError.ProtoReflect.Descriptor instead.
 func (*CommandSendError) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{23}
+	return file_pulsar_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CommandSendError) GetProducerId() uint64 {
@@ -2995,7 +3195,7 @@ const (
 
 func (x *CommandMessage) Reset() {
 	*x = CommandMessage{}
-	mi := &file_pulsar_proto_msgTypes[24]
+	mi := &file_pulsar_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3207,7 @@ func (x *CommandMessage) String() string {
 func (*CommandMessage) ProtoMessage() {}
 
 func (x *CommandMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[24]
+	mi := &file_pulsar_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3220,7 @@ func (x *CommandMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandMessage.ProtoReflect.Descriptor instead.
 func (*CommandMessage) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{24}
+	return file_pulsar_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CommandMessage) GetConsumerId() uint64 {
@@ -3072,7 +3272,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_pulsar_proto_msgTypes[25]
+	mi := &file_pulsar_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3284,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[25]
+	mi := &file_pulsar_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3297,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{25}
+	return file_pulsar_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CommandAck) GetConsumerId() uint64 {
@@ -3154,7 +3354,7 @@ type CommandAckResponse struct {
 
 func (x *CommandAckResponse) Reset() {
 	*x = CommandAckResponse{}
-	mi := &file_pulsar_proto_msgTypes[26]
+	mi := &file_pulsar_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3366,7 @@ func (x *CommandAckResponse) String() string {
 func (*CommandAckResponse) ProtoMessage() {}
 
 func (x *CommandAckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[26]
+	mi := &file_pulsar_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3379,7 @@ func (x *CommandAckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAckResponse.ProtoReflect.Descriptor instead.
 func (*CommandAckResponse) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{26}
+	return file_pulsar_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommandAckResponse) GetConsumerId() uint64 {
@@ -3225,7 +3425,7 @@ const (
 
 func (x *CommandActiveConsumerChange) Reset() {
 	*x = CommandActiveConsumerChange{}
-	mi := &file_pulsar_proto_msgTypes[27]
+	mi := &file_pulsar_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3437,7 @@ func (x *CommandActiveConsumerChange) String() string {
 func (*CommandActiveConsumerChange) ProtoMessage() {}
 
 func (x *CommandActiveConsumerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[27]
+	mi := &file_pulsar_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3450,7 @@ func (x *CommandActiveConsumerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandActiveConsumerChange.ProtoReflect.Descriptor instead.
 func (*CommandActiveConsumerChange) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{27}
+	return file_pulsar_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommandActiveConsumerChange) GetConsumerId() uint64 {
@@ -3277,7 +3477,7 @@ type CommandFlow struct {
 
 func (x *CommandFlow) Reset() {
 	*x = CommandFlow{}
-	mi := &file_pulsar_proto_msgTypes[28]
+	mi := &file_pulsar_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3489,7 @@ func (x *CommandFlow) String() string {
 func (*CommandFlow) ProtoMessage() {}
 
 func (x *CommandFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[28]
+	mi := &file_pulsar_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3502,7 @@ func (x *CommandFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandFlow.ProtoReflect.Descriptor instead.
 func (*CommandFlow) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{28}
+	return file_pulsar_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CommandFlow) GetConsumerId() uint64 {
@@ -3335,7 +3535,7 @@ const (
 
 func (x *CommandUnsubscribe) Reset() {
 	*x = CommandUnsubscribe{}
-	mi := &file_pulsar_proto_msgTypes[29]
+	mi := &file_pulsar_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3347,7 +3547,7 @@ func (x *CommandUnsubscribe) String() string {
 func (*CommandUnsubscribe) ProtoMessage() {}
 
 func (x *CommandUnsubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[29]
+	mi := &file_pulsar_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3360,7 +3560,7 @@ func (x *CommandUnsubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUnsubscribe.ProtoReflect.Descriptor instead.
 func (*CommandUnsubscribe) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{29}
+	return file_pulsar_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CommandUnsubscribe) GetConsumerId() uint64 {
@@ -3396,7 +3596,7 @@ type CommandSeek struct {
 
 func (x *CommandSeek) Reset() {
 	*x = CommandSeek{}
-	mi := &file_pulsar_proto_msgTypes[30]
+	mi := &file_pulsar_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3408,7 +3608,7 @@ func (x *CommandSeek) String() string {
 func (*CommandSeek) ProtoMessage() {}
 
 func (x *CommandSeek) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[30]
+	mi := &file_pulsar_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3421,7 +3621,7 @@ func (x *CommandSeek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSeek.ProtoReflect.Descriptor instead.
 func (*CommandSeek) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{30}
+	return file_pulsar_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommandSeek) GetConsumerId() uint64 {
@@ -3461,7 +3661,7 @@ type CommandReachedEndOfTopic struct {
 
 func (x *CommandReachedEndOfTopic) Reset() {
 	*x = CommandReachedEndOfTopic{}
-	mi := &file_pulsar_proto_msgTypes[31]
+	mi := &file_pulsar_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3473,7 +3673,7 @@ func (x *CommandReachedEndOfTopic) String() string {
 func (*CommandReachedEndOfTopic) ProtoMessage() {}
 
 func (x *CommandReachedEndOfTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[31]
+	mi := &file_pulsar_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3486,7 +3686,7 @@ func (x *CommandReachedEndOfTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandReachedEndOfTopic.ProtoReflect.Descriptor instead.
 func (*CommandReachedEndOfTopic) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{31}
+	return file_pulsar_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CommandReachedEndOfTopic) GetConsumerId() uint64 {
@@ -3508,7 +3708,7 @@ type CommandTopicMigrated struct {
 
 func (x *CommandTopicMigrated) Reset() {
 	*x = CommandTopicMigrated{}
-	mi := &file_pulsar_proto_msgTypes[32]
+	mi := &file_pulsar_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3520,7 +3720,7 @@ func (x *CommandTopicMigrated) String() string {
 func (*CommandTopicMigrated) ProtoMessage() {}
 
 func (x *CommandTopicMigrated) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[32]
+	mi := &file_pulsar_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3533,7 +3733,7 @@ func (x *CommandTopicMigrated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandTopicMigrated.ProtoReflect.Descriptor instead.
 func (*CommandTopicMigrated) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{32}
+	return file_pulsar_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CommandTopicMigrated) GetResourceId() uint64 {
@@ -3576,7 +3776,7 @@ type CommandCloseProducer struct {
 
 func (x *CommandCloseProducer) Reset() {
 	*x = CommandCloseProducer{}
-	mi := &file_pulsar_proto_msgTypes[33]
+	mi := &file_pulsar_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3588,7 +3788,7 @@ func (x *CommandCloseProducer) String() string {
 func (*CommandCloseProducer) ProtoMessage() {}
 
 func (x *CommandCloseProducer) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[33]
+	mi := &file_pulsar_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3601,7 +3801,7 @@ func (x *CommandCloseProducer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandCloseProducer.ProtoReflect.Descriptor instead.
 func (*CommandCloseProducer) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{33}
+	return file_pulsar_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommandCloseProducer) GetProducerId() uint64 {
@@ -3644,7 +3844,7 @@ type CommandCloseConsumer struct {
 
 func (x *CommandCloseConsumer) Reset() {
 	*x = CommandCloseConsumer{}
-	mi := &file_pulsar_proto_msgTypes[34]
+	mi := &file_pulsar_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +3856,7 @@ func (x *CommandCloseConsumer) String() string {
 func (*CommandCloseConsumer) ProtoMessage() {}
 
 func (x *CommandCloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[34]
+	mi := &file_pulsar_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +3869,7 @@ func (x *CommandCloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandCloseConsumer.ProtoReflect.Descriptor instead.
 func (*CommandCloseConsumer) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{34}
+	return file_pulsar_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommandCloseConsumer) GetConsumerId() uint64 {
@@ -3711,7 +3911,7 @@ type CommandRedeliverUnacknowledgedMessages struct {
 
 func (x *CommandRedeliverUnacknowledgedMessages) Reset() {
 	*x = CommandRedeliverUnacknowledgedMessages{}
-	mi := &file_pulsar_proto_msgTypes[35]
+	mi := &file_pulsar_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +3923,7 @@ func (x *CommandRedeliverUnacknowledgedMessages) String() string {
 func (*CommandRedeliverUnacknowledgedMessages) ProtoMessage() {}
 
 func (x *CommandRedeliverUnacknowledgedMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[35]
+	mi := &file_pulsar_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +3936,7 @@ func (x *CommandRedeliverUnacknowledgedMessages) ProtoReflect() protoreflect.Mes
 
 // Deprecated: Use CommandRedeliverUnacknowledgedMessages.ProtoReflect.Descriptor instead.
 func (*CommandRedeliverUnacknowledgedMessages) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{35}
+	return file_pulsar_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CommandRedeliverUnacknowledgedMessages) GetConsumerId() uint64 {
@@ -3769,7 +3969,7 @@ type CommandSuccess struct {
 
 func (x *CommandSuccess) Reset() {
 	*x = CommandSuccess{}
-	mi := &file_pulsar_proto_msgTypes[36]
+	mi := &file_pulsar_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +3981,7 @@ func (x *CommandSuccess) String() string {
 func (*CommandSuccess) ProtoMessage() {}
 
 func (x *CommandSuccess) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[36]
+	mi := &file_pulsar_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +3994,7 @@ func (x *CommandSuccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSuccess.ProtoReflect.Descriptor instead.
 func (*CommandSuccess) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{36}
+	return file_pulsar_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CommandSuccess) GetRequestId() uint64 {
@@ -3824,7 +4024,7 @@ const (
 
 func (x *CommandProducerSuccess) Reset() {
 	*x = CommandProducerSuccess{}
-	mi := &file_pulsar_proto_msgTypes[37]
+	mi := &file_pulsar_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3836,7 +4036,7 @@ func (x *CommandProducerSuccess) String() string {
 func (*CommandProducerSuccess) ProtoMessage() {}
 
 func (x *CommandProducerSuccess) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[37]
+	mi := &file_pulsar_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3849,7 +4049,7 @@ func (x *CommandProducerSuccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandProducerSuccess.ProtoReflect.Descriptor instead.
 func (*CommandProducerSuccess) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{37}
+	return file_pulsar_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CommandProducerSuccess) GetRequestId() uint64 {
@@ -3894,6 +4094,142 @@ func (x *CommandProducerSuccess) GetProducerReady() bool {
 	return Default_CommandProducerSuccess_ProducerReady
 }
 
+type CommandGetSchema struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     *uint64                `protobuf:"varint,1,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
+	Topic         *string                `protobuf:"bytes,2,opt,name=topic" json:"topic,omitempty"`
+	SchemaVersion []byte                 `protobuf:"bytes,3,opt,name=schema_version,json=schemaVersion" json:"schema_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandGetSchema) Reset() {
+	*x = CommandGetSchema{}
+	mi := &file_pulsar_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandGetSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandGetSchema) ProtoMessage() {}
+
+func (x *CommandGetSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandGetSchema.ProtoReflect.Descriptor instead.
+func (*CommandGetSchema) Descriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CommandGetSchema) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandGetSchema) GetTopic() string {
+	if x != nil && x.Topic != nil {
+		return *x.Topic
+	}
+	return ""
+}
+
+func (x *CommandGetSchema) GetSchemaVersion() []byte {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return nil
+}
+
+type CommandGetSchemaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     *uint64                `protobuf:"varint,1,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
+	ErrorCode     *ServerError           `protobuf:"varint,2,opt,name=error_code,json=errorCode,enum=recordiobridge.pulsar.ServerError" json:"error_code,omitempty"`
+	ErrorMessage  *string                `protobuf:"bytes,3,opt,name=error_message,json=errorMessage" json:"error_message,omitempty"`
+	Schema        *Schema                `protobuf:"bytes,4,opt,name=schema" json:"schema,omitempty"`
+	SchemaVersion []byte                 `protobuf:"bytes,5,opt,name=schema_version,json=schemaVersion" json:"schema_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandGetSchemaResponse) Reset() {
+	*x = CommandGetSchemaResponse{}
+	mi := &file_pulsar_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandGetSchemaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandGetSchemaResponse) ProtoMessage() {}
+
+func (x *CommandGetSchemaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandGetSchemaResponse.ProtoReflect.Descriptor instead.
+func (*CommandGetSchemaResponse) Descriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *CommandGetSchemaResponse) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandGetSchemaResponse) GetErrorCode() ServerError {
+	if x != nil && x.ErrorCode != nil {
+		return *x.ErrorCode
+	}
+	return ServerError_UnknownError
+}
+
+func (x *CommandGetSchemaResponse) GetErrorMessage() string {
+	if x != nil && x.ErrorMessage != nil {
+		return *x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *CommandGetSchemaResponse) GetSchema() *Schema {
+	if x != nil {
+		return x.Schema
+	}
+	return nil
+}
+
+func (x *CommandGetSchemaResponse) GetSchemaVersion() []byte {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return nil
+}
+
 type CommandError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     *uint64                `protobuf:"varint,1,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
@@ -3905,7 +4241,7 @@ type CommandError struct {
 
 func (x *CommandError) Reset() {
 	*x = CommandError{}
-	mi := &file_pulsar_proto_msgTypes[38]
+	mi := &file_pulsar_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4253,7 @@ func (x *CommandError) String() string {
 func (*CommandError) ProtoMessage() {}
 
 func (x *CommandError) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[38]
+	mi := &file_pulsar_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4266,7 @@ func (x *CommandError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandError.ProtoReflect.Descriptor instead.
 func (*CommandError) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{38}
+	return file_pulsar_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CommandError) GetRequestId() uint64 {
@@ -3962,7 +4298,7 @@ type CommandPing struct {
 
 func (x *CommandPing) Reset() {
 	*x = CommandPing{}
-	mi := &file_pulsar_proto_msgTypes[39]
+	mi := &file_pulsar_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3974,7 +4310,7 @@ func (x *CommandPing) String() string {
 func (*CommandPing) ProtoMessage() {}
 
 func (x *CommandPing) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[39]
+	mi := &file_pulsar_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3987,7 +4323,7 @@ func (x *CommandPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPing.ProtoReflect.Descriptor instead.
 func (*CommandPing) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{39}
+	return file_pulsar_proto_rawDescGZIP(), []int{42}
 }
 
 type CommandPong struct {
@@ -3998,7 +4334,7 @@ type CommandPong struct {
 
 func (x *CommandPong) Reset() {
 	*x = CommandPong{}
-	mi := &file_pulsar_proto_msgTypes[40]
+	mi := &file_pulsar_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4010,7 +4346,7 @@ func (x *CommandPong) String() string {
 func (*CommandPong) ProtoMessage() {}
 
 func (x *CommandPong) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[40]
+	mi := &file_pulsar_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4023,7 +4359,7 @@ func (x *CommandPong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPong.ProtoReflect.Descriptor instead.
 func (*CommandPong) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{40}
+	return file_pulsar_proto_rawDescGZIP(), []int{43}
 }
 
 type BaseCommand struct {
@@ -4055,6 +4391,8 @@ type BaseCommand struct {
 	ReachedEndOfTopic               *CommandReachedEndOfTopic                `protobuf:"bytes,27,opt,name=reachedEndOfTopic" json:"reachedEndOfTopic,omitempty"`
 	Seek                            *CommandSeek                             `protobuf:"bytes,28,opt,name=seek" json:"seek,omitempty"`
 	ActiveConsumerChange            *CommandActiveConsumerChange             `protobuf:"bytes,31,opt,name=active_consumer_change,json=activeConsumerChange" json:"active_consumer_change,omitempty"`
+	GetSchema                       *CommandGetSchema                        `protobuf:"bytes,34,opt,name=getSchema" json:"getSchema,omitempty"`
+	GetSchemaResponse               *CommandGetSchemaResponse                `protobuf:"bytes,35,opt,name=getSchemaResponse" json:"getSchemaResponse,omitempty"`
 	AuthChallenge                   *CommandAuthChallenge                    `protobuf:"bytes,36,opt,name=authChallenge" json:"authChallenge,omitempty"`
 	AuthResponse                    *CommandAuthResponse                     `protobuf:"bytes,37,opt,name=authResponse" json:"authResponse,omitempty"`
 	AckResponse                     *CommandAckResponse                      `protobuf:"bytes,38,opt,name=ackResponse" json:"ackResponse,omitempty"`
@@ -4065,7 +4403,7 @@ type BaseCommand struct {
 
 func (x *BaseCommand) Reset() {
 	*x = BaseCommand{}
-	mi := &file_pulsar_proto_msgTypes[41]
+	mi := &file_pulsar_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4077,7 +4415,7 @@ func (x *BaseCommand) String() string {
 func (*BaseCommand) ProtoMessage() {}
 
 func (x *BaseCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[41]
+	mi := &file_pulsar_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4090,7 +4428,7 @@ func (x *BaseCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaseCommand.ProtoReflect.Descriptor instead.
 func (*BaseCommand) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{41}
+	return file_pulsar_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BaseCommand) GetType() BaseCommand_Type {
@@ -4282,6 +4620,20 @@ func (x *BaseCommand) GetActiveConsumerChange() *CommandActiveConsumerChange {
 	return nil
 }
 
+func (x *BaseCommand) GetGetSchema() *CommandGetSchema {
+	if x != nil {
+		return x.GetSchema
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetGetSchemaResponse() *CommandGetSchemaResponse {
+	if x != nil {
+		return x.GetSchemaResponse
+	}
+	return nil
+}
+
 func (x *BaseCommand) GetAuthChallenge() *CommandAuthChallenge {
 	if x != nil {
 		return x.AuthChallenge
@@ -4314,7 +4666,41 @@ var File_pulsar_proto protoreflect.FileDescriptor
 
 const file_pulsar_proto_rawDesc = "" +
 	"\n" +
-	"\fpulsar.proto\x12\x15recordiobridge.pulsar\"\x9f\x02\n" +
+	"\fpulsar.proto\x12\x15recordiobridge.pulsar\"\xd7\x03\n" +
+	"\x06Schema\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vschema_data\x18\x03 \x01(\fR\n" +
+	"schemaData\x126\n" +
+	"\x04type\x18\x04 \x01(\x0e2\".recordiobridge.pulsar.Schema.TypeR\x04type\x12?\n" +
+	"\n" +
+	"properties\x18\x05 \x03(\v2\x1f.recordiobridge.pulsar.KeyValueR\n" +
+	"properties\"\x9e\x02\n" +
+	"\x04Type\x12\b\n" +
+	"\x04None\x10\x00\x12\n" +
+	"\n" +
+	"\x06String\x10\x01\x12\b\n" +
+	"\x04Json\x10\x02\x12\f\n" +
+	"\bProtobuf\x10\x03\x12\b\n" +
+	"\x04Avro\x10\x04\x12\b\n" +
+	"\x04Bool\x10\x05\x12\b\n" +
+	"\x04Int8\x10\x06\x12\t\n" +
+	"\x05Int16\x10\a\x12\t\n" +
+	"\x05Int32\x10\b\x12\t\n" +
+	"\x05Int64\x10\t\x12\t\n" +
+	"\x05Float\x10\n" +
+	"\x12\n" +
+	"\n" +
+	"\x06Double\x10\v\x12\b\n" +
+	"\x04Date\x10\f\x12\b\n" +
+	"\x04Time\x10\r\x12\r\n" +
+	"\tTimestamp\x10\x0e\x12\f\n" +
+	"\bKeyValue\x10\x0f\x12\v\n" +
+	"\aInstant\x10\x10\x12\r\n" +
+	"\tLocalDate\x10\x11\x12\r\n" +
+	"\tLocalTime\x10\x12\x12\x11\n" +
+	"\rLocalDateTime\x10\x13\x12\x12\n" +
+	"\x0eProtobufNative\x10\x14\x12\x0f\n" +
+	"\vAutoConsume\x10\x15\"\x9f\x02\n" +
 	"\rMessageIdData\x12\x1a\n" +
 	"\bledgerId\x18\x01 \x01(\x04R\bledgerId\x12\x18\n" +
 	"\aentryId\x18\x02 \x01(\x04R\aentryId\x12 \n" +
@@ -4498,7 +4884,7 @@ const file_pulsar_proto_rawDesc = "" +
 	"\bRedirect\x10\x00\x12\v\n" +
 	"\aConnect\x10\x01\x12\n" +
 	"\n" +
-	"\x06Failed\x10\x02\"\xd2\x03\n" +
+	"\x06Failed\x10\x02\"\x89\x04\n" +
 	"\x0fCommandProducer\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x04R\n" +
@@ -4509,7 +4895,8 @@ const file_pulsar_proto_rawDesc = "" +
 	"\tencrypted\x18\x05 \x01(\b:\x05falseR\tencrypted\x12;\n" +
 	"\bmetadata\x18\x06 \x03(\v2\x1f.recordiobridge.pulsar.KeyValueR\bmetadata\x12\x17\n" +
 	"\x05epoch\x18\b \x01(\x04:\x010R\x05epoch\x12C\n" +
-	"\x1buser_provided_producer_name\x18\t \x01(\b:\x04trueR\x18userProvidedProducerName\x12c\n" +
+	"\x1buser_provided_producer_name\x18\t \x01(\b:\x04trueR\x18userProvidedProducerName\x125\n" +
+	"\x06schema\x18\a \x01(\v2\x1d.recordiobridge.pulsar.SchemaR\x06schema\x12c\n" +
 	"\x14producer_access_mode\x18\n" +
 	" \x01(\x0e2).recordiobridge.pulsar.ProducerAccessMode:\x06SharedR\x12producerAccessMode\x12\x1f\n" +
 	"\vtopic_epoch\x18\v \x01(\x04R\n" +
@@ -4642,14 +5029,27 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x0eschema_version\x18\x04 \x01(\fR\rschemaVersion\x12\x1f\n" +
 	"\vtopic_epoch\x18\x05 \x01(\x04R\n" +
 	"topicEpoch\x12+\n" +
-	"\x0eproducer_ready\x18\x06 \x01(\b:\x04trueR\rproducerReady\"\x81\x01\n" +
+	"\x0eproducer_ready\x18\x06 \x01(\b:\x04trueR\rproducerReady\"n\n" +
+	"\x10CommandGetSchema\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12%\n" +
+	"\x0eschema_version\x18\x03 \x01(\fR\rschemaVersion\"\xff\x01\n" +
+	"\x18CommandGetSchemaResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12A\n" +
+	"\n" +
+	"error_code\x18\x02 \x01(\x0e2\".recordiobridge.pulsar.ServerErrorR\terrorCode\x12#\n" +
+	"\rerror_message\x18\x03 \x01(\tR\ferrorMessage\x125\n" +
+	"\x06schema\x18\x04 \x01(\v2\x1d.recordiobridge.pulsar.SchemaR\x06schema\x12%\n" +
+	"\x0eschema_version\x18\x05 \x01(\fR\rschemaVersion\"\x81\x01\n" +
 	"\fCommandError\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x128\n" +
 	"\x05error\x18\x02 \x01(\x0e2\".recordiobridge.pulsar.ServerErrorR\x05error\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"\r\n" +
 	"\vCommandPing\"\r\n" +
-	"\vCommandPong\"\x93\x17\n" +
+	"\vCommandPong\"\xe2\x18\n" +
 	"\vBaseCommand\x12;\n" +
 	"\x04type\x18\x01 \x01(\x0e2'.recordiobridge.pulsar.BaseCommand.TypeR\x04type\x12?\n" +
 	"\aconnect\x18\x02 \x01(\v2%.recordiobridge.pulsar.CommandConnectR\aconnect\x12E\n" +
@@ -4679,11 +5079,13 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x13lookupTopicResponse\x18\x18 \x01(\v21.recordiobridge.pulsar.CommandLookupTopicResponseR\x13lookupTopicResponse\x12]\n" +
 	"\x11reachedEndOfTopic\x18\x1b \x01(\v2/.recordiobridge.pulsar.CommandReachedEndOfTopicR\x11reachedEndOfTopic\x126\n" +
 	"\x04seek\x18\x1c \x01(\v2\".recordiobridge.pulsar.CommandSeekR\x04seek\x12h\n" +
-	"\x16active_consumer_change\x18\x1f \x01(\v22.recordiobridge.pulsar.CommandActiveConsumerChangeR\x14activeConsumerChange\x12Q\n" +
+	"\x16active_consumer_change\x18\x1f \x01(\v22.recordiobridge.pulsar.CommandActiveConsumerChangeR\x14activeConsumerChange\x12E\n" +
+	"\tgetSchema\x18\" \x01(\v2'.recordiobridge.pulsar.CommandGetSchemaR\tgetSchema\x12]\n" +
+	"\x11getSchemaResponse\x18# \x01(\v2/.recordiobridge.pulsar.CommandGetSchemaResponseR\x11getSchemaResponse\x12Q\n" +
 	"\rauthChallenge\x18$ \x01(\v2+.recordiobridge.pulsar.CommandAuthChallengeR\rauthChallenge\x12N\n" +
 	"\fauthResponse\x18% \x01(\v2*.recordiobridge.pulsar.CommandAuthResponseR\fauthResponse\x12K\n" +
 	"\vackResponse\x18& \x01(\v2).recordiobridge.pulsar.CommandAckResponseR\vackResponse\x12Q\n" +
-	"\rtopicMigrated\x18D \x01(\v2+.recordiobridge.pulsar.CommandTopicMigratedR\rtopicMigrated\"\x98\x04\n" +
+	"\rtopicMigrated\x18D \x01(\v2+.recordiobridge.pulsar.CommandTopicMigratedR\rtopicMigrated\"\xc1\x04\n" +
 	"\x04Type\x12\v\n" +
 	"\aCONNECT\x10\x02\x12\r\n" +
 	"\tCONNECTED\x10\x03\x12\r\n" +
@@ -4713,7 +5115,10 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x0fLOOKUP_RESPONSE\x10\x18\x12\x18\n" +
 	"\x14REACHED_END_OF_TOPIC\x10\x1b\x12\b\n" +
 	"\x04SEEK\x10\x1c\x12\x1a\n" +
-	"\x16ACTIVE_CONSUMER_CHANGE\x10\x1f\x12\x12\n" +
+	"\x16ACTIVE_CONSUMER_CHANGE\x10\x1f\x12\x0e\n" +
+	"\n" +
+	"GET_SCHEMA\x10\"\x12\x17\n" +
+	"\x13GET_SCHEMA_RESPONSE\x10#\x12\x12\n" +
 	"\x0eAUTH_CHALLENGE\x10$\x12\x11\n" +
 	"\rAUTH_RESPONSE\x10%\x12\x10\n" +
 	"\fACK_RESPONSE\x10&\x12\x12\n" +
@@ -4777,137 +5182,148 @@ func file_pulsar_proto_rawDescGZIP() []byte {
 	return file_pulsar_proto_rawDescData
 }
 
-var file_pulsar_proto_enumTypes = make([]protoimpl.EnumInfo, 12)
-var file_pulsar_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_pulsar_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_pulsar_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_pulsar_proto_goTypes = []any{
-	(CompressionType)(0),                                    // 0: recordiobridge.pulsar.CompressionType
-	(ProducerAccessMode)(0),                                 // 1: recordiobridge.pulsar.ProducerAccessMode
-	(ServerError)(0),                                        // 2: recordiobridge.pulsar.ServerError
-	(KeySharedMode)(0),                                      // 3: recordiobridge.pulsar.KeySharedMode
-	(CommandSubscribe_SubType)(0),                           // 4: recordiobridge.pulsar.CommandSubscribe.SubType
-	(CommandSubscribe_InitialPosition)(0),                   // 5: recordiobridge.pulsar.CommandSubscribe.InitialPosition
-	(CommandPartitionedTopicMetadataResponse_LookupType)(0), // 6: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
-	(CommandLookupTopicResponse_LookupType)(0),              // 7: recordiobridge.pulsar.CommandLookupTopicResponse.LookupType
-	(CommandAck_AckType)(0),                                 // 8: recordiobridge.pulsar.CommandAck.AckType
-	(CommandAck_ValidationError)(0),                         // 9: recordiobridge.pulsar.CommandAck.ValidationError
-	(CommandTopicMigrated_ResourceType)(0),                  // 10: recordiobridge.pulsar.CommandTopicMigrated.ResourceType
-	(BaseCommand_Type)(0),                                   // 11: recordiobridge.pulsar.BaseCommand.Type
-	(*MessageIdData)(nil),                                   // 12: recordiobridge.pulsar.MessageIdData
-	(*KeyValue)(nil),                                        // 13: recordiobridge.pulsar.KeyValue
-	(*KeyLongValue)(nil),                                    // 14: recordiobridge.pulsar.KeyLongValue
-	(*MessageMetadata)(nil),                                 // 15: recordiobridge.pulsar.MessageMetadata
-	(*EncryptionKeys)(nil),                                  // 16: recordiobridge.pulsar.EncryptionKeys
-	(*SingleMessageMetadata)(nil),                           // 17: recordiobridge.pulsar.SingleMessageMetadata
-	(*BrokerEntryMetadata)(nil),                             // 18: recordiobridge.pulsar.BrokerEntryMetadata
-	(*FeatureFlags)(nil),                                    // 19: recordiobridge.pulsar.FeatureFlags
-	(*CommandConnect)(nil),                                  // 20: recordiobridge.pulsar.CommandConnect
-	(*CommandConnected)(nil),                                // 21: recordiobridge.pulsar.CommandConnected
-	(*AuthData)(nil),                                        // 22: recordiobridge.pulsar.AuthData
-	(*CommandAuthChallenge)(nil),                            // 23: recordiobridge.pulsar.CommandAuthChallenge
-	(*CommandAuthResponse)(nil),                             // 24: recordiobridge.pulsar.CommandAuthResponse
-	(*IntRange)(nil),                                        // 25: recordiobridge.pulsar.IntRange
-	(*KeySharedMeta)(nil),                                   // 26: recordiobridge.pulsar.KeySharedMeta
-	(*CommandSubscribe)(nil),                                // 27: recordiobridge.pulsar.CommandSubscribe
-	(*CommandPartitionedTopicMetadata)(nil),                 // 28: recordiobridge.pulsar.CommandPartitionedTopicMetadata
-	(*CommandPartitionedTopicMetadataResponse)(nil),         // 29: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
-	(*CommandLookupTopic)(nil),                              // 30: recordiobridge.pulsar.CommandLookupTopic
-	(*CommandLookupTopicResponse)(nil),                      // 31: recordiobridge.pulsar.CommandLookupTopicResponse
-	(*CommandProducer)(nil),                                 // 32: recordiobridge.pulsar.CommandProducer
-	(*CommandSend)(nil),                                     // 33: recordiobridge.pulsar.CommandSend
-	(*CommandSendReceipt)(nil),                              // 34: recordiobridge.pulsar.CommandSendReceipt
-	(*CommandSendError)(nil),                                // 35: recordiobridge.pulsar.CommandSendError
-	(*CommandMessage)(nil),                                  // 36: recordiobridge.pulsar.CommandMessage
-	(*CommandAck)(nil),                                      // 37: recordiobridge.pulsar.CommandAck
-	(*CommandAckResponse)(nil),                              // 38: recordiobridge.pulsar.CommandAckResponse
-	(*CommandActiveConsumerChange)(nil),                     // 39: recordiobridge.pulsar.CommandActiveConsumerChange
-	(*CommandFlow)(nil),                                     // 40: recordiobridge.pulsar.CommandFlow
-	(*CommandUnsubscribe)(nil),                              // 41: recordiobridge.pulsar.CommandUnsubscribe
-	(*CommandSeek)(nil),                                     // 42: recordiobridge.pulsar.CommandSeek
-	(*CommandReachedEndOfTopic)(nil),                        // 43: recordiobridge.pulsar.CommandReachedEndOfTopic
-	(*CommandTopicMigrated)(nil),                            // 44: recordiobridge.pulsar.CommandTopicMigrated
-	(*CommandCloseProducer)(nil),                            // 45: recordiobridge.pulsar.CommandCloseProducer
-	(*CommandCloseConsumer)(nil),                            // 46: recordiobridge.pulsar.CommandCloseConsumer
-	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 47: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
-	(*CommandSuccess)(nil),                                  // 48: recordiobridge.pulsar.CommandSuccess
-	(*CommandProducerSuccess)(nil),                          // 49: recordiobridge.pulsar.CommandProducerSuccess
-	(*CommandError)(nil),                                    // 50: recordiobridge.pulsar.CommandError
-	(*CommandPing)(nil),                                     // 51: recordiobridge.pulsar.CommandPing
-	(*CommandPong)(nil),                                     // 52: recordiobridge.pulsar.CommandPong
-	(*BaseCommand)(nil),                                     // 53: recordiobridge.pulsar.BaseCommand
+	(CompressionType)(0),                  // 0: recordiobridge.pulsar.CompressionType
+	(ProducerAccessMode)(0),               // 1: recordiobridge.pulsar.ProducerAccessMode
+	(ServerError)(0),                      // 2: recordiobridge.pulsar.ServerError
+	(KeySharedMode)(0),                    // 3: recordiobridge.pulsar.KeySharedMode
+	(Schema_Type)(0),                      // 4: recordiobridge.pulsar.Schema.Type
+	(CommandSubscribe_SubType)(0),         // 5: recordiobridge.pulsar.CommandSubscribe.SubType
+	(CommandSubscribe_InitialPosition)(0), // 6: recordiobridge.pulsar.CommandSubscribe.InitialPosition
+	(CommandPartitionedTopicMetadataResponse_LookupType)(0), // 7: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
+	(CommandLookupTopicResponse_LookupType)(0),              // 8: recordiobridge.pulsar.CommandLookupTopicResponse.LookupType
+	(CommandAck_AckType)(0),                                 // 9: recordiobridge.pulsar.CommandAck.AckType
+	(CommandAck_ValidationError)(0),                         // 10: recordiobridge.pulsar.CommandAck.ValidationError
+	(CommandTopicMigrated_ResourceType)(0),                  // 11: recordiobridge.pulsar.CommandTopicMigrated.ResourceType
+	(BaseCommand_Type)(0),                                   // 12: recordiobridge.pulsar.BaseCommand.Type
+	(*Schema)(nil),                                          // 13: recordiobridge.pulsar.Schema
+	(*MessageIdData)(nil),                                   // 14: recordiobridge.pulsar.MessageIdData
+	(*KeyValue)(nil),                                        // 15: recordiobridge.pulsar.KeyValue
+	(*KeyLongValue)(nil),                                    // 16: recordiobridge.pulsar.KeyLongValue
+	(*MessageMetadata)(nil),                                 // 17: recordiobridge.pulsar.MessageMetadata
+	(*EncryptionKeys)(nil),                                  // 18: recordiobridge.pulsar.EncryptionKeys
+	(*SingleMessageMetadata)(nil),                           // 19: recordiobridge.pulsar.SingleMessageMetadata
+	(*BrokerEntryMetadata)(nil),                             // 20: recordiobridge.pulsar.BrokerEntryMetadata
+	(*FeatureFlags)(nil),                                    // 21: recordiobridge.pulsar.FeatureFlags
+	(*CommandConnect)(nil),                                  // 22: recordiobridge.pulsar.CommandConnect
+	(*CommandConnected)(nil),                                // 23: recordiobridge.pulsar.CommandConnected
+	(*AuthData)(nil),                                        // 24: recordiobridge.pulsar.AuthData
+	(*CommandAuthChallenge)(nil),                            // 25: recordiobridge.pulsar.CommandAuthChallenge
+	(*CommandAuthResponse)(nil),                             // 26: recordiobridge.pulsar.CommandAuthResponse
+	(*IntRange)(nil),                                        // 27: recordiobridge.pulsar.IntRange
+	(*KeySharedMeta)(nil),                                   // 28: recordiobridge.pulsar.KeySharedMeta
+	(*CommandSubscribe)(nil),                                // 29: recordiobridge.pulsar.CommandSubscribe
+	(*CommandPartitionedTopicMetadata)(nil),                 // 30: recordiobridge.pulsar.CommandPartitionedTopicMetadata
+	(*CommandPartitionedTopicMetadataResponse)(nil),         // 31: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
+	(*CommandLookupTopic)(nil),                              // 32: recordiobridge.pulsar.CommandLookupTopic
+	(*CommandLookupTopicResponse)(nil),                      // 33: recordiobridge.pulsar.CommandLookupTopicResponse
+	(*CommandProducer)(nil),                                 // 34: recordiobridge.pulsar.CommandProducer
+	(*CommandSend)(nil),                                     // 35: recordiobridge.pulsar.CommandSend
+	(*CommandSendReceipt)(nil),                              // 36: recordiobridge.pulsar.CommandSendReceipt
+	(*CommandSendError)(nil),                                // 37: recordiobridge.pulsar.CommandSendError
+	(*CommandMessage)(nil),                                  // 38: recordiobridge.pulsar.CommandMessage
+	(*CommandAck)(nil),                                      // 39: recordiobridge.pulsar.CommandAck
+	(*CommandAckResponse)(nil),                              // 40: recordiobridge.pulsar.CommandAckResponse
+	(*CommandActiveConsumerChange)(nil),                     // 41: recordiobridge.pulsar.CommandActiveConsumerChange
+	(*CommandFlow)(nil),                                     // 42: recordiobridge.pulsar.CommandFlow
+	(*CommandUnsubscribe)(nil),                              // 43: recordiobridge.pulsar.CommandUnsubscribe
+	(*CommandSeek)(nil),                                     // 44: recordiobridge.pulsar.CommandSeek
+	(*CommandReachedEndOfTopic)(nil),                        // 45: recordiobridge.pulsar.CommandReachedEndOfTopic
+	(*CommandTopicMigrated)(nil),                            // 46: recordiobridge.pulsar.CommandTopicMigrated
+	(*CommandCloseProducer)(nil),                            // 47: recordiobridge.pulsar.CommandCloseProducer
+	(*CommandCloseConsumer)(nil),                            // 48: recordiobridge.pulsar.CommandCloseConsumer
+	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 49: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
+	(*CommandSuccess)(nil),                                  // 50: recordiobridge.pulsar.CommandSuccess
+	(*CommandProducerSuccess)(nil),                          // 51: recordiobridge.pulsar.CommandProducerSuccess
+	(*CommandGetSchema)(nil),                                // 52: recordiobridge.pulsar.CommandGetSchema
+	(*CommandGetSchemaResponse)(nil),                        // 53: recordiobridge.pulsar.CommandGetSchemaResponse
+	(*CommandError)(nil),                                    // 54: recordiobridge.pulsar.CommandError
+	(*CommandPing)(nil),                                     // 55: recordiobridge.pulsar.CommandPing
+	(*CommandPong)(nil),                                     // 56: recordiobridge.pulsar.CommandPong
+	(*BaseCommand)(nil),                                     // 57: recordiobridge.pulsar.BaseCommand
 }
 var file_pulsar_proto_depIdxs = []int32{
-	12, // 0: recordiobridge.pulsar.MessageIdData.first_chunk_message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	13, // 1: recordiobridge.pulsar.MessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
-	0,  // 2: recordiobridge.pulsar.MessageMetadata.compression:type_name -> recordiobridge.pulsar.CompressionType
-	16, // 3: recordiobridge.pulsar.MessageMetadata.encryption_keys:type_name -> recordiobridge.pulsar.EncryptionKeys
-	13, // 4: recordiobridge.pulsar.EncryptionKeys.metadata:type_name -> recordiobridge.pulsar.KeyValue
-	13, // 5: recordiobridge.pulsar.SingleMessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
-	19, // 6: recordiobridge.pulsar.CommandConnect.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
-	19, // 7: recordiobridge.pulsar.CommandConnected.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
-	22, // 8: recordiobridge.pulsar.CommandAuthChallenge.challenge:type_name -> recordiobridge.pulsar.AuthData
-	22, // 9: recordiobridge.pulsar.CommandAuthResponse.response:type_name -> recordiobridge.pulsar.AuthData
-	3,  // 10: recordiobridge.pulsar.KeySharedMeta.keySharedMode:type_name -> recordiobridge.pulsar.KeySharedMode
-	25, // 11: recordiobridge.pulsar.KeySharedMeta.hashRanges:type_name -> recordiobridge.pulsar.IntRange
-	4,  // 12: recordiobridge.pulsar.CommandSubscribe.subType:type_name -> recordiobridge.pulsar.CommandSubscribe.SubType
-	12, // 13: recordiobridge.pulsar.CommandSubscribe.start_message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	13, // 14: recordiobridge.pulsar.CommandSubscribe.metadata:type_name -> recordiobridge.pulsar.KeyValue
-	5,  // 15: recordiobridge.pulsar.CommandSubscribe.initialPosition:type_name -> recordiobridge.pulsar.CommandSubscribe.InitialPosition
-	26, // 16: recordiobridge.pulsar.CommandSubscribe.keySharedMeta:type_name -> recordiobridge.pulsar.KeySharedMeta
-	13, // 17: recordiobridge.pulsar.CommandSubscribe.subscription_properties:type_name -> recordiobridge.pulsar.KeyValue
-	6,  // 18: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.response:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
-	2,  // 19: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.error:type_name -> recordiobridge.pulsar.ServerError
-	7,  // 20: recordiobridge.pulsar.CommandLookupTopicResponse.response:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse.LookupType
-	2,  // 21: recordiobridge.pulsar.CommandLookupTopicResponse.error:type_name -> recordiobridge.pulsar.ServerError
-	13, // 22: recordiobridge.pulsar.CommandProducer.metadata:type_name -> recordiobridge.pulsar.KeyValue
-	1,  // 23: recordiobridge.pulsar.CommandProducer.producer_access_mode:type_name -> recordiobridge.pulsar.ProducerAccessMode
-	12, // 24: recordiobridge.pulsar.CommandSendReceipt.message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	2,  // 25: recordiobridge.pulsar.CommandSendError.error:type_name -> recordiobridge.pulsar.ServerError
-	12, // 26: recordiobridge.pulsar.CommandMessage.message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	8,  // 27: recordiobridge.pulsar.CommandAck.ack_type:type_name -> recordiobridge.pulsar.CommandAck.AckType
-	12, // 28: recordiobridge.pulsar.CommandAck.message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	9,  // 29: recordiobridge.pulsar.CommandAck.validation_error:type_name -> recordiobridge.pulsar.CommandAck.ValidationError
-	14, // 30: recordiobridge.pulsar.CommandAck.properties:type_name -> recordiobridge.pulsar.KeyLongValue
-	2,  // 31: recordiobridge.pulsar.CommandAckResponse.error:type_name -> recordiobridge.pulsar.ServerError
-	12, // 32: recordiobridge.pulsar.CommandSeek.message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	10, // 33: recordiobridge.pulsar.CommandTopicMigrated.resource_type:type_name -> recordiobridge.pulsar.CommandTopicMigrated.ResourceType
-	12, // 34: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> recordiobridge.pulsar.MessageIdData
-	2,  // 35: recordiobridge.pulsar.CommandError.error:type_name -> recordiobridge.pulsar.ServerError
-	11, // 36: recordiobridge.pulsar.BaseCommand.type:type_name -> recordiobridge.pulsar.BaseCommand.Type
-	20, // 37: recordiobridge.pulsar.BaseCommand.connect:type_name -> recordiobridge.pulsar.CommandConnect
-	21, // 38: recordiobridge.pulsar.BaseCommand.connected:type_name -> recordiobridge.pulsar.CommandConnected
-	27, // 39: recordiobridge.pulsar.BaseCommand.subscribe:type_name -> recordiobridge.pulsar.CommandSubscribe
-	32, // 40: recordiobridge.pulsar.BaseCommand.producer:type_name -> recordiobridge.pulsar.CommandProducer
-	33, // 41: recordiobridge.pulsar.BaseCommand.send:type_name -> recordiobridge.pulsar.CommandSend
-	34, // 42: recordiobridge.pulsar.BaseCommand.send_receipt:type_name -> recordiobridge.pulsar.CommandSendReceipt
-	35, // 43: recordiobridge.pulsar.BaseCommand.send_error:type_name -> recordiobridge.pulsar.CommandSendError
-	36, // 44: recordiobridge.pulsar.BaseCommand.message:type_name -> recordiobridge.pulsar.CommandMessage
-	37, // 45: recordiobridge.pulsar.BaseCommand.ack:type_name -> recordiobridge.pulsar.CommandAck
-	40, // 46: recordiobridge.pulsar.BaseCommand.flow:type_name -> recordiobridge.pulsar.CommandFlow
-	41, // 47: recordiobridge.pulsar.BaseCommand.unsubscribe:type_name -> recordiobridge.pulsar.CommandUnsubscribe
-	48, // 48: recordiobridge.pulsar.BaseCommand.success:type_name -> recordiobridge.pulsar.CommandSuccess
-	50, // 49: recordiobridge.pulsar.BaseCommand.error:type_name -> recordiobridge.pulsar.CommandError
-	45, // 50: recordiobridge.pulsar.BaseCommand.close_producer:type_name -> recordiobridge.pulsar.CommandCloseProducer
-	46, // 51: recordiobridge.pulsar.BaseCommand.close_consumer:type_name -> recordiobridge.pulsar.CommandCloseConsumer
-	49, // 52: recordiobridge.pulsar.BaseCommand.producer_success:type_name -> recordiobridge.pulsar.CommandProducerSuccess
-	51, // 53: recordiobridge.pulsar.BaseCommand.ping:type_name -> recordiobridge.pulsar.CommandPing
-	52, // 54: recordiobridge.pulsar.BaseCommand.pong:type_name -> recordiobridge.pulsar.CommandPong
-	47, // 55: recordiobridge.pulsar.BaseCommand.redeliverUnacknowledgedMessages:type_name -> recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
-	28, // 56: recordiobridge.pulsar.BaseCommand.partitionMetadata:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadata
-	29, // 57: recordiobridge.pulsar.BaseCommand.partitionMetadataResponse:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
-	30, // 58: recordiobridge.pulsar.BaseCommand.lookupTopic:type_name -> recordiobridge.pulsar.CommandLookupTopic
-	31, // 59: recordiobridge.pulsar.BaseCommand.lookupTopicResponse:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse
-	43, // 60: recordiobridge.pulsar.BaseCommand.reachedEndOfTopic:type_name -> recordiobridge.pulsar.CommandReachedEndOfTopic
-	42, // 61: recordiobridge.pulsar.BaseCommand.seek:type_name -> recordiobridge.pulsar.CommandSeek
-	39, // 62: recordiobridge.pulsar.BaseCommand.active_consumer_change:type_name -> recordiobridge.pulsar.CommandActiveConsumerChange
-	23, // 63: recordiobridge.pulsar.BaseCommand.authChallenge:type_name -> recordiobridge.pulsar.CommandAuthChallenge
-	24, // 64: recordiobridge.pulsar.BaseCommand.authResponse:type_name -> recordiobridge.pulsar.CommandAuthResponse
-	38, // 65: recordiobridge.pulsar.BaseCommand.ackResponse:type_name -> recordiobridge.pulsar.CommandAckResponse
-	44, // 66: recordiobridge.pulsar.BaseCommand.topicMigrated:type_name -> recordiobridge.pulsar.CommandTopicMigrated
-	67, // [67:67] is the sub-list for method output_type
-	67, // [67:67] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	4,  // 0: recordiobridge.pulsar.Schema.type:type_name -> recordiobridge.pulsar.Schema.Type
+	15, // 1: recordiobridge.pulsar.Schema.properties:type_name -> recordiobridge.pulsar.KeyValue
+	14, // 2: recordiobridge.pulsar.MessageIdData.first_chunk_message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	15, // 3: recordiobridge.pulsar.MessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
+	0,  // 4: recordiobridge.pulsar.MessageMetadata.compression:type_name -> recordiobridge.pulsar.CompressionType
+	18, // 5: recordiobridge.pulsar.MessageMetadata.encryption_keys:type_name -> recordiobridge.pulsar.EncryptionKeys
+	15, // 6: recordiobridge.pulsar.EncryptionKeys.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	15, // 7: recordiobridge.pulsar.SingleMessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
+	21, // 8: recordiobridge.pulsar.CommandConnect.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
+	21, // 9: recordiobridge.pulsar.CommandConnected.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
+	24, // 10: recordiobridge.pulsar.CommandAuthChallenge.challenge:type_name -> recordiobridge.pulsar.AuthData
+	24, // 11: recordiobridge.pulsar.CommandAuthResponse.response:type_name -> recordiobridge.pulsar.AuthData
+	3,  // 12: recordiobridge.pulsar.KeySharedMeta.keySharedMode:type_name -> recordiobridge.pulsar.KeySharedMode
+	27, // 13: recordiobridge.pulsar.KeySharedMeta.hashRanges:type_name -> recordiobridge.pulsar.IntRange
+	5,  // 14: recordiobridge.pulsar.CommandSubscribe.subType:type_name -> recordiobridge.pulsar.CommandSubscribe.SubType
+	14, // 15: recordiobridge.pulsar.CommandSubscribe.start_message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	15, // 16: recordiobridge.pulsar.CommandSubscribe.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	6,  // 17: recordiobridge.pulsar.CommandSubscribe.initialPosition:type_name -> recordiobridge.pulsar.CommandSubscribe.InitialPosition
+	28, // 18: recordiobridge.pulsar.CommandSubscribe.keySharedMeta:type_name -> recordiobridge.pulsar.KeySharedMeta
+	15, // 19: recordiobridge.pulsar.CommandSubscribe.subscription_properties:type_name -> recordiobridge.pulsar.KeyValue
+	7,  // 20: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.response:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
+	2,  // 21: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.error:type_name -> recordiobridge.pulsar.ServerError
+	8,  // 22: recordiobridge.pulsar.CommandLookupTopicResponse.response:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse.LookupType
+	2,  // 23: recordiobridge.pulsar.CommandLookupTopicResponse.error:type_name -> recordiobridge.pulsar.ServerError
+	15, // 24: recordiobridge.pulsar.CommandProducer.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	13, // 25: recordiobridge.pulsar.CommandProducer.schema:type_name -> recordiobridge.pulsar.Schema
+	1,  // 26: recordiobridge.pulsar.CommandProducer.producer_access_mode:type_name -> recordiobridge.pulsar.ProducerAccessMode
+	14, // 27: recordiobridge.pulsar.CommandSendReceipt.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	2,  // 28: recordiobridge.pulsar.CommandSendError.error:type_name -> recordiobridge.pulsar.ServerError
+	14, // 29: recordiobridge.pulsar.CommandMessage.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	9,  // 30: recordiobridge.pulsar.CommandAck.ack_type:type_name -> recordiobridge.pulsar.CommandAck.AckType
+	14, // 31: recordiobridge.pulsar.CommandAck.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	10, // 32: recordiobridge.pulsar.CommandAck.validation_error:type_name -> recordiobridge.pulsar.CommandAck.ValidationError
+	16, // 33: recordiobridge.pulsar.CommandAck.properties:type_name -> recordiobridge.pulsar.KeyLongValue
+	2,  // 34: recordiobridge.pulsar.CommandAckResponse.error:type_name -> recordiobridge.pulsar.ServerError
+	14, // 35: recordiobridge.pulsar.CommandSeek.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	11, // 36: recordiobridge.pulsar.CommandTopicMigrated.resource_type:type_name -> recordiobridge.pulsar.CommandTopicMigrated.ResourceType
+	14, // 37: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> recordiobridge.pulsar.MessageIdData
+	2,  // 38: recordiobridge.pulsar.CommandGetSchemaResponse.error_code:type_name -> recordiobridge.pulsar.ServerError
+	13, // 39: recordiobridge.pulsar.CommandGetSchemaResponse.schema:type_name -> recordiobridge.pulsar.Schema
+	2,  // 40: recordiobridge.pulsar.CommandError.error:type_name -> recordiobridge.pulsar.ServerError
+	12, // 41: recordiobridge.pulsar.BaseCommand.type:type_name -> recordiobridge.pulsar.BaseCommand.Type
+	22, // 42: recordiobridge.pulsar.BaseCommand.connect:type_name -> recordiobridge.pulsar.CommandConnect
+	23, // 43: recordiobridge.pulsar.BaseCommand.connected:type_name -> recordiobridge.pulsar.CommandConnected
+	29, // 44: recordiobridge.pulsar.BaseCommand.subscribe:type_name -> recordiobridge.pulsar.CommandSubscribe
+	34, // 45: recordiobridge.pulsar.BaseCommand.producer:type_name -> recordiobridge.pulsar.CommandProducer
+	35, // 46: recordiobridge.pulsar.BaseCommand.send:type_name -> recordiobridge.pulsar.CommandSend
+	36, // 47: recordiobridge.pulsar.BaseCommand.send_receipt:type_name -> recordiobridge.pulsar.CommandSendReceipt
+	37, // 48: recordiobridge.pulsar.BaseCommand.send_error:type_name -> recordiobridge.pulsar.CommandSendError
+	38, // 49: recordiobridge.pulsar.BaseCommand.message:type_name -> recordiobridge.pulsar.CommandMessage
+	39, // 50: recordiobridge.pulsar.BaseCommand.ack:type_name -> recordiobridge.pulsar.CommandAck
+	42, // 51: recordiobridge.pulsar.BaseCommand.flow:type_name -> recordiobridge.pulsar.CommandFlow
+	43, // 52: recordiobridge.pulsar.BaseCommand.unsubscribe:type_name -> recordiobridge.pulsar.CommandUnsubscribe
+	50, // 53: recordiobridge.pulsar.BaseCommand.success:type_name -> recordiobridge.pulsar.CommandSuccess
+	54, // 54: recordiobridge.pulsar.BaseCommand.error:type_name -> recordiobridge.pulsar.CommandError
+	47, // 55: recordiobridge.pulsar.BaseCommand.close_producer:type_name -> recordiobridge.pulsar.CommandCloseProducer
+	48, // 56: recordiobridge.pulsar.BaseCommand.close_consumer:type_name -> recordiobridge.pulsar.CommandCloseConsumer
+	51, // 57: recordiobridge.pulsar.BaseCommand.producer_success:type_name -> recordiobridge.pulsar.CommandProducerSuccess
+	55, // 58: recordiobridge.pulsar.BaseCommand.ping:type_name -> recordiobridge.pulsar.CommandPing
+	56, // 59: recordiobridge.pulsar.BaseCommand.pong:type_name -> recordiobridge.pulsar.CommandPong
+	49, // 60: recordiobridge.pulsar.BaseCommand.redeliverUnacknowledgedMessages:type_name -> recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
+	30, // 61: recordiobridge.pulsar.BaseCommand.partitionMetadata:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadata
+	31, // 62: recordiobridge.pulsar.BaseCommand.partitionMetadataResponse:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
+	32, // 63: recordiobridge.pulsar.BaseCommand.lookupTopic:type_name -> recordiobridge.pulsar.CommandLookupTopic
+	33, // 64: recordiobridge.pulsar.BaseCommand.lookupTopicResponse:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse
+	45, // 65: recordiobridge.pulsar.BaseCommand.reachedEndOfTopic:type_name -> recordiobridge.pulsar.CommandReachedEndOfTopic
+	44, // 66: recordiobridge.pulsar.BaseCommand.seek:type_name -> recordiobridge.pulsar.CommandSeek
+	41, // 67: recordiobridge.pulsar.BaseCommand.active_consumer_change:type_name -> recordiobridge.pulsar.CommandActiveConsumerChange
+	52, // 68: recordiobridge.pulsar.BaseCommand.getSchema:type_name -> recordiobridge.pulsar.CommandGetSchema
+	53, // 69: recordiobridge.pulsar.BaseCommand.getSchemaResponse:type_name -> recordiobridge.pulsar.CommandGetSchemaResponse
+	25, // 70: recordiobridge.pulsar.BaseCommand.authChallenge:type_name -> recordiobridge.pulsar.CommandAuthChallenge
+	26, // 71: recordiobridge.pulsar.BaseCommand.authResponse:type_name -> recordiobridge.pulsar.CommandAuthResponse
+	40, // 72: recordiobridge.pulsar.BaseCommand.ackResponse:type_name -> recordiobridge.pulsar.CommandAckResponse
+	46, // 73: recordiobridge.pulsar.BaseCommand.topicMigrated:type_name -> recordiobridge.pulsar.CommandTopicMigrated
+	74, // [74:74] is the sub-list for method output_type
+	74, // [74:74] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_pulsar_proto_init() }
@@ -4920,8 +5336,8 @@ func file_pulsar_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulsar_proto_rawDesc), len(file_pulsar_proto_rawDesc)),
-			NumEnums:      12,
-			NumMessages:   42,
+			NumEnums:      13,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

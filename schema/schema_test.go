@@ -1,0 +1,73 @@
+package schema
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/pulsar"
+)
+
+// TestProtobufNativeSchemaIsTheJavaClientsDocument: the PROTOBUF_NATIVE data holds, as
+// the Java client's ProtobufNativeSchema writes it, the message's file and every file it
+// imports (imports first) and the root message and file names, so the broker and typed
+// consumers can build the message type; and it converts a record back to JSON.
+func TestProtobufNativeSchemaIsTheJavaClientsDocument(t *testing.T) {
+	s, err := Compile(&config.Schema{Type: "protobuf_native", Message: "mesos.v1.scheduler.Event"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := s.Info()
+	if info.Type != pulsar.SchemaProtobufNative || info.Name != "" || info.Properties["__alwaysAllowNull"] != "true" {
+		t.Fatalf("SchemaInfo %v %q %v", info.Type, info.Name, info.Properties)
+	}
+	var doc map[string]string
+	if err := json.Unmarshal(info.Data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc) != 3 || doc["rootMessageTypeName"] != "mesos.v1.scheduler.Event" || doc["rootFileDescriptorName"] != "mesos/v1/scheduler.proto" {
+		t.Fatalf("document %v", doc)
+	}
+	raw, err := base64.StdEncoding.DecodeString(doc["fileDescriptorSet"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var set descriptorpb.FileDescriptorSet
+	if err := proto.Unmarshal(raw, &set); err != nil {
+		t.Fatal(err)
+	}
+	if len(set.File) != 2 || set.File[0].GetName() != "mesos/v1/mesos.proto" || set.File[1].GetName() != "mesos/v1/scheduler.proto" {
+		t.Fatalf("files %v, want mesos.proto then scheduler.proto", set.File)
+	}
+	conv, err := NewConverter(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := conv.JSON(updateEvent("t-1", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Type   string
+		Update struct {
+			Status struct {
+				TaskID struct{ Value string } `json:"task_id"`
+				State  string
+			}
+		}
+	}
+	if err := json.Unmarshal(out, &v); err != nil || v.Type != "UPDATE" || v.Update.Status.TaskID.Value != "t-1" || v.Update.Status.State != "TASK_RUNNING" {
+		t.Fatalf("converted %s (%v)", out, err)
+	}
+	if _, err := conv.JSON([]byte{0xff}); !errors.Is(err, ErrNotConvertible) {
+		t.Fatalf("a record that does not decode: %v, want ErrNotConvertible", err)
+	}
+	if _, err := NewConverter(&pulsar.Schema{Type: pulsar.SchemaAvro}); err != nil {
+		t.Fatal(err)
+	}
+}
