@@ -20,9 +20,9 @@ import (
 
 	"github.com/recordio-bridge/bridge/internal/admission"
 	"github.com/recordio-bridge/bridge/internal/httpreply"
+	"github.com/recordio-bridge/bridge/internal/schema"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
-	"github.com/recordio-bridge/bridge/schema"
 	"github.com/recordio-bridge/bridge/telemetry"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/recordio-bridge/bridge/config"
-	"github.com/recordio-bridge/bridge/schema"
+	"github.com/recordio-bridge/bridge/internal/schema"
 )
 
 // ErrUnroutable is wrapped by every error Resolve returns: the record cannot be sent

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/recordio-bridge/bridge/config"
-	"github.com/recordio-bridge/bridge/schema"
+	"github.com/recordio-bridge/bridge/internal/schema"
 )
 
 // TestResolveGivesEachTargetItsSchema: the route's schema is its targets', a rule's own

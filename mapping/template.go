@@ -7,7 +7,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/recordio-bridge/bridge/schema"
+	"github.com/recordio-bridge/bridge/internal/schema"
 )
 
 // A template is text with placeholders: {json:PATH} (a field of a JSON record, PATH in

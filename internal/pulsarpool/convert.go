@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/recordio-bridge/bridge/egress"
-	"github.com/recordio-bridge/bridge/schema"
+	"github.com/recordio-bridge/bridge/internal/schema"
 )
 
 // Record types a Converter deals in.

@@ -17,8 +17,8 @@ import (
 	"github.com/recordio-bridge/bridge/ingress"
 	"github.com/recordio-bridge/bridge/internal/backoff"
 	"github.com/recordio-bridge/bridge/internal/budget"
+	"github.com/recordio-bridge/bridge/internal/schema"
 	"github.com/recordio-bridge/bridge/pulsar"
-	"github.com/recordio-bridge/bridge/schema"
 	"github.com/recordio-bridge/bridge/telemetry"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/recordio-bridge/bridge/config"
 	"github.com/recordio-bridge/bridge/ingress"
+	"github.com/recordio-bridge/bridge/internal/schema"
 	"github.com/recordio-bridge/bridge/pulsar"
-	"github.com/recordio-bridge/bridge/schema"
 )
 
 func compileSchema(t *testing.T, c config.Schema) *schema.Schema {
