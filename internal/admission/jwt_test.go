@@ -125,6 +125,12 @@ func TestInvalidJWTsAreRefusedAsInvalidTokenSayingWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// HS256 keyed with the issuer's public key (anyone can read it from the JWKS): a
+	// verifier that took the key's bytes as an HMAC secret would accept it.
+	hsPub, err := oidctest.SignWith(p.PublicKeyPEM(), p.KeyID(), jose.HS256, good())
+	if err != nil {
+		t.Fatal(err)
+	}
 	stranger, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	foreign, err := oidctest.SignWith(stranger, p.KeyID(), jose.ES256, good())
 	if err != nil {
@@ -139,6 +145,7 @@ func TestInvalidJWTsAreRefusedAsInvalidTokenSayingWhy(t *testing.T) {
 		{"another audience", sign(t, p, with("aud", "someone-else")), "not for audience recordio-bridge"},
 		{"an untrusted issuer", sign(t, p, with("iss", "https://evil.example")), `issuer "https://evil.example" is not trusted`},
 		{"HS256 with a shared secret", hs, "accepted algorithm"},
+		{"HS256 keyed with the issuer's public key", hsPub, "accepted algorithm"},
 		{"alg none", none, "accepted algorithm"},
 		{"a key the issuer does not publish", foreign, "signature not verified"},
 		{"garbage", "a.b.c", "not a JWT"},
