@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,6 +12,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -435,7 +437,12 @@ func testOAuth2Stream(t *testing.T, ab *authBroker, leaks *leakCheck) {
 	p := startBridge(t, fmt.Sprintf("pulsar:\n  url: %s\n  oauth2:\n    issuerUrl: %s/\n    privateKey: file:%s\n    audience: %s\n"+
 		"routes:\n  - name: r\n    default: {topic: %s}\n  - name: f\n    default: {topic: %s}\n",
 		ab.url, ab.idp.Issuer(), keyFile, authAudience, topic, forbidden))
-	defer func() { leaks.saw("the bridge's output", p.logs.String()) }()
+	defer func() {
+		leaks.saw("the bridge's output", p.logs.String())
+		for _, is := range ab.idp.Issued()[issuedBefore:] {
+			leaks.secret("an OAuth2 access token", is.Token)
+		}
+	}()
 	if m, _ := waitReadyz(t, p, leaks, true, time.Second); !strings.HasPrefix(fmt.Sprint(m["pulsarAuth"]), "OAuth2 token valid until") {
 		t.Fatalf("/readyz pulsarAuth %q", m["pulsarAuth"])
 	}
@@ -520,13 +527,13 @@ func testOAuth2Stream(t *testing.T, ab *authBroker, leaks *leakCheck) {
 		}
 	}
 	t.Logf("%d records receipted 200, all %d found on the topic (%d messages); %d receipts not 200", len(pub.ok), len(pub.ok), len(onTopic), len(pub.failed))
+	if len(pub.failed) > 0 {
+		t.Logf("the first receipt not 200: %+v", pub.failed[0])
+	}
 
 	// The role has nothing on auth/forbidden: the broker refuses, and so does the bridge.
 	leaks.saw("a refusal", refusedRecord(t, p, "/v1/publish/f", forbidden))
 	leaks.sawGet(t, "/metrics", p.OpsURL+"/metrics")
-	for _, is := range ab.idp.Issued()[issuedBefore:] {
-		leaks.secret("an OAuth2 access token", is.Token)
-	}
 	t.Logf("figures: stream %s, tokens %s: %d records, %d tokens issued, %d challenges answered with %d distinct tokens", streamed.Round(time.Second), sc.lifetime, streamRecords, streamTokens, streamAnswers, streamDistinct)
 }
 
@@ -615,4 +622,47 @@ func refusedRecord(t *testing.T, p *bridgeProc, path, topic string) string {
 	}
 	t.Logf("publishing to %s: %d %s", topic, rs[0].Status, rs[0].Error)
 	return rs[0].Error
+}
+
+// TestWrongOAuth2CredentialsStopTheBridgeAtStartUpNamingTheIssuerAndItsAnswer runs the
+// binary with a client secret the identity provider refuses: it exits non-zero at
+// start-up, its error naming the issuer and the provider's answer (status, error and
+// description) and showing neither the wrong secret nor the right one.
+func TestWrongOAuth2CredentialsStopTheBridgeAtStartUpNamingTheIssuerAndItsAnswer(t *testing.T) {
+	idp, err := oidctest.New(oidctest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idp.Close()
+	const right, wrong = "right-s3cret-5521", "wrong-s3cret-1187"
+	idp.AddClient("bridge", oidctest.Client{Secret: right})
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "oauth2.json")
+	if err := os.WriteFile(keyFile, []byte(`{"client_id": "bridge", "client_secret": "`+wrong+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "bridge.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("listen:\n  data: 127.0.0.1:0\n  ops: localhost:0\npulsar:\n  url: pulsar://127.0.0.1:1\n  oauth2:\n    issuerUrl: %s/\n    privateKey: file:%s\n    audience: %s\nroutes:\n  - name: r\n    default: {topic: t}\n",
+		idp.Issuer(), keyFile, authAudience)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bridgeBin(t), "run", "-config", cfg, "-log-level", "debug")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("the bridge did not fail at start-up: %v\n%s", err, out)
+	}
+	for _, want := range []string{"pulsar.oauth2", idp.Issuer(), "401", "invalid_client", "client authentication failed"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Fatalf("the start-up error does not name %q:\n%s", want, out)
+		}
+	}
+	for _, s := range []string{right, wrong} {
+		if bytes.Contains(out, []byte(s)) {
+			t.Fatalf("the start-up error shows a secret:\n%s", out)
+		}
+	}
+	t.Logf("exit %d: %s", ee.ExitCode(), bytes.TrimSpace(out))
 }

@@ -79,7 +79,7 @@ streams:
 			h["Authorization"] = "Bearer " + bearer
 		}
 		code, hdr, out := postOne(t, p.DataURL+"/v1/publish/"+route, h, body)
-		leaks.saw("an ingress answer", string(out))
+		leaks.saw("an ingress answer", fmt.Sprint(hdr)+"\n"+string(out))
 		return code, hdr, string(out)
 	}
 	// get asks for an egress stream; only refusals are expected, so the body is read whole.
@@ -98,7 +98,7 @@ streams:
 		}
 		defer resp.Body.Close()
 		out, _ := io.ReadAll(resp.Body)
-		leaks.saw("an egress answer", string(out))
+		leaks.saw("an egress answer", fmt.Sprint(resp.Header)+"\n"+string(out))
 		return resp.StatusCode, resp.Header, string(out)
 	}
 
