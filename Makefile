@@ -89,6 +89,14 @@ interop: build
 	BRIDGE_BIN=$(CURDIR)/$(BIN) INTEROP_FULL=1 INTEROP_TABLE=$(CURDIR)/bin/interop.md $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -count=1 -p 1 -timeout 30m -run "^TestInteropWithTheJavaClient$$" .'; \
 	status=$$?; cat $(CURDIR)/bin/interop.md 2>/dev/null; exit $$status
 
+## auth: the authentication proof's full form (e2e/auth_broker_test.go, AUTH_FULL=1) on a broker of its own
+## (OpenID, TLS and token providers, authorisation on, the tests' identity provider): one OAuth2 stream for
+## 5 minutes with 60-second tokens, then the identity provider stopped for 2 minutes; mutual TLS; a search of
+## everything the bridges said for the secrets they were given. `make e2e` runs its short form (15-second
+## tokens, a 40 s stream, a 30 s outage).
+auth: build
+	BRIDGE_BIN=$(CURDIR)/$(BIN) AUTH_FULL=1 $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -count=1 -p 1 -timeout 30m -run "^TestAuthenticatedBroker$$" -v .'
+
 ## demo: the bridge's main job end to end on a local broker.
 demo: build
 	@e2e/demo.sh

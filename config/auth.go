@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"net/url"
@@ -35,6 +36,22 @@ type JWTIssuer struct {
 	// Algorithms are the signature algorithms accepted (asymmetric only: none and HS*
 	// are refused).
 	Algorithms []string `yaml:"algorithms"` // RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512, EdDSA
+	// CAFile holds the PEM certificates of the CAs trusted for the issuer's https
+	// (discovery and JWKS), instead of the system roots.
+	CAFile string `yaml:"caFile"` // system roots
+}
+
+// LoadCAFile reads a file of PEM certificates into a pool of trusted roots.
+func LoadCAFile(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 // JWTAlgorithms are the signature algorithms an issuer may use, and the default list.
@@ -95,6 +112,11 @@ func validateAuth(a Auth, routes []Route, streams []Stream) Problems {
 		if j.JWKSURL != "" {
 			if u, err := url.Parse(j.JWKSURL); err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 				add("%s.jwksUrl: %q is not an http(s) URL", at, j.JWKSURL)
+			}
+		}
+		if j.CAFile != "" {
+			if _, err := LoadCAFile(j.CAFile); err != nil {
+				add("%s.caFile: %v", at, err)
 			}
 		}
 		for _, alg := range j.Algorithms {
@@ -161,6 +183,11 @@ func validateOAuth2(c Pulsar) Problems {
 		add("pulsar.oauth2.privateKey: %v", err)
 	} else if _, err := oauth2.ParseKeyFile([]byte(v)); err != nil {
 		add("pulsar.oauth2.privateKey: %v", err)
+	}
+	if o.CAFile != "" {
+		if _, err := LoadCAFile(o.CAFile); err != nil {
+			add("pulsar.oauth2.caFile: %v", err)
+		}
 	}
 	return p
 }

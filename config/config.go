@@ -144,6 +144,9 @@ type OAuth2 struct {
 	PrivateKey Secret `yaml:"privateKey"` // none; file:/path or env:NAME
 	Audience   string `yaml:"audience"`   // none: not sent
 	Scope      string `yaml:"scope"`      // none: not sent
+	// CAFile holds the PEM certificates of the CAs trusted for the issuer's https
+	// (a private PKI), instead of the system roots.
+	CAFile string `yaml:"caFile"` // system roots
 }
 
 // On reports whether OAuth2 is configured (any key set).

@@ -373,7 +373,7 @@ func TestCryptoFailureIsValidatedAndDefaultsToFail(t *testing.T) {
 	}
 }
 
-func TestOAuth2IsValidatedWithoutShowingTheCredentials(t *testing.T) {
+func TestOAuth2AndJWTIssuersAreValidatedWithoutShowingTheCredentials(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "oauth2.json")
 	if err := os.WriteFile(good, []byte(`{"client_id": "bridge", "client_secret": "pa55-w0rd"}`), 0o600); err != nil {
@@ -398,6 +398,10 @@ func TestOAuth2IsValidatedWithoutShowingTheCredentials(t *testing.T) {
 		{"no key", "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n", "pulsar.oauth2.privateKey: missing"},
 		{"key not JSON", "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n    privateKey: file:" + notJSON + "\n", "invalid credentials file: not JSON"},
 		{"key inline", "pulsar:\n  oauth2:\n    issuerUrl: https://idp.example/\n    privateKey: pa55-w0rd\n", "not a secret reference"},
+		{"caFile missing", ok + "    caFile: /no/such/ca.pem\n", "pulsar.oauth2.caFile: open /no/such/ca.pem"},
+		{"caFile not PEM", ok + "    caFile: " + good + "\n", "pulsar.oauth2.caFile: " + good + " holds no PEM certificate"},
+		{"jwt caFile missing", "auth:\n  jwt:\n    - {name: idp, issuer: https://idp.example/, audience: b, caFile: /no/such/ca.pem}\n", "auth.jwt[0].caFile: open /no/such/ca.pem"},
+		{"jwt caFile not PEM", "auth:\n  jwt:\n    - {name: idp, issuer: https://idp.example/, audience: b, caFile: " + good + "}\n", "auth.jwt[0].caFile: " + good + " holds no PEM certificate"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Parse([]byte(c.yaml))

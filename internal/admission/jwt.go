@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,23 +52,42 @@ var jwksClient = &http.Client{Timeout: 10 * time.Second, Transport: http.Default
 // request after a failure) and kept across reloads; go-oidc's RemoteKeySet fetches the
 // keys again when a token names a key id it does not hold (a rotation).
 type keySource struct {
-	issuer, jwksURL string
+	issuer, jwksURL, caFile string
 
-	mu   sync.Mutex
-	set  *oidc.RemoteKeySet
-	last time.Time // of the last failed discovery
+	mu     sync.Mutex
+	set    *oidc.RemoteKeySet
+	client *http.Client // jwksClient, or one trusting caFile
+	last   time.Time    // of the last failed discovery
 }
 
-// keySources keeps each issuer's key set across reloads (by issuer and JWKS URL).
+// keySources keeps each issuer's key set across reloads (by issuer, JWKS URL and CA file).
 var keySources sync.Map // string -> *keySource
 
-func sourceFor(issuer, jwksURL string) *keySource {
-	k := issuer + "\x00" + jwksURL
+func sourceFor(issuer, jwksURL, caFile string) *keySource {
+	k := issuer + "\x00" + jwksURL + "\x00" + caFile
 	if ks, ok := keySources.Load(k); ok {
 		return ks.(*keySource)
 	}
-	ks, _ := keySources.LoadOrStore(k, &keySource{issuer: issuer, jwksURL: jwksURL})
+	ks, _ := keySources.LoadOrStore(k, &keySource{issuer: issuer, jwksURL: jwksURL, caFile: caFile})
 	return ks.(*keySource)
+}
+
+// httpClient is jwksClient, or for an issuer with a caFile a client trusting it (read
+// once; a failure is retried on the next request).
+func (ks *keySource) httpClient() (*http.Client, error) {
+	if ks.caFile == "" {
+		return jwksClient, nil
+	}
+	if ks.client == nil {
+		pool, err := config.LoadCAFile(ks.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("caFile: %v", err)
+		}
+		tr := jwksClient.Transport.(*http.Transport).Clone()
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		ks.client = &http.Client{Timeout: jwksClient.Timeout, Transport: tr}
+	}
+	return ks.client, nil
 }
 
 // discoveryRetry is the least time between two failed discoveries of an issuer.
@@ -82,10 +102,14 @@ func (ks *keySource) get(ctx context.Context) (*oidc.RemoteKeySet, error) {
 	if time.Since(ks.last) < discoveryRetry {
 		return nil, errors.New("the issuer's discovery document could not be read a moment ago")
 	}
-	bg := oidc.ClientContext(context.Background(), jwksClient)
+	hc, err := ks.httpClient()
+	if err != nil {
+		return nil, err
+	}
+	bg := oidc.ClientContext(context.Background(), hc)
 	jwksURL := ks.jwksURL
 	if jwksURL == "" {
-		p, err := oidc.NewProvider(oidc.ClientContext(ctx, jwksClient), strings.TrimRight(ks.issuer, "/"))
+		p, err := oidc.NewProvider(oidc.ClientContext(ctx, hc), strings.TrimRight(ks.issuer, "/"))
 		if err == nil {
 			var doc struct {
 				JWKSURL string `json:"jwks_uri"`
@@ -107,7 +131,7 @@ func (ks *keySource) get(ctx context.Context) (*oidc.RemoteKeySet, error) {
 func compileJWT(a config.Auth) []jwtIssuer {
 	out := make([]jwtIssuer, 0, len(a.JWT))
 	for _, j := range a.JWT {
-		ji := jwtIssuer{cfg: j, keys: sourceFor(j.Issuer, j.JWKSURL)}
+		ji := jwtIssuer{cfg: j, keys: sourceFor(j.Issuer, j.JWKSURL, j.CAFile)}
 		for _, alg := range j.EffectiveAlgorithms() {
 			ji.algs = append(ji.algs, jose.SignatureAlgorithm(alg))
 		}

@@ -9,6 +9,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +28,7 @@ func jwtProvider(t *testing.T) *oidctest.Provider {
 	}
 	t.Cleanup(func() {
 		p.Close()
-		jwksClient.CloseIdleConnections()
+		closeIdleJWKSConnections()
 	})
 	return p
 }
@@ -123,6 +125,12 @@ func TestInvalidJWTsAreRefusedAsInvalidTokenSayingWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// HS256 keyed with the issuer's public key (anyone can read it from the JWKS): a
+	// verifier that took the key's bytes as an HMAC secret would accept it.
+	hsPub, err := oidctest.SignWith(p.PublicKeyPEM(), p.KeyID(), jose.HS256, good())
+	if err != nil {
+		t.Fatal(err)
+	}
 	stranger, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	foreign, err := oidctest.SignWith(stranger, p.KeyID(), jose.ES256, good())
 	if err != nil {
@@ -137,6 +145,7 @@ func TestInvalidJWTsAreRefusedAsInvalidTokenSayingWhy(t *testing.T) {
 		{"another audience", sign(t, p, with("aud", "someone-else")), "not for audience recordio-bridge"},
 		{"an untrusted issuer", sign(t, p, with("iss", "https://evil.example")), `issuer "https://evil.example" is not trusted`},
 		{"HS256 with a shared secret", hs, "accepted algorithm"},
+		{"HS256 keyed with the issuer's public key", hsPub, "accepted algorithm"},
 		{"alg none", none, "accepted algorithm"},
 		{"a key the issuer does not publish", foreign, "signature not verified"},
 		{"garbage", "a.b.c", "not a JWT"},
@@ -189,4 +198,45 @@ func TestARotatedSigningKeyIsFetchedOnItsFirstToken(t *testing.T) {
 	if _, err := tab2.Authorize(sign(t, p, c), Write, "r"); err != nil {
 		t.Fatalf("with jwksUrl: %v", err)
 	}
+}
+
+func TestAnIssuerOverHTTPSWithAPrivateCAIsTrustedThroughItsCAFile(t *testing.T) {
+	p, err := oidctest.New(oidctest.Options{TLS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Close()
+		closeIdleJWKSConnections()
+	})
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, p.CACertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	tok := sign(t, p, c)
+	// Without the CA the system roots do not know the issuer's certificate.
+	_, err = jwtTable(t, p, "").Authorize(tok, Write, "r")
+	var te *TokenError
+	if !errors.As(err, &te) || !strings.Contains(te.Description, "certificate") {
+		t.Fatalf("without caFile: %v, want a TokenError naming the certificate", err)
+	}
+	if _, err := jwtTable(t, p, "      caFile: "+caFile+"\n").Authorize(tok, Write, "r"); err != nil {
+		t.Fatalf("with caFile: %v", err)
+	}
+}
+
+// closeIdleJWKSConnections closes the idle connections of every issuer's HTTP client.
+func closeIdleJWKSConnections() {
+	jwksClient.CloseIdleConnections()
+	keySources.Range(func(_, v any) bool {
+		ks := v.(*keySource)
+		ks.mu.Lock()
+		if ks.client != nil {
+			ks.client.CloseIdleConnections()
+		}
+		ks.mu.Unlock()
+		return true
+	})
 }

@@ -2,8 +2,10 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/recordio-bridge/bridge/config"
@@ -31,10 +33,20 @@ func pulsarAuth(cfg config.Pulsar, copts *pulsar.ClientOptions, log *slog.Logger
 		if err != nil {
 			return nil, fmt.Errorf("pulsar.oauth2.privateKey: %w", err)
 		}
+		var hc *http.Client
+		if cfg.OAuth2.CAFile != "" {
+			pool, err := config.LoadCAFile(cfg.OAuth2.CAFile)
+			if err != nil {
+				return nil, fmt.Errorf("pulsar.oauth2.caFile: %w", err)
+			}
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+			hc = &http.Client{Timeout: 30 * time.Second, Transport: tr}
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), oauth2StartTimeout)
 		defer cancel()
 		src, err := oauth2.New(ctx, oauth2.Options{IssuerURL: cfg.OAuth2.IssuerURL, ClientID: kf.ClientID, ClientSecret: kf.ClientSecret,
-			Audience: cfg.OAuth2.Audience, Scope: cfg.OAuth2.Scope, Logger: log})
+			Audience: cfg.OAuth2.Audience, Scope: cfg.OAuth2.Scope, HTTPClient: hc, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("pulsar.oauth2: %w", err)
 		}

@@ -1,20 +1,26 @@
 // Package oidctest is an OpenID provider for tests: discovery, a JWKS and a token
 // endpoint granting client credentials, signing RS256 JWTs with a key it rotates on
-// command, and switches to make it refuse or fall silent like an identity provider
-// that is down. It is built on go-jose (signing and JWKS encoding); everything else
+// command, over http or over https with a private CA, and switches to make it refuse
+// (503) or stop listening like an identity provider that is down. It is built on go-jose (signing and JWKS encoding); everything else
 // is the few lines of the protocol a client-credentials client and a JWT verifier use.
 package oidctest
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log"
+	"math/big"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,7 +40,15 @@ type Client struct {
 
 // Provider is a running test OpenID provider.
 type Provider struct {
-	srv *httptest.Server
+	addr   string // the listening address, kept across Stop and Start
+	scheme string
+	tlsCfg *tls.Config // nil: plain http
+	caPEM  []byte
+	client *http.Client
+	mux    *http.ServeMux
+
+	srvMu sync.Mutex
+	srv   *http.Server // nil while stopped
 
 	mu       sync.Mutex
 	keys     []*key // keys[len-1] signs; earlier ones stay in the JWKS until dropped
@@ -42,10 +56,17 @@ type Provider struct {
 	clients  map[string]Client
 	lifetime time.Duration
 	audience string // the aud of tokens requested without an audience
+	issued   []Issued
 
 	down        atomic.Bool
 	tokenCalls  atomic.Int64
 	failedCalls atomic.Int64
+}
+
+// Issued is a token the token endpoint issued and when it expires.
+type Issued struct {
+	Token  string
+	Expiry time.Time
 }
 
 type key struct {
@@ -55,7 +76,8 @@ type key struct {
 
 // Options configure New.
 type Options struct {
-	// TLS serves https with httptest's certificate (Provider.TLSCertificatePEM).
+	// TLS serves https with a certificate for 127.0.0.1 signed by a CA of the
+	// provider's own (Provider.CACertPEM), as an identity provider of a private PKI.
 	TLS bool
 	// Addr is the loopback address to listen on ("127.0.0.1:0" when empty): a broker
 	// configured with the issuer needs the same URL across restarts of the provider.
@@ -66,49 +88,119 @@ type Options struct {
 
 // New starts a provider; Close stops it.
 func New(o Options) (*Provider, error) {
-	p := &Provider{clients: map[string]Client{}, lifetime: o.Lifetime}
+	p := &Provider{clients: map[string]Client{}, lifetime: o.Lifetime, scheme: "http"}
 	if p.lifetime <= 0 {
 		p.lifetime = time.Hour
 	}
 	if err := p.Rotate(false); err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /.well-known/openid-configuration", p.discovery)
-	mux.HandleFunc("GET /jwks", p.jwks)
-	mux.HandleFunc("POST /token", p.token)
-	p.srv = httptest.NewUnstartedServer(mux)
-	if o.Addr != "" {
-		ln, err := listen(o.Addr)
+	p.mux = http.NewServeMux()
+	p.mux.HandleFunc("GET /.well-known/openid-configuration", p.discovery)
+	p.mux.HandleFunc("GET /jwks", p.jwks)
+	p.mux.HandleFunc("POST /token", p.token)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if o.TLS {
+		cfg, caPEM, pool, err := privateCA()
 		if err != nil {
 			return nil, err
 		}
-		p.srv.Listener.Close()
-		p.srv.Listener = ln
+		p.tlsCfg, p.caPEM, p.scheme = cfg, caPEM, "https"
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
 	}
-	if o.TLS {
-		p.srv.StartTLS()
-	} else {
-		p.srv.Start()
+	p.client = &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	addr := o.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
 	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
 	return p, nil
 }
 
-// Close stops the provider.
-func (p *Provider) Close() { p.srv.Close() }
+func (p *Provider) serve(ln net.Listener) {
+	// The handshake errors of clients that do not trust the CA are what a test expects.
+	srv := &http.Server{Handler: p.mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	if p.tlsCfg != nil {
+		ln = tls.NewListener(ln, p.tlsCfg)
+	}
+	p.srvMu.Lock()
+	p.srv = srv
+	p.srvMu.Unlock()
+	go func() { _ = srv.Serve(ln) }()
+}
 
-// Issuer is the provider's issuer URL (no trailing slash).
-func (p *Provider) Issuer() string { return p.srv.URL }
+// Stop stops listening, as an identity provider that is down: connections are refused
+// until Start. Its keys, clients and counters are kept.
+func (p *Provider) Stop() {
+	p.srvMu.Lock()
+	srv := p.srv
+	p.srv = nil
+	p.srvMu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+	p.client.CloseIdleConnections()
+}
 
-// HTTPClient is a client trusting the provider's certificate.
-func (p *Provider) HTTPClient() *http.Client { return p.srv.Client() }
-
-// TLSCertificatePEM is the provider's certificate in PEM, for a trust store (TLS only).
-func (p *Provider) TLSCertificatePEM() []byte {
-	if p.srv.TLS == nil {
+// Start listens again on the same address after Stop.
+func (p *Provider) Start() error {
+	p.srvMu.Lock()
+	running := p.srv != nil
+	p.srvMu.Unlock()
+	if running {
 		return nil
 	}
-	return certPEM(p.srv.TLS.Certificates[0])
+	var ln net.Listener
+	var err error
+	for range 50 { // the port may linger a moment after Stop
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	p.serve(ln)
+	return nil
+}
+
+// Close stops the provider.
+func (p *Provider) Close() { p.Stop() }
+
+// Issuer is the provider's issuer URL (no trailing slash).
+func (p *Provider) Issuer() string { return p.scheme + "://" + p.addr }
+
+// HTTPClient is a client trusting the provider's certificate.
+func (p *Provider) HTTPClient() *http.Client { return p.client }
+
+// CACertPEM is the certificate of the CA that signed the provider's TLS certificate,
+// in PEM, for a trust store (TLS only).
+func (p *Provider) CACertPEM() []byte { return p.caPEM }
+
+// PublicKeyPEM is the current signing key's public half (PKIX, PEM): what an attacker
+// can read from the JWKS.
+func (p *Provider) PublicKeyPEM() []byte {
+	p.mu.Lock()
+	k := p.keys[len(p.keys)-1]
+	p.mu.Unlock()
+	der, err := x509.MarshalPKIXPublicKey(&k.priv.PublicKey)
+	if err != nil {
+		panic(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+// Issued lists the tokens the token endpoint issued, oldest first.
+func (p *Provider) Issued() []Issued {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Issued(nil), p.issued...)
 }
 
 // AddClient registers a client.
@@ -272,6 +364,9 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.tokenCalls.Add(1)
+	p.mu.Lock()
+	p.issued = append(p.issued, Issued{Token: tok, Expiry: time.Unix(claims["exp"].(int64), 0)})
+	p.mu.Unlock()
 	w.Header().Set("Cache-Control", "no-store")
 	body := map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": int64(lifetime / time.Second)}
 	if scope != "" {
@@ -299,8 +394,39 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
-
-func certPEM(c tls.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]})
+// privateCA makes a CA and a server certificate for 127.0.0.1 and localhost signed by
+// it: the server's TLS configuration, the CA's PEM and a pool trusting it.
+func privateCA() (*tls.Config, []byte, *x509.CertPool, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "oidctest private CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	cfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
+	return cfg, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), pool, nil
 }

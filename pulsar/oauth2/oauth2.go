@@ -140,10 +140,11 @@ func New(ctx context.Context, o Options) (*Source, error) {
 	return s, nil
 }
 
-// Close stops the refreshes.
+// Close stops the refreshes and closes the HTTP client's idle connections.
 func (s *Source) Close() {
 	s.cancel()
 	<-s.done
+	s.o.HTTPClient.CloseIdleConnections()
 }
 
 // Method is the auth method name the broker's token provider expects.

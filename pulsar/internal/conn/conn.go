@@ -9,7 +9,9 @@ package conn
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -250,7 +252,7 @@ func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 			e := f.Cmd.GetError()
 			return fmt.Errorf("%w: %w", ErrHandshake, &ServerError{Code: ServerErrorCode(e.GetError()), Message: e.GetMessage()})
 		case pb.BaseCommand_AUTH_CHALLENGE:
-			resp, err := c.authResponse()
+			resp, _, err := c.authResponse()
 			if err != nil {
 				if errors.Is(err, ErrCredentials) {
 					return err
@@ -266,15 +268,26 @@ func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 	}
 }
 
-func (c *Conn) authResponse() ([]byte, error) {
+// Fingerprint names credentials in logs without showing them: "sha256:" and the first
+// 12 hex digits of their SHA-256 (empty credentials: "none").
+func Fingerprint(data []byte) string {
+	if len(data) == 0 {
+		return "none"
+	}
+	h := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(h[:6])
+}
+
+// authResponse is the AUTH_RESPONSE frame answering a challenge, and the credentials it holds.
+func (c *Conn) authResponse() ([]byte, []byte, error) {
 	if c.opts.Auth == nil {
-		return nil, errors.New("the broker sent AUTH_CHALLENGE but no authentication is configured")
+		return nil, nil, errors.New("the broker sent AUTH_CHALLENGE but no authentication is configured")
 	}
 	data, err := c.opts.Auth.Data()
 	if err != nil {
-		return nil, fmt.Errorf("%w: answering AUTH_CHALLENGE: %w", ErrCredentials, err)
+		return nil, nil, fmt.Errorf("%w: answering AUTH_CHALLENGE: %w", ErrCredentials, err)
 	}
-	return frame.AppendCommand(nil, &pb.BaseCommand{
+	resp, err := frame.AppendCommand(nil, &pb.BaseCommand{
 		Type: pb.BaseCommand_AUTH_RESPONSE.Enum(),
 		AuthResponse: &pb.CommandAuthResponse{
 			ClientVersion:   proto.String(c.opts.ClientVersion),
@@ -282,6 +295,7 @@ func (c *Conn) authResponse() ([]byte, error) {
 			Response:        &pb.AuthData{AuthMethodName: proto.String(c.opts.Auth.Method()), AuthData: data},
 		},
 	})
+	return resp, data, err
 }
 
 // handshakeErr is the error of a handshake whose read or write failed. What the peer
@@ -572,7 +586,7 @@ func (c *Conn) dispatch(f *frame.Frame, frameErr error) {
 			h.HandleClose(reason)
 		}
 	case pb.BaseCommand_AUTH_CHALLENGE:
-		resp, err := c.authResponse()
+		resp, data, err := c.authResponse()
 		if err != nil {
 			c.closeWith(err)
 			return
@@ -583,7 +597,7 @@ func (c *Conn) dispatch(f *frame.Frame, frameErr error) {
 			c.kickWriter()
 		}
 		c.mu.Unlock()
-		c.log.Debug("answered AUTH_CHALLENGE with fresh credentials", "method", c.opts.Auth.Method())
+		c.log.Debug("answered AUTH_CHALLENGE with fresh credentials", "method", c.opts.Auth.Method(), "credentials", Fingerprint(data))
 	default:
 		id, ok := requestID(cmd)
 		if !ok {
