@@ -100,6 +100,12 @@ type Options struct {
 	// CreateRetryMin and CreateRetryMax bound the backoff after a failed creation
 	// (defaults 1 s and 30 s).
 	CreateRetryMin, CreateRetryMax time.Duration
+	// NamedAccessMode is the access mode of named streams' producers [pulsar.AccessShared]:
+	// with pulsar.AccessExclusiveWithFencing a request that takes a stream over from
+	// another bridge process fences that process's producers of it at once (their records
+	// in flight fail with ingress.ErrTakenOver); the broker then lets no other producer
+	// publish to the topic while the stream's is open.
+	NamedAccessMode pulsar.ProducerAccessMode
 	// Budget is the process-wide byte budget records are charged to; nil is none.
 	Budget *budget.Budget
 	Logger *slog.Logger
@@ -156,6 +162,20 @@ func (ps *Pool) acquire(ctx context.Context, topic, name string) (*producerEntry
 		if ok && e.err != nil && !ps.o.now().Before(e.retryAt) {
 			// The failed creation's backoff is over: try again.
 			delete(ps.m, key)
+			ok = false
+		}
+		if ok && e.p != nil && e.p.Err() != nil {
+			// It stopped for good while nothing was sent: the record gets a new one
+			// instead of its error, unless another request took the named stream over
+			// meanwhile (fenced while idle), which ends this request's stream there as a
+			// record that was in flight would have.
+			perr := e.p.Err()
+			ps.o.hook("evicted", e.topic)
+			ps.retireLocked(e)
+			if name != "" && errors.Is(perr, pulsar.ErrProducerFenced) {
+				ps.mu.Unlock()
+				return nil, ps.stopNamedAt(name, topic, Classify(perr))
+			}
 			ok = false
 		}
 		if !ok {
@@ -313,7 +333,7 @@ func (ps *Pool) create(e *producerEntry) {
 	opts := ps.opts
 	opts.Topic = e.topic
 	if e.name != "" {
-		opts.Name, opts.Deduplication = e.name, true
+		opts.Name, opts.Deduplication, opts.AccessMode = e.name, true, ps.o.NamedAccessMode
 	}
 	p, err := ps.client.CreateProducer(ctx, opts)
 	ps.mu.Lock()
@@ -493,6 +513,8 @@ func Classify(err error) error {
 		return nil
 	case errors.Is(err, context.Canceled):
 		return err
+	case errors.Is(err, pulsar.ErrProducerFenced):
+		return fmt.Errorf("%w: %w", ingress.ErrTakenOver, err)
 	case errors.Is(err, pulsar.ErrMessageTooLarge):
 		return fmt.Errorf("%w: %w", ingress.ErrTooLarge, err)
 	case pulsar.IsRetryable(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, pulsar.ErrProducerClosed),
@@ -513,6 +535,8 @@ func ClassifyCreate(err error) error {
 		return nil
 	case errors.Is(err, context.Canceled):
 		return err
+	case errors.Is(err, pulsar.ErrProducerFenced):
+		return fmt.Errorf("%w: %w", ingress.ErrTakenOver, err)
 	case errors.As(err, &se) && !se.Retryable(), errors.Is(err, pulsar.ErrInvalidTopic), errors.Is(err, pulsar.ErrInvalidOptions),
 		errors.Is(err, pulsar.ErrHandshake):
 		return fmt.Errorf("%w: %w", ingress.ErrRefused, err)
@@ -634,9 +658,24 @@ func (ps *Pool) ClaimStream(producer string) (func(), error) {
 		ps.mu.Lock()
 		if ps.claims[producer] == c {
 			delete(ps.claims, producer)
+			ps.retireNamedLocked(producer)
 		}
 		ps.mu.Unlock()
 	}), nil
+}
+
+// retireNamedLocked closes the producers of a named stream whose request ended, instead
+// of keeping them for IdleTimeout: the broker holds a producer name for the connection
+// that registered it, so another bridge process taking the stream over would be refused
+// (ProducerBusy) for as long as they stay open. The next request of the stream, here
+// or there, registers them again.
+func (ps *Pool) retireNamedLocked(producer string) {
+	for _, e := range ps.m {
+		if e.name == producer && e.p != nil {
+			ps.o.hook("released", e.topic)
+			ps.retireLocked(e)
+		}
+	}
 }
 
 // claimErrLocked says why a named stream's record may not be published on topic: the
