@@ -332,10 +332,23 @@ func (ps *Pool) create(e *producerEntry) {
 	}()
 	opts := ps.opts
 	opts.Topic = e.topic
+	partitions := -1
+	var err error
 	if e.name != "" {
 		opts.Name, opts.Deduplication, opts.AccessMode = e.name, true, ps.o.NamedAccessMode
+		if partitions, err = ps.client.Partitions(ctx, e.topic); err == nil && partitions > 0 {
+			opts.Name = partitionedName(e.name, partitions)
+			opts.PartitionsRefreshInterval = -1 // the name is the count's: see partitionedName
+		}
 	}
-	p, err := ps.client.CreateProducer(ctx, opts)
+	var p *pulsar.Producer
+	if err == nil {
+		p, err = ps.client.CreateProducer(ctx, opts)
+	}
+	if err == nil && partitions > 0 && p.Partitions() != partitions {
+		_ = p.CloseContext(ps.cut)
+		p, err = nil, fmt.Errorf("%w: the topic went from %d to %d partitions while its producer was created", pulsar.ErrLookup, partitions, p.Partitions())
+	}
 	ps.mu.Lock()
 	if err != nil {
 		e.failures++
@@ -441,6 +454,20 @@ func budgetErr(err error) error {
 }
 
 var messagePool = sync.Pool{New: func() any { return new(pulsar.ProducerMessage) }}
+
+// partitionedName is the Pulsar producer name of a named stream on a topic of n
+// partitions: the stream's name and the count. The broker deduplicates per partition and
+// producer name; under one count a record goes to the same partition on every resend
+// (its key's, or its stream's: see namedRoutingKey), so a sequence id at or below the
+// name's last one there is a record already stored there. When partitions are added, a
+// record in flight may be resent to another partition, where the stream's later records
+// of other keys may already be: under the same name the broker would drop it as a
+// duplicate, and it would be lost. Under the new count's name every partition starts the
+// stream afresh: such a record is stored again (a duplicate, never a loss). A named
+// producer never adopts partitions added while it lives (its request goes on with the
+// count it began with); the stream's next producer, at its next request or after a
+// failure, takes the new count and name.
+func partitionedName(name string, n int) string { return name + "@" + strconv.Itoa(n) }
 
 // namedRoutingKey is what a named stream's record is routed by when it has no key: the
 // stream's producer name (a function of the route and the stream name only) instead of

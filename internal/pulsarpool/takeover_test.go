@@ -3,6 +3,7 @@ package pulsarpool
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -129,5 +130,68 @@ func TestNamedStreamProducersCloseWhenTheirRequestEnds(t *testing.T) {
 	defer releaseB()
 	if _, err := publishMsg(t, bb, namedMsg(1)); err != nil {
 		t.Fatalf("the stream's next request on another process: %v", err)
+	}
+}
+
+// Partitions added while a named stream's record is unreceipted: its resend may go to
+// another partition than its first send would have, one where the stream's later records
+// of another key are already stored. It must be stored there (at worst twice, never
+// dropped as a duplicate of what that partition holds of the stream).
+func TestNamedStreamRecordResentAfterPartitionsWereAddedIsNotLost(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	const topic = "persistent://public/default/growing"
+	b.SetPartitions(topic, 2)
+	// Keys a and k: apart under 2 partitions, a under 3 where k was under 2, so the
+	// resent record of a meets k's later record there.
+	var a, k string
+	for i := 0; a == "" && i < 1000; i++ {
+		for j := 0; j < 1000; j++ {
+			ka, kk := "a"+strconv.Itoa(i), "k"+strconv.Itoa(j)
+			h := pulsar.JavaStringHash
+			if h.Partition(ka, 2) != h.Partition(kk, 2) && h.Partition(ka, 3) == h.Partition(kk, 2) {
+				a, k = ka, kk
+				break
+			}
+		}
+	}
+	if a == "" {
+		t.Fatal("no pair of keys")
+	}
+	ps := New(newClient(t, b.URL()), Options{CreateTimeout: 2 * time.Second, IdleTimeout: time.Hour})
+	defer ps.Close()
+	msg := func(seq int64, key string) ingress.Message {
+		return ingress.Message{Topic: topic, Producer: "recordio-bridge/r/s", Sequence: seq, Key: key, Payload: []byte(key)}
+	}
+	release, err := ps.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Record 0 (key a) is lost in flight; record 1 (key k) is stored: the request ends there.
+	if _, err := publishMsg(t, ps, msg(1, k)); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	b.SetPartitions(topic, 3)
+	release, err = ps.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if _, err := publishMsg(t, ps, msg(0, a)); err != nil {
+		t.Fatalf("record 0 resent after the topic grew: %v, want stored (a duplicate answer would be a loss)", err)
+	}
+	var stored []string
+	for i := range 3 {
+		for _, m := range b.Messages(topic + "-partition-" + strconv.Itoa(i)) {
+			stored = append(stored, m.Key)
+		}
+	}
+	found := false
+	for _, key := range stored {
+		found = found || key == a
+	}
+	if !found {
+		t.Fatalf("stored keys %v: record 0 (key %s) is missing", stored, a)
 	}
 }
