@@ -65,6 +65,11 @@ type Pulsar struct {
 	// MaxProducers caps the live producers (one per topic a templated route reaches); a
 	// new topic at the cap closes the idle producer used least recently, or waits.
 	MaxProducers int `yaml:"maxProducers"` // 1000
+	// NamedStreamAccessMode is the access mode of named streams' producers: shared, or
+	// exclusiveWithFencing, with which a request taking a named stream over from another
+	// bridge process fences that process's producers of it at once, and each named
+	// stream's producer has its topic to itself while open (see the exactly-once docs).
+	NamedStreamAccessMode string `yaml:"namedStreamAccessMode"` // shared
 }
 
 // Memory bounds the process as a whole (see docs/operations.md, the memory model).
@@ -183,7 +188,8 @@ func Default() Config {
 	return Config{
 		Listen: Listen{Data: "127.0.0.1:8080", Ops: "127.0.0.1:9090"},
 		Pulsar: Pulsar{URL: "pulsar://127.0.0.1:6650", OperationTimeout: Duration(30 * time.Second), KeepAlive: Duration(30 * time.Second),
-			WriteTimeout: Duration(30 * time.Second), Compression: "none", HashingScheme: "javaString", ProducerIdleTimeout: Duration(10 * time.Minute), MaxProducers: 1000},
+			WriteTimeout: Duration(30 * time.Second), Compression: "none", HashingScheme: "javaString", ProducerIdleTimeout: Duration(10 * time.Minute), MaxProducers: 1000,
+			NamedStreamAccessMode: "shared"},
 		Ingress: Ingress{
 			MaxRecordBytes: 4 << 20, BufferRecordBytes: 4 << 20, MaxStreams: 1000, IdleTimeout: Duration(5 * time.Minute), PublishTimeout: Duration(30 * time.Second),
 			PendingRecords: 1000, PendingBytes: 16 << 20, DrainTimeout: Duration(30 * time.Second),
@@ -358,6 +364,11 @@ func (c Config) Validate() error {
 	case "javaString", "murmur3":
 	default:
 		add("pulsar.hashingScheme: %q is not one of javaString, murmur3", c.Pulsar.HashingScheme)
+	}
+	switch c.Pulsar.NamedStreamAccessMode {
+	case "shared", "exclusiveWithFencing":
+	default:
+		add("pulsar.namedStreamAccessMode: %q is not one of shared, exclusiveWithFencing", c.Pulsar.NamedStreamAccessMode)
 	}
 	positive("egress.maxStreams", int64(c.Egress.MaxStreams))
 	positive("egress.writeTimeout", int64(c.Egress.WriteTimeout))

@@ -470,3 +470,19 @@ routes:
 		}
 	}
 }
+
+// Named streams' producers share their topics unless exclusiveWithFencing is asked for;
+// anything else is refused.
+func TestNamedStreamAccessModeIsSharedUnlessFencingIsAskedFor(t *testing.T) {
+	if d := Default().Pulsar.NamedStreamAccessMode; d != "shared" {
+		t.Fatalf("default %q", d)
+	}
+	cfg, err := Parse([]byte("pulsar:\n  namedStreamAccessMode: exclusiveWithFencing\n"))
+	if err != nil || cfg.Pulsar.NamedStreamAccessMode != "exclusiveWithFencing" {
+		t.Fatalf("%+v %v", cfg.Pulsar, err)
+	}
+	_, err = Parse([]byte("pulsar:\n  namedStreamAccessMode: exclusive\n"))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `pulsar.namedStreamAccessMode: "exclusive" is not one of shared, exclusiveWithFencing`) {
+		t.Fatalf("%v", err)
+	}
+}

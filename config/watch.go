@@ -117,6 +117,7 @@ func RestartNeeded(old, cur Config) []string {
 	diff("pulsar.writeTimeout", old.Pulsar.WriteTimeout, cur.Pulsar.WriteTimeout)
 	diff("pulsar.compression", old.Pulsar.Compression, cur.Pulsar.Compression)
 	diff("pulsar.producerIdleTimeout", old.Pulsar.ProducerIdleTimeout, cur.Pulsar.ProducerIdleTimeout)
+	diff("pulsar.namedStreamAccessMode", old.Pulsar.NamedStreamAccessMode, cur.Pulsar.NamedStreamAccessMode)
 	diff("ingress.publishTimeout", old.Ingress.PublishTimeout, cur.Ingress.PublishTimeout)
 	diff("pulsar.maxProducers", old.Pulsar.MaxProducers, cur.Pulsar.MaxProducers)
 	diff("memory.budget", old.Memory.Budget, cur.Memory.Budget)

@@ -65,7 +65,7 @@ streams:
 	t.Run("ack", func(t *testing.T) {
 		resp := ask(t, "POST /v1/streams/out/ack HTTP/1.1\r\nHost: bridge\r\nStream-Id: nope\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n")
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if resp.StatusCode != 404 || !strings.Contains(string(body), "no open stream") {
+		if resp.StatusCode != 409 || !strings.Contains(string(body), "is open on this bridge process") {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
 	})

@@ -397,7 +397,10 @@ func (s *Server) lookup(c echo.Context, def *mapping.Stream) error {
 	s.mu.Lock()
 	sm := s.open[sid]
 	s.mu.Unlock()
-	if sm == nil || sm.def.Name != def.Name {
+	if sm == nil {
+		return httpreply.Error(c, http.StatusConflict, notOpenHere(def.Name, sid), 0)
+	}
+	if sm.def.Name != def.Name {
 		return httpreply.Error(c, http.StatusNotFound, fmt.Sprintf("no open stream %s with Stream-Id %q", def.Name, sid), 0)
 	}
 	raw := c.QueryParam("positions")

@@ -955,7 +955,10 @@ func (s *Server) HandleAck(c echo.Context) error {
 	s.mu.Lock()
 	sm := s.open[sid]
 	s.mu.Unlock()
-	if sm == nil || sm.def.Name != def.Name {
+	if sm == nil {
+		return httpreply.Error(c, http.StatusConflict, notOpenHere(def.Name, sid), 0)
+	}
+	if sm.def.Name != def.Name {
 		return httpreply.Error(c, http.StatusNotFound, fmt.Sprintf("no open stream %s with Stream-Id %s", def.Name, sid), 0)
 	}
 	if sm.opts.ack != "client" {
@@ -1015,9 +1018,21 @@ func (s *Server) HandleAck(c echo.Context) error {
 	sm.wake()
 	if len(unknown) > 0 {
 		return c.JSON(http.StatusBadRequest, map[string]any{"status": 400, "acked": acked, "unknown": unknown,
-			"error": fmt.Sprintf("%d ids or positions were not delivered on this stream, were acknowledged already, or timed out and were redelivered", len(unknown))})
+			"error": fmt.Sprintf("%d ids or positions were not delivered on this stream, were acknowledged already, or timed out and were redelivered; "+
+				"a message another stream delivered (on this or another bridge process) is acknowledged once this stream has delivered it again", len(unknown))})
 	}
 	return c.JSON(http.StatusOK, map[string]any{"status": 200, "acked": acked})
+}
+
+// notOpenHere is the answer to an acknowledgement or lookup for a Stream-Id this process
+// has no open stream for (409): it ended, or another bridge process serves it. Nothing is
+// acknowledged; the messages it delivered without an acknowledgement go back to the
+// subscription when its consumer closes (or at their ackTimeout), so the client reads
+// them again from a stream and acknowledges them there.
+func notOpenHere(stream, sid string) string {
+	return fmt.Sprintf("no stream %s with Stream-Id %s is open on this bridge process: it ended, or another process serves it; "+
+		"nothing was acknowledged. Its unacknowledged messages are delivered again to the subscription: read them from a stream "+
+		"and acknowledge them with that stream's Stream-Id", stream, sid)
 }
 
 func (st *stream) wake() {

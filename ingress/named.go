@@ -17,6 +17,11 @@ var (
 	ErrDuplicate = errors.New("already persisted")
 	// ErrStreamBusy: another request is publishing the same route and stream name (409).
 	ErrStreamBusy = errors.New("stream name in use")
+	// ErrTakenOver: a record of a named stream was not published by this request because
+	// another request (on another bridge process) took the stream over (409): its client
+	// resent from there. The stream stops; a client that is still here may resume it
+	// once the other request has ended.
+	ErrTakenOver = errors.New("stream taken over by another request")
 )
 
 // NamedPublisher is a Publisher that can publish named streams. ClaimStream makes the

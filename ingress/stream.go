@@ -274,7 +274,7 @@ func (st *stream) run() int {
 
 // stoppedEarly reports whether reading stopped while the client may still be sending.
 func stoppedEarly(endErr error) bool {
-	return errors.Is(endErr, errDraining) || errors.Is(endErr, errUnavailable) || isFramingError(endErr)
+	return errors.Is(endErr, errDraining) || errors.Is(endErr, errUnavailable) || errors.Is(endErr, errTakenOver) || isFramingError(endErr)
 }
 
 // lingerForTheClient reads and drops what the client still sends, for up to a second or
@@ -325,7 +325,7 @@ type answer struct {
 // record that failed, else 200.
 func (st *stream) outcome(endErr error) (status int, msg string, retryAfter int) {
 	switch {
-	case endErr == nil || errors.Is(endErr, errUnavailable):
+	case endErr == nil || errors.Is(endErr, errUnavailable) || errors.Is(endErr, errTakenOver):
 		// reported through the failed record below
 	case st.abandoned.Load():
 		return endStatus(errDraining)
@@ -379,6 +379,7 @@ func (b *recordBody) Read(p []byte) (int, error) {
 var (
 	errIdle        = errors.New("the request body was idle too long")
 	errUnavailable = errors.New("stopped reading: the broker is unavailable")
+	errTakenOver   = errors.New("stopped reading: the named stream was taken over by another request")
 )
 
 func isFraming(err error) bool {
@@ -585,6 +586,8 @@ func statusOf(err error) int {
 	switch {
 	case errors.As(err, &se):
 		return se.status
+	case errors.Is(err, ErrTakenOver):
+		return http.StatusConflict
 	case errors.Is(err, ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, ErrRefused):
@@ -688,9 +691,12 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 		} else {
 			st.omitted++
 		}
-		if status == http.StatusServiceUnavailable {
+		switch {
+		case status == http.StatusServiceUnavailable:
 			st.unavailable.Store(true)
 			st.stopReading(errUnavailable)
+		case errors.Is(e.err, ErrTakenOver):
+			st.stopReading(errTakenOver)
 		}
 		if st.streaming {
 			*buf = recordio.AppendRecord(*buf, mustJSON(f))

@@ -321,6 +321,18 @@ func (c *Client) lookup(ctx context.Context, topic string) (brokerConn, error) {
 
 // partitions returns the number of partitions of topic (0 for a non-partitioned topic),
 // asking again after a transient refusal, with backoff b, while ctx leaves time.
+// Partitions is topic's partition count as the broker has it now: 0 for a
+// non-partitioned topic.
+func (c *Client) Partitions(ctx context.Context, topic string) (int, error) {
+	t, err := TopicName(topic)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.OperationTimeout)
+	defer cancel()
+	return c.partitions(ctx, t, Backoff{}.withDefaults())
+}
+
 func (c *Client) partitions(ctx context.Context, topic string, b Backoff) (int, error) {
 	var n int
 	err := creationRetry(ctx, c.closing, b, func() error {

@@ -30,6 +30,11 @@ var (
 	// ErrProducerFailed: the producer stopped for good (topic terminated, not allowed, fenced);
 	// the wrapped cause says why.
 	ErrProducerFailed = errors.New("pulsar: producer failed")
+	// ErrProducerFenced: an exclusive producer (AccessExclusiveWithFencing) took the topic
+	// over, or holds it (AccessExclusive), so this producer may not publish there: its
+	// pending messages were not persisted by it. It stops for good, never reconnecting;
+	// other producers of the client go on. Errors wrapping it wrap ErrProducerFailed too.
+	ErrProducerFenced = errors.New("pulsar: producer fenced: an exclusive producer took the topic over")
 	// ErrSendTimeout: the broker did not persist the message within the send timeout.
 	ErrSendTimeout = errors.New("pulsar: send timeout")
 	// ErrMessageTooLarge: a message above the broker's limit with chunking off, or above MaxChunkedMessageSize.

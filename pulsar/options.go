@@ -86,6 +86,39 @@ type ProducerOptions struct {
 	// schema the broker refuses (IncompatibleSchema) fails the creation for good. Each
 	// message then carries the schema version the broker answered with.
 	Schema *Schema
+	// AccessMode is the producer's access to the topic (each partition of it) [AccessShared]:
+	// with AccessExclusive or AccessExclusiveWithFencing the broker lets no other producer
+	// publish there while this one is registered. See ProducerAccessMode.
+	AccessMode ProducerAccessMode
+}
+
+// ProducerAccessMode is the protocol's producer_access_mode: whether a producer shares
+// the topic with others. The broker applies it per partition and to every producer of
+// it, whatever their names.
+type ProducerAccessMode int
+
+const (
+	// AccessShared: any number of producers publish to the topic at once.
+	AccessShared ProducerAccessMode = iota
+	// AccessExclusive: the producer is the topic's only one; its creation fails (with
+	// ErrProducerFenced) while another producer is registered there.
+	AccessExclusive
+	// AccessExclusiveWithFencing: the producer takes the topic over: the broker closes
+	// every producer registered there, raises the topic's epoch and registers this one
+	// alone. A producer fenced so (an exclusive one whose epoch is older, on its next
+	// registration) fails for good with ErrProducerFenced, never reconnecting; a shared
+	// one is refused with ProducerBusy, and retries, while the exclusive one is registered.
+	AccessExclusiveWithFencing
+)
+
+func (m ProducerAccessMode) pb() pb.ProducerAccessMode {
+	switch m {
+	case AccessExclusive:
+		return pb.ProducerAccessMode_Exclusive
+	case AccessExclusiveWithFencing:
+		return pb.ProducerAccessMode_ExclusiveWithFencing
+	}
+	return pb.ProducerAccessMode_Shared
 }
 
 func (o ProducerOptions) withDefaults() (ProducerOptions, error) {
@@ -123,6 +156,8 @@ func (o ProducerOptions) withDefaults() (ProducerOptions, error) {
 		return o, fmt.Errorf("%w: ChunkSize %d must be at least 1024 bytes", ErrInvalidOptions, o.ChunkSize)
 	case o.Deduplication && o.Name == "":
 		return o, fmt.Errorf("%w: Deduplication needs a producer Name", ErrInvalidOptions)
+	case o.AccessMode < AccessShared || o.AccessMode > AccessExclusiveWithFencing:
+		return o, fmt.Errorf("%w: unknown access mode %d", ErrInvalidOptions, o.AccessMode)
 	case o.Compression < NoCompression || o.Compression > Snappy:
 		return o, fmt.Errorf("%w: unknown compression %d", ErrInvalidOptions, o.Compression)
 	}

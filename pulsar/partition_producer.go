@@ -135,9 +135,13 @@ type partitionProducer struct {
 	failed         error // set when the producer stopped for good
 	closing        bool
 	epoch          uint64
-	progress       chan struct{} // closed and replaced when pending shrinks
-	reconnects     int
-	resent         int // frames sent again after a reconnect
+	// topicEpoch is the topic's epoch the broker gave an exclusive registration, sent
+	// again with every later one: an exclusive producer that took the topic over since
+	// raised it, and the broker then fences this one.
+	topicEpoch *uint64
+	progress   chan struct{} // closed and replaced when pending shrinks
+	reconnects int
+	resent     int // frames sent again after a reconnect
 	// dedupFloor (Deduplication only) is the highest sequence id this producer has
 	// queued or the broker reported at registration, -1 for none: a message at or below
 	// it goes in an entry of its own (see ProducerOptions.Deduplication).
@@ -231,7 +235,7 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		return err
 	}
 	p.reg, p.state = h, stateRegistering
-	name, epoch := p.name, p.epoch
+	name, epoch, topicEpoch := p.name, p.epoch, p.topicEpoch
 	p.mu.Unlock()
 	reqID := p.client.nextRequestID()
 	cmd := &pb.CommandProducer{
@@ -241,6 +245,10 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		Epoch:                    proto.Uint64(epoch),
 		UserProvidedProducerName: proto.Bool(p.opts.Name != ""),
 		Schema:                   p.opts.Schema.proto(),
+		TopicEpoch:               topicEpoch,
+	}
+	if p.opts.AccessMode != AccessShared {
+		cmd.ProducerAccessMode = p.opts.AccessMode.pb().Enum()
 	}
 	if name != "" {
 		cmd.ProducerName = proto.String(name)
@@ -279,7 +287,7 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		if cerr := p.stoppedLocked(); cerr != nil {
 			return cerr
 		}
-		return fmt.Errorf("pulsar: creating producer on %s: %w", p.topic, err)
+		return fmt.Errorf("pulsar: creating producer on %s: %w", p.topic, fenced(err))
 	}
 	if err := p.stoppedLocked(); err != nil {
 		p.detachLocked(h)
@@ -293,6 +301,10 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		p.schemaVersion = v
 	}
 	p.epoch++
+	if p.opts.AccessMode != AccessShared && ps.TopicEpoch != nil {
+		te := ps.GetTopicEpoch()
+		p.topicEpoch = &te
+	}
 	if first {
 		if last := ps.GetLastSequenceId(); last >= 0 {
 			p.seq = uint64(last) + 1
@@ -323,6 +335,15 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		p.log.Info("producer reconnected", "broker", bc.logical, "resent", len(p.pending))
 	}
 	return nil
+}
+
+// fenced marks a broker's ProducerFenced refusal with ErrProducerFenced.
+func fenced(err error) error {
+	var se *ServerError
+	if errors.As(err, &se) && pb.ServerError(se.Code) == pb.ServerError_ProducerFenced && !errors.Is(err, ErrProducerFenced) {
+		return fmt.Errorf("%w: %w", ErrProducerFenced, err)
+	}
+	return err
 }
 
 // closeOnBroker closes the producer's registration on cn without waiting (the broker
@@ -525,7 +546,7 @@ func (p *partitionProducer) sendError(h *handle, e *pb.CommandSendError) {
 		// and go on, as the Java client does.
 		p.refuseHead(cn, e.GetSequenceId(), se)
 	case pb.ServerError_TopicTerminatedError, pb.ServerError_ProducerFenced:
-		p.fail(fmt.Errorf("%w: sequence %d on %s: %w", ErrProducerFailed, e.GetSequenceId(), p.topic, se))
+		p.fail(fmt.Errorf("%w: sequence %d on %s: %w", ErrProducerFailed, e.GetSequenceId(), p.topic, fenced(se)))
 	default:
 		if e.GetError() == pb.ServerError_ChecksumError {
 			p.markCorrupt(h, e.GetSequenceId())

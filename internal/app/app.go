@@ -129,7 +129,7 @@ func New(o Options) (_ *App, err error) {
 			MaxPendingMessages: 10000, MaxPendingBytes: 64 << 20,
 		},
 		CreateTimeout: cfg.Pulsar.OperationTimeout.D(), IdleTimeout: cfg.Pulsar.ProducerIdleTimeout.D(),
-		MaxProducers: cfg.Pulsar.MaxProducers, Budget: a.budget,
+		MaxProducers: cfg.Pulsar.MaxProducers, NamedAccessMode: namedAccessModes[cfg.Pulsar.NamedStreamAccessMode], Budget: a.budget,
 		Logger: log.With("component", "producers"),
 	})
 	undo = append(undo, a.prods.Close)

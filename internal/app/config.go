@@ -84,6 +84,8 @@ func tracingOf(c config.Config) telemetry.TracingOptions {
 	return telemetry.TracingOptions{SegmentRecords: t.SegmentRecords, SegmentInterval: t.SegmentInterval.D(), PropagateUnsampled: t.PropagateUnsampled}
 }
 
+var namedAccessModes = map[string]pulsar.ProducerAccessMode{"shared": pulsar.AccessShared, "exclusiveWithFencing": pulsar.AccessExclusiveWithFencing}
+
 var hashingSchemes = map[string]pulsar.HashingScheme{"murmur3": pulsar.Murmur3_32Hash, "javaString": pulsar.JavaStringHash}
 
 var compressions = map[string]pulsar.Compression{

@@ -104,6 +104,12 @@ type Options struct {
 	// CreateRetryMin and CreateRetryMax bound the backoff after a failed creation
 	// (defaults 1 s and 30 s).
 	CreateRetryMin, CreateRetryMax time.Duration
+	// NamedAccessMode is the access mode of named streams' producers [pulsar.AccessShared]:
+	// with pulsar.AccessExclusiveWithFencing a request that takes a stream over from
+	// another bridge process fences that process's producers of it at once (their records
+	// in flight fail with ingress.ErrTakenOver); the broker then lets no other producer
+	// publish to the topic while the stream's is open.
+	NamedAccessMode pulsar.ProducerAccessMode
 	// Budget is the process-wide byte budget records are charged to; nil is none.
 	Budget *budget.Budget
 	Logger *slog.Logger
@@ -160,6 +166,20 @@ func (ps *Pool) acquire(ctx context.Context, topic, name string, sch *schema.Sch
 		if ok && e.err != nil && !ps.o.now().Before(e.retryAt) {
 			// The failed creation's backoff is over: try again.
 			delete(ps.m, key)
+			ok = false
+		}
+		if ok && e.p != nil && e.p.Err() != nil {
+			// It stopped for good while nothing was sent: the record gets a new one
+			// instead of its error, unless another request took the named stream over
+			// meanwhile (fenced while idle), which ends this request's stream there as a
+			// record that was in flight would have.
+			perr := e.p.Err()
+			ps.o.hook("evicted", e.topic)
+			ps.retireLocked(e)
+			if name != "" && errors.Is(perr, pulsar.ErrProducerFenced) {
+				ps.mu.Unlock()
+				return nil, ps.stopNamedAt(name, topic, Classify(perr))
+			}
 			ok = false
 		}
 		if !ok {
@@ -317,10 +337,23 @@ func (ps *Pool) create(e *producerEntry) {
 	opts := ps.opts
 	opts.Topic = e.topic
 	opts.Schema = e.schema.Info()
+	partitions := -1
+	var err error
 	if e.name != "" {
-		opts.Name, opts.Deduplication = e.name, true
+		opts.Name, opts.Deduplication, opts.AccessMode = e.name, true, ps.o.NamedAccessMode
+		if partitions, err = ps.client.Partitions(ctx, e.topic); err == nil && partitions > 0 {
+			opts.Name = partitionedName(e.name, partitions)
+			opts.PartitionsRefreshInterval = -1 // the name is the count's: see partitionedName
+		}
 	}
-	p, err := ps.client.CreateProducer(ctx, opts)
+	var p *pulsar.Producer
+	if err == nil {
+		p, err = ps.client.CreateProducer(ctx, opts)
+	}
+	if err == nil && partitions > 0 && p.Partitions() != partitions {
+		_ = p.CloseContext(ps.cut)
+		p, err = nil, fmt.Errorf("%w: the topic went from %d to %d partitions while its producer was created", pulsar.ErrLookup, partitions, p.Partitions())
+	}
 	ps.mu.Lock()
 	if err != nil {
 		e.failures++
@@ -441,6 +474,20 @@ func budgetErr(err error) error {
 
 var messagePool = sync.Pool{New: func() any { return new(pulsar.ProducerMessage) }}
 
+// partitionedName is the Pulsar producer name of a named stream on a topic of n
+// partitions: the stream's name and the count. The broker deduplicates per partition and
+// producer name; under one count a record goes to the same partition on every resend
+// (its key's, or its stream's: see namedRoutingKey), so a sequence id at or below the
+// name's last one there is a record already stored there. When partitions are added, a
+// record in flight may be resent to another partition, where the stream's later records
+// of other keys may already be: under the same name the broker would drop it as a
+// duplicate, and it would be lost. Under the new count's name every partition starts the
+// stream afresh: such a record is stored again (a duplicate, never a loss). A named
+// producer never adopts partitions added while it lives (its request goes on with the
+// count it began with); the stream's next producer, at its next request or after a
+// failure, takes the new count and name.
+func partitionedName(name string, n int) string { return name + "@" + strconv.Itoa(n) }
+
 // namedRoutingKey is what a named stream's record is routed by when it has no key: the
 // stream's producer name (a function of the route and the stream name only) instead of
 // round-robin, so every resend of it lands on the partition its first copy went to,
@@ -512,6 +559,8 @@ func Classify(err error) error {
 		return nil
 	case errors.Is(err, context.Canceled):
 		return err
+	case errors.Is(err, pulsar.ErrProducerFenced):
+		return fmt.Errorf("%w: %w", ingress.ErrTakenOver, err)
 	case errors.Is(err, pulsar.ErrMessageTooLarge):
 		return fmt.Errorf("%w: %w", ingress.ErrTooLarge, err)
 	case pulsar.IsRetryable(err), errors.Is(err, context.DeadlineExceeded), errors.Is(err, pulsar.ErrProducerClosed),
@@ -532,6 +581,8 @@ func ClassifyCreate(err error) error {
 		return nil
 	case errors.Is(err, context.Canceled):
 		return err
+	case errors.Is(err, pulsar.ErrProducerFenced):
+		return fmt.Errorf("%w: %w", ingress.ErrTakenOver, err)
 	case errors.As(err, &se) && !se.Retryable(), errors.Is(err, pulsar.ErrInvalidTopic), errors.Is(err, pulsar.ErrInvalidOptions),
 		errors.Is(err, pulsar.ErrHandshake):
 		return fmt.Errorf("%w: %w", ingress.ErrRefused, err)
@@ -653,9 +704,24 @@ func (ps *Pool) ClaimStream(producer string) (func(), error) {
 		ps.mu.Lock()
 		if ps.claims[producer] == c {
 			delete(ps.claims, producer)
+			ps.retireNamedLocked(producer)
 		}
 		ps.mu.Unlock()
 	}), nil
+}
+
+// retireNamedLocked closes the producers of a named stream whose request ended, instead
+// of keeping them for IdleTimeout: the broker holds a producer name for the connection
+// that registered it, so another bridge process taking the stream over would be refused
+// (ProducerBusy) for as long as they stay open. The next request of the stream, here
+// or there, registers them again.
+func (ps *Pool) retireNamedLocked(producer string) {
+	for _, e := range ps.m {
+		if e.name == producer && e.p != nil {
+			ps.o.hook("released", e.topic)
+			ps.retireLocked(e)
+		}
+	}
 }
 
 // claimErrLocked says why a named stream's record may not be published on topic: the

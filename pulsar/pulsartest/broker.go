@@ -82,6 +82,9 @@ type Broker struct {
 	refuse         map[pb.BaseCommand_Type][]pb.ServerError // answer these with ERROR instead
 	uniqueNames    bool                                     // a producer name registered on a topic is busy until closed
 	control        Control                                  // SetControl's hook, or nil
+	exclusive      map[string]holder                        // topic -> its exclusive producer (access modes)
+	topicEpochs    map[string]uint64                        // topic -> its epoch, raised by every exclusive takeover
+	fenced         int                                      // producers closed by an ExclusiveWithFencing takeover
 	lostProducerOK int                                      // register the next PRODUCERs but never answer them
 	slowBytes      int                                      // SlowReading: at most this many bytes per read...
 	slowEvery      time.Duration                            // ...and a pause before each read
@@ -105,7 +108,7 @@ func NewBroker(opts ...Option) (*Broker, error) {
 	}
 	b := &Broker{ln: ln, conns: map[*serverConn]struct{}{}, partitions: map[string]int{}, highest: map[string]uint64{},
 		frames: map[pb.BaseCommand_Type]int{}, maxMessageSize: frame.DefaultMaxMessageSize, entry: 0,
-		redirects: map[string]redirect{}, outgoing: map[string][]Outgoing{}}
+		redirects: map[string]redirect{}, outgoing: map[string][]Outgoing{}, exclusive: map[string]holder{}, topicEpochs: map[string]uint64{}}
 	for _, o := range opts {
 		o(b)
 	}
@@ -676,10 +679,15 @@ func (c *serverConn) handle(f *frame.Frame) {
 			b.producerSeq++
 			name = fmt.Sprintf("pulsartest-%d", b.producerSeq)
 		}
-		if b.uniqueNames && b.nameBusyLocked(r.GetTopic(), name) {
+		topicEpoch, code, msg, fence := b.accessLocked(c, r, name)
+		if code == nil && b.uniqueNames && b.nameBusyLocked(r.GetTopic(), name) {
+			code, msg = pb.ServerError_ProducerBusy.Enum(), "Producer with name '"+name+"' is already connected to topic"
+		}
+		if code != nil {
 			b.mu.Unlock()
+			fence()
 			c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{RequestId: proto.Uint64(r.GetRequestId()),
-				Error: pb.ServerError_ProducerBusy.Enum(), Message: proto.String("Producer with name '" + name + "' is already connected to topic")}})
+				Error: code, Message: proto.String(msg)}})
 			return
 		}
 		version, refusal := b.checkSchemaLocked(r.GetTopic(), r.GetSchema())
@@ -698,11 +706,13 @@ func (c *serverConn) handle(f *frame.Frame) {
 		if b.lostProducerOK > 0 {
 			b.lostProducerOK--
 			b.mu.Unlock()
+			fence()
 			return
 		}
 		b.mu.Unlock()
+		fence()
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
-			RequestId: proto.Uint64(r.GetRequestId()), ProducerName: proto.String(name), LastSequenceId: proto.Int64(last), SchemaVersion: version}})
+			RequestId: proto.Uint64(r.GetRequestId()), ProducerName: proto.String(name), LastSequenceId: proto.Int64(last), SchemaVersion: version, TopicEpoch: topicEpoch}})
 	case pb.BaseCommand_GET_SCHEMA:
 		r := cmd.GetGetSchema()
 		b.mu.Lock()
@@ -798,6 +808,99 @@ func (c *serverConn) send(f *frame.Frame) {
 	}
 	b.mu.Unlock()
 }
+
+// holder is a topic's exclusive producer.
+type holder struct {
+	c  *serverConn
+	id uint64
+}
+
+// exclusiveLocked is topic's exclusive producer, if it is still registered.
+func (b *Broker) exclusiveLocked(topic string) (holder, bool) {
+	h, ok := b.exclusive[topic]
+	if !ok {
+		return h, false
+	}
+	if _, open := b.conns[h.c]; !open || h.c.producers[h.id] != topic {
+		delete(b.exclusive, topic)
+		return h, false
+	}
+	return h, true
+}
+
+// accessLocked applies r's access mode as the broker does: a shared producer is refused
+// (ProducerBusy) while the topic has an exclusive one; an Exclusive one (ProducerFenced)
+// while the topic has any producer; an ExclusiveWithFencing one closes every producer of
+// the topic (fence, to run once b.mu is released) and is fenced itself when the topic
+// epoch it brings is older than the topic's. An exclusive producer accepted becomes the
+// topic's holder, with the epoch it brings or the next one, which it is answered.
+func (b *Broker) accessLocked(c *serverConn, r *pb.CommandProducer, name string) (epoch *uint64, code *pb.ServerError, msg string, fence func()) {
+	topic := r.GetTopic()
+	fence = func() {}
+	_, held := b.exclusiveLocked(topic)
+	mode := r.GetProducerAccessMode()
+	switch mode {
+	case pb.ProducerAccessMode_Shared:
+		if held {
+			return nil, pb.ServerError_ProducerBusy.Enum(), "Topic has an existing exclusive producer", fence
+		}
+		return nil, nil, "", fence
+	case pb.ProducerAccessMode_Exclusive:
+		if held || b.producersOnLocked(topic) > 0 {
+			return nil, pb.ServerError_ProducerFenced.Enum(), "Topic has an existing producer", fence
+		}
+	case pb.ProducerAccessMode_ExclusiveWithFencing:
+		var closes []func()
+		for oc := range b.conns {
+			for id, t := range oc.producers {
+				if t != topic {
+					continue
+				}
+				delete(oc.producers, id)
+				delete(oc.names, id)
+				b.fenced++
+				closes = append(closes, func() {
+					oc.write(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(), CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(id), RequestId: proto.Uint64(0)}})
+				})
+			}
+		}
+		delete(b.exclusive, topic)
+		fence = func() {
+			for _, f := range closes {
+				f()
+			}
+		}
+	default:
+		return nil, pb.ServerError_NotAllowedError.Enum(), "pulsartest: access mode " + mode.String() + " is not supported", fence
+	}
+	cur, known := b.topicEpochs[topic]
+	if r.TopicEpoch != nil && known && r.GetTopicEpoch() < cur {
+		return nil, pb.ServerError_ProducerFenced.Enum(), fmt.Sprintf("Topic epoch has already moved. Current epoch: %d, Producer epoch: %d", cur, r.GetTopicEpoch()), fence
+	}
+	next := cur + 1
+	if r.TopicEpoch != nil {
+		next = r.GetTopicEpoch()
+	}
+	b.topicEpochs[topic] = next
+	b.exclusive[topic] = holder{c: c, id: r.GetProducerId()}
+	return proto.Uint64(next), nil, "", fence
+}
+
+// producersOnLocked counts the producers registered on topic.
+func (b *Broker) producersOnLocked(topic string) int {
+	n := 0
+	for c := range b.conns {
+		for _, t := range c.producers {
+			if t == topic {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// FencedProducers is how many producers ExclusiveWithFencing takeovers closed.
+func (b *Broker) FencedProducers() int { b.mu.Lock(); defer b.mu.Unlock(); return b.fenced }
 
 // nameBusyLocked reports whether a producer named name is registered on topic on a
 // connection that is still open.
