@@ -108,9 +108,11 @@ func TestReadmeQuickStartWorksAsWritten(t *testing.T) {
 	// The README's commands as one script; it waits for the bridge it started in the
 	// background, so ending its process group ends the bridge too.
 	const done = "--- quick start done ---"
-	var stdout, stderr syncBuffer
+	// Files, not pipes: the bridge in the background inherits them, and the shell's exit
+	// must be seen without waiting for the bridge to close a pipe.
+	stdout, stderr := outFile(t, dir, "stdout"), outFile(t, dir, "stderr")
 	sh := exec.Command("bash", "-c", "set -e -o pipefail\n"+rewrite.Replace(run)+"\necho '"+done+"'\nwait\n")
-	sh.Dir, sh.Stdout, sh.Stderr = dir, &stdout, &stderr
+	sh.Dir, sh.Stdout, sh.Stderr = dir, stdout.f, stderr.f
 	sh.SysProcAttr = diesWithParent()
 	if sh.SysProcAttr == nil {
 		sh.SysProcAttr = &syscall.SysProcAttr{}
@@ -119,8 +121,9 @@ func TestReadmeQuickStartWorksAsWritten(t *testing.T) {
 	if err := sh.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- sh.Wait() }()
+	exited := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = sh.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = syscall.Kill(-sh.Process.Pid, syscall.SIGTERM)
 		select {
@@ -135,8 +138,8 @@ func TestReadmeQuickStartWorksAsWritten(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(stdout.String(), done) {
 		select {
-		case err := <-exited:
-			t.Fatalf("the quick start's commands ended (%v) before the POST was answered:\n%s", err, stdout.String())
+		case <-exited:
+			t.Fatalf("the quick start's commands ended (%v) before the POST was answered:\n%s", exitErr, stdout.String())
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -203,6 +206,28 @@ func TestReadmeQuickStartWorksAsWritten(t *testing.T) {
 	if g, _ := json.Marshal(gotRec); !bytes.Equal(g, wantRec) {
 		t.Errorf("the GET's first record is %s, the README shows %s", rec, wantRec)
 	}
+}
+
+// outFile is a file a command writes to and the test reads as it grows.
+type outFileT struct {
+	f    *os.File
+	path string
+}
+
+func outFile(t *testing.T, dir, name string) *outFileT {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &outFileT{f: f, path: path}
+}
+
+func (o *outFileT) String() string {
+	b, _ := os.ReadFile(o.path)
+	return string(b)
 }
 
 // decodeJSONRecords decodes RecordIO text of JSON records, checking its length prefixes.
