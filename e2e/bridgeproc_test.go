@@ -97,6 +97,15 @@ func startBridge(t testing.TB, cfg string) *bridgeProc {
 // startBridgeEnv is startBridge with extra environment variables (KEY=VALUE).
 func startBridgeEnv(t testing.TB, cfg string, env []string) *bridgeProc {
 	t.Helper()
+	p := launchBridge(t, cfg, env)
+	p.waitReady()
+	return p
+}
+
+// launchBridge runs the binary as startBridgeEnv does, without waiting for /readyz (a
+// bridge whose broker cannot be reached never becomes ready).
+func launchBridge(t testing.TB, cfg string, env []string) *bridgeProc {
+	t.Helper()
 	bin := bridgeBin(t)
 	ports, err := broker.FreePorts(2)
 	if err != nil {
@@ -145,13 +154,21 @@ func startBridgeEnv(t testing.TB, cfg string, env []string) *bridgeProc {
 			t.Logf("bridge logs:\n%s", tail(p.logs.String(), 60))
 		}
 	})
+	return p
+}
+
+// waitReady waits until /readyz answers 200, failing the test if the bridge exits or is
+// not ready within 30 s.
+func (p *bridgeProc) waitReady() {
+	t := p.t
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(p.OpsURL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return p
+				return
 			}
 		}
 		select {

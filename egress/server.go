@@ -414,7 +414,7 @@ func (s *Server) lookup(c echo.Context, def *mapping.Stream) error {
 		RedeliveryCount uint32 `json:"redeliveryCount"`
 	}
 	out := make([]record, 0, len(parts))
-	var unknown []string
+	unknown := []string{} // an array also when every position is known, as the contract says
 	sm.mu.Lock()
 	for _, p := range parts {
 		pos, err := strconv.ParseInt(p, 10, 64)
