@@ -416,7 +416,8 @@ streams:
 			t.Errorf("lookup: %s", x.body)
 		}
 		expect(c.recorded(t, send("GET", ack, js(), nil, false)), 400)
-		expect(c.recorded(t, send("GET", ack+"?positions=0", js("Stream-Id", "0123"), nil, true)), 404)
+		// A Stream-Id no stream of this process has open: another process may serve it (409).
+		expect(c.recorded(t, send("GET", ack+"?positions=0", js("Stream-Id", "0123"), nil, true)), 409)
 		// ids and positions mixed; one unknown: the others are acknowledged.
 		x = c.recorded(t, send("POST", ack, js(), []byte(`["1:2:3:4", 0]`), true))
 		expect(x, 400)
@@ -432,8 +433,8 @@ streams:
 			t.Errorf("through: %s", x.body)
 		}
 		expect(c.recorded(t, send("POST", ack, map[string]string{"Content-Type": "application/json"}, []byte(`[0]`), false)), 400)
-		expect(c.recorded(t, send("POST", ack, js("Stream-Id", "0123"), []byte(`[0]`), true)), 404)
-		expect(c.recorded(t, send("POST", nack, js("Stream-Id", "0123"), []byte(`[0]`), true)), 404)
+		expect(c.recorded(t, send("POST", ack, js("Stream-Id", "0123"), []byte(`[0]`), true)), 409)
+		expect(c.recorded(t, send("POST", nack, js("Stream-Id", "0123"), []byte(`[0]`), true)), 409)
 		many := []byte("[0" + strings.Repeat(",0", 10000) + "]")
 		expect(c.recorded(t, send("POST", ack, js(), many, false)), 413)
 		expect(c.recorded(t, send("POST", nack, js(), many, false)), 413)
@@ -457,6 +458,12 @@ streams:
 		first := openGet(t, streams+"x", nil, 1)
 		c.check(t, first.exchange, func(int, int, []byte) string { return "" })
 		expect(c.recorded(t, send("GET", streams+"x", nil, nil, true)), 409)
+		// 404: the Stream-Id of another stream open here, on s's paths.
+		other := first.resp.Header.Get("Stream-Id")
+		sj := map[string]string{"Content-Type": "application/json", "Stream-Id": other}
+		expect(c.recorded(t, send("GET", streams+"s/ack?positions=0", sj, nil, true)), 404)
+		expect(c.recorded(t, send("POST", streams+"s/ack", sj, []byte(`[0]`), true)), 404)
+		expect(c.recorded(t, send("POST", streams+"s/nack", sj, []byte(`[0]`), true)), 404)
 		first.close()
 	})
 
