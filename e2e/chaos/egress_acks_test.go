@@ -90,7 +90,10 @@ func (e *ackingEgress) once(ctx context.Context) {
 				MessageID string `json:"messageId"`
 				Payload   record `json:"payload"`
 			}
-			if json.Unmarshal(rec, &env) != nil || env.Payload.ID == "" || env.MessageID == "" {
+			if json.Unmarshal(rec, &env) == nil && env.MessageID == "" {
+				continue // a heartbeat
+			}
+			if json.Unmarshal(rec, &env) != nil || env.Payload.ID == "" {
 				e.fail(e.errs, fmt.Sprintf("record %.100q", rec))
 				continue
 			}

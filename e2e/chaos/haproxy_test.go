@@ -58,6 +58,9 @@ defaults
     timeout http-request 30s
     timeout tunnel 10m
     option http-no-delay
+    # A client that went away takes its server connection with it (an egress stream's
+    # heartbeats find it otherwise, at their next write).
+    option abortonclose
     # A replica that refuses the connection (killed, not yet marked down) is left for another.
     retries 2
     option redispatch 1
