@@ -89,7 +89,7 @@ SOAK_DURATION ?= 1h
 soak: build
 	@mkdir -p bin/soak
 	cd e2e && BRIDGE_BIN=$(CURDIR)/$(BIN) SOAK_DURATION=$(SOAK_DURATION) SOAK_OUT=$(CURDIR)/bin/soak $(GO) test -count=1 -p 1 -timeout 0 -v -run '^TestSoak$$' ./chaos; \
-	status=$$?; if [ -s bin/soak/soak.csv ]; then gnuplot -e "dir='$(CURDIR)/bin/soak'" e2e/chaos/soak.gp && echo "plot: bin/soak/soak.png"; fi; exit $$status
+	status=$$?; if [ -s $(CURDIR)/bin/soak/soak.csv ]; then gnuplot -e "dir='$(CURDIR)/bin/soak'" $(CURDIR)/e2e/chaos/soak.gp && echo "plot: bin/soak/soak.png"; fi; exit $$status
 
 ## interop: the conformance matrix with Pulsar's reference Java client (e2e/interop_test.go, the Java
 ## peer e2e/javapeer, compiled against the fetched distribution): both directions, every compression,

@@ -14,9 +14,9 @@ set y2range [0:1]
 unset y2tics
 set ylabel "resident memory (MiB)"
 set yrange [0:*]
-plot for [r in "r1 r2 r3"] data using 1:(strcol(2) eq r ? $4 : NaN) with linespoints pt 7 ps 0.3 title r, \
+plot for [r in "r1 r2 r3"] data using 1:(strcol(2) eq r ? $4 : NaN) with points pt 7 ps 0.5 title r, \
      faults using 1:(1) axes x1y2 with impulses lc rgb "gray" title "faults"
 set ylabel "goroutines"
-plot for [r in "r1 r2 r3"] data using 1:(strcol(2) eq r ? $5 : NaN) with linespoints pt 7 ps 0.3 title r, \
+plot for [r in "r1 r2 r3"] data using 1:(strcol(2) eq r ? $5 : NaN) with points pt 7 ps 0.5 title r, \
      faults using 1:(1) axes x1y2 with impulses lc rgb "gray" title "faults"
 unset multiplot
