@@ -136,11 +136,15 @@ func (e *ackingEgress) ack(ctx context.Context, sid string, cookie *http.Cookie,
 	if len(ds) == 0 {
 		return nil
 	}
-	ids := make([]string, len(ds))
+	// A message delivered again on the same stream (its ack timed out) has the same id:
+	// acknowledged once, the second copy in the same body would be reported unknown.
+	var ids []string
 	byMID := map[string]string{}
-	for i, d := range ds {
-		ids[i] = d.mid
-		byMID[d.mid] = d.id
+	for _, d := range ds {
+		if _, dup := byMID[d.mid]; !dup {
+			ids = append(ids, d.mid)
+			byMID[d.mid] = d.id
+		}
 	}
 	body, _ := json.Marshal(ids)
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
