@@ -228,6 +228,7 @@ func (m *mixed) stopLoad() {
 type verdict struct {
 	receipted, present, lost, duplicated int
 	dupAnswers                           int // receipts that said duplicate (resends the broker dropped)
+	failed                               int // failed receipts and stalled requests (each followed by a resend)
 	order                                int // records out of order in their key (within a partition)
 	interleaved                          int // keys whose records interleave across partitions
 	unreceipted                          int
@@ -280,6 +281,10 @@ func (m *mixed) finish(t *testing.T) verdict {
 	}
 	e := &env{ins: m.ins}
 	v.failures = e.failures()
+	for _, ic := range m.ins {
+		_, f := ic.counts()
+		v.failed += f
+	}
 	receipted := map[string]bool{}
 	for _, ic := range m.ins {
 		ic.mu.Lock()
@@ -457,8 +462,8 @@ func (m *mixed) backlog(t *testing.T) int64 {
 func (v verdict) row(fault string, ld replicaLoad, inFlight int) row {
 	r := row{Fault: fault, Load: ld.String(), Receipted: v.receipted, Present: v.present, Lost: v.lost,
 		Duplicated: v.duplicated, InFlight: inFlight, EgressMissing: v.egressUnacked,
-		Disturbance: fmt.Sprintf("%d resends answered duplicate; %d egress deliveries of %d records; Java client read %d, Go client %d",
-			v.dupAnswers, v.deliveries, v.present, v.javaCount, v.goCount),
+		Disturbance: fmt.Sprintf("%d failed receipts, %d resends answered duplicate; %d egress deliveries of %d records; Java client read %d, Go client %d",
+			v.failed, v.dupAnswers, v.deliveries, v.present, v.javaCount, v.goCount),
 		Recovered: "-", Memory: "-", Result: "ok"}
 	if p := v.problems(); len(p) > 0 {
 		r.Result = "FAIL: " + strings.Join(p, "; ")
@@ -509,6 +514,7 @@ func TestReplicasBehindHAProxy(t *testing.T) {
 	r := v.row(fault, ld, inFlight)
 	added = true
 	addRow(r)
+	t.Logf("failed receipts:\n%s", v.failures)
 	t.Logf("lost %d, duplicated %d, receipted %d, duplicate answers %d, egress deliveries %d, Java %d / Go %d", v.lost, v.duplicated, v.receipted, v.dupAnswers, v.deliveries, v.javaCount, v.goCount)
 	if p := v.problems(); len(p) > 0 {
 		t.Errorf("%s\ningress failures:\n%s\negress acknowledgement failures:\n%s", strings.Join(p, "; "), v.failures, v.ackFails)
