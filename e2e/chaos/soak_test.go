@@ -224,7 +224,7 @@ func TestSoak(t *testing.T) {
 			j := judgeSoak(ss, start, warm)
 			name := fmt.Sprintf("r%d #%d (%.0f–%.0f min)", i+1, inc, ss[0].at.Sub(begin).Minutes(), ss[len(ss)-1].at.Sub(begin).Minutes())
 			if !j.judged {
-				fmt.Fprintf(&tbl, "| %s | %d | | | | | | | not judged (lived less than warm-up + 2 min) |\n", name, j.samples)
+				fmt.Fprintf(&tbl, "| %s | %d | | | | | | | not judged (lived less than warm-up + 4 min) |\n", name, j.samples)
 				continue
 			}
 			verdict := "yes"
