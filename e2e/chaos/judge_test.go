@@ -74,3 +74,60 @@ func TestInFlightAtAFaultCountsTheUnreceipted(t *testing.T) {
 		t.Errorf("in flight after a window closed twice: %d, want 15", e.inFlight)
 	}
 }
+
+// soakSamples makes one process's samples every 10 s for d from start, RSS and goroutines
+// given by f at each moment.
+func soakSamples(start time.Time, d time.Duration, f func(at time.Duration) (int64, int)) []soakSample {
+	var ss []soakSample
+	for at := time.Duration(0); at < d; at += sampleEvery {
+		rss, g := f(at)
+		ss = append(ss, soakSample{at: start.Add(at), replica: 0, incarnation: 1, rss: rss << 20, goroutines: g})
+	}
+	return ss
+}
+
+// TestASoakIsJudgedOnItsLevelAfterWarmUp: the soak's judgement of a replica, on made-up
+// samples. Growth during warm-up, a single spike (one sample, a fault) and noise within
+// ±10 % pass; a steady climb to 20 % above the level after warm-up, or goroutines that
+// double for good, fail; a process too short-lived to have a level is not judged.
+func TestASoakIsJudgedOnItsLevelAfterWarmUp(t *testing.T) {
+	start := time.Unix(1000, 0)
+	warm := 2 * time.Minute
+	steady := func(at time.Duration) (int64, int) {
+		if at < warm {
+			return 20 + int64(at/time.Second)/6, 50 + int(at/time.Second)/3 // climbing to the level
+		}
+		rss, g := int64(40), 90
+		if at == 10*time.Minute { // one sample at a fault
+			rss, g = 80, 300
+		}
+		if (at/sampleEvery)%2 == 0 {
+			rss, g = rss+2, g+5 // noise, within 10 %
+		}
+		return rss, g
+	}
+	if j := judgeSoak(soakSamples(start, 30*time.Minute, steady), start, warm); !j.judged || !j.ok {
+		t.Errorf("a steady process fails: %+v", j)
+	}
+	climb := func(at time.Duration) (int64, int) {
+		if at < warm {
+			return 40, 90
+		}
+		return 40 + int64(8*(at-warm)/(28*time.Minute)), 90 // +20 % by the end
+	}
+	if j := judgeSoak(soakSamples(start, 30*time.Minute, climb), start, warm); !j.judged || j.ok || j.rssDev < 0.15 {
+		t.Errorf("a process whose RSS climbs 20 %% passes: %+v", j)
+	}
+	leak := func(at time.Duration) (int64, int) {
+		if at < 10*time.Minute {
+			return 40, 90
+		}
+		return 40, 180
+	}
+	if j := judgeSoak(soakSamples(start, 30*time.Minute, leak), start, warm); !j.judged || j.ok || j.gDev < 0.9 {
+		t.Errorf("a process whose goroutines double passes: %+v", j)
+	}
+	if j := judgeSoak(soakSamples(start, 3*time.Minute, steady), start, warm); j.judged {
+		t.Errorf("a process that lived 3 minutes with a 2-minute warm-up is judged: %+v", j)
+	}
+}

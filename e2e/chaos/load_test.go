@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,7 @@ type receiptMsg struct {
 	MessageID string `json:"messageId"`
 	Error     string `json:"error"`
 	Summary   bool   `json:"summary"`
+	Duplicate bool   `json:"duplicate"`
 }
 
 // stallTimeout is how long a client waits for any answer while records are pending.
@@ -42,14 +44,23 @@ type ingressClient struct {
 	url, topic, key string
 	pace            time.Duration // between new records
 	window          int           // records in flight per request
+	// stream, when set, is the Stream-Name of every request (an exactly-once named stream):
+	// each request's Stream-Sequence is its first record's number, and after a failure the
+	// client resends every record from its first unreceipted one on, receipted or not, so
+	// the numbers of a request stay consecutive.
+	stream string
+	// perRequest, when > 0, ends a request's body after that many records (once they are
+	// answered) and makes the next one, so a load balancer spreads the streams again.
+	perRequest int
 
-	mu        sync.Mutex
-	next      int
-	queue     []record          // to (re)send, in order
-	receipted map[string]string // record id -> the message id of its receipt
-	failures  map[string]int    // per-record failure texts (status: error), counted
-	requests  int
-	lastOK    atomic.Int64 // unix nanos of the last receipt
+	mu         sync.Mutex
+	next       int
+	queue      []record          // to (re)send, in order
+	receipted  map[string]string // record id -> the message id of its receipt
+	dupAnswers int               // 200 receipts with "duplicate": true (named streams)
+	failures   map[string]int    // per-record failure texts (status: error), counted
+	requests   int
+	lastOK     atomic.Int64 // unix nanos of the last receipt
 	// peak is the most records sent and not yet receipted at once since the last
 	// peakSince (records resent after a failure stay unreceipted until their receipt).
 	peak int
@@ -114,6 +125,14 @@ func (c *ingressClient) oneRequest(ctx context.Context, stop <-chan struct{}) bo
 	req.Header.Set("X-Topic", c.topic)
 	c.mu.Lock()
 	c.requests++
+	if c.stream != "" {
+		first := c.next
+		if len(c.queue) > 0 {
+			first = c.queue[0].N
+		}
+		req.Header.Set("Stream-Name", c.stream)
+		req.Header.Set("Stream-Sequence", strconv.Itoa(first))
+	}
 	c.mu.Unlock()
 
 	receipts := make(chan receiptMsg, 256)
@@ -188,8 +207,12 @@ func (c *ingressClient) oneRequest(ctx context.Context, stop <-chan struct{}) bo
 		// Whatever was not receipted goes back to the front of the queue, in order.
 		c.mu.Lock()
 		var back []record
-		for _, r := range sent {
+		for i, r := range sent {
 			if _, ok := c.receipted[r.ID]; !ok {
+				if c.stream != "" { // from the first unreceipted one on, consecutively
+					back = append(back, sent[i:]...)
+					break
+				}
 				back = append(back, r)
 			}
 		}
@@ -228,7 +251,12 @@ func (c *ingressClient) oneRequest(ctx context.Context, stop <-chan struct{}) bo
 			c.mu.Lock()
 			if r.Status == http.StatusOK {
 				now := time.Now().UnixNano()
-				c.receipted[rec.ID] = r.MessageID
+				if r.Duplicate {
+					c.dupAnswers++
+				}
+				if _, again := c.receipted[rec.ID]; !again {
+					c.receipted[rec.ID] = r.MessageID // "" for a duplicate whose first receipt was lost
+				}
 				c.receipts = append(c.receipts, receiptTimes{sent: sentAt[r.Seq], got: now})
 				c.lastOK.Store(now)
 				anyOK = true
@@ -243,7 +271,13 @@ func (c *ingressClient) oneRequest(ctx context.Context, stop <-chan struct{}) bo
 		case <-tickC:
 			c.mu.Lock()
 			var rec record
-			if len(c.queue) > 0 {
+			if c.perRequest > 0 && len(sent) >= c.perRequest {
+				c.mu.Unlock()
+				if settled == len(sent) {
+					finish() // this request's share is answered: end it, the next one is balanced again
+				}
+				continue
+			} else if len(c.queue) > 0 {
 				rec, c.queue = c.queue[0], c.queue[1:]
 			} else if !isClosed(stop) {
 				rec = record{ID: fmt.Sprintf("%s-%06d", c.key, c.next), K: c.key, N: c.next}

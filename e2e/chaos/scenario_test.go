@@ -106,6 +106,10 @@ routes:
     default:
       topic: "persistent://chaos/allowed/{header:X-Topic}"
       key: "{json:k}"
+  - name: keyless
+    namespaces: [chaos/allowed]
+    default:
+      topic: "persistent://chaos/allowed/{header:X-Topic}"
   - name: forbidden
     namespaces: [chaos/forbidden]
     default:
@@ -617,33 +621,8 @@ func readAll(t testing.TB, c *cluster, topics []string) (map[string]int, int) {
 	counts := map[string]int{}
 	outOfOrder := 0
 	for _, topic := range topics {
-		var rd official.Reader
-		var err error
-		// Ownership may be moving (the scenario's unloads, or a broker that was just
-		// restarted): the official client does not redo the lookup, so the oracle retries.
-		for range 30 {
-			rd, err = cl.CreateReader(official.ReaderOptions{Topic: topic, StartMessageID: official.EarliestMessageID()})
-			if err == nil || !strings.Contains(err.Error(), "redo the lookup") {
-				break
-			}
-			time.Sleep(time.Second)
-		}
-		if err != nil {
-			t.Fatalf("oracle reader on %s: %v", topic, err)
-		}
 		last := map[string]int{}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		for rd.HasNext() {
-			m, err := rd.Next(ctx)
-			if err != nil {
-				cancel()
-				rd.Close()
-				t.Fatalf("oracle read on %s: %v", topic, err)
-			}
-			var r record
-			if err := json.Unmarshal(m.Payload(), &r); err != nil {
-				t.Fatalf("oracle: a message that is not a record on %s: %q", topic, m.Payload())
-			}
+		readEach(t, cl, topic, func(r record) {
 			counts[r.ID]++
 			if counts[r.ID] == 1 {
 				if n, ok := last[r.K]; ok && r.N < n {
@@ -651,11 +630,43 @@ func readAll(t testing.TB, c *cluster, topics []string) (map[string]int, int) {
 				}
 				last[r.K] = max(last[r.K], r.N)
 			}
-		}
-		cancel()
-		rd.Close()
+		})
 	}
 	return counts, outOfOrder
+}
+
+// readEach reads every record of one non-partitioned topic (or one partition) from the
+// beginning with the official client cl, in order.
+func readEach(t testing.TB, cl official.Client, topic string, fn func(record)) {
+	t.Helper()
+	var rd official.Reader
+	var err error
+	// Ownership may be moving (the scenario's unloads, or a broker that was just
+	// restarted): the official client does not redo the lookup, so the oracle retries.
+	for range 30 {
+		rd, err = cl.CreateReader(official.ReaderOptions{Topic: topic, StartMessageID: official.EarliestMessageID()})
+		if err == nil || !strings.Contains(err.Error(), "redo the lookup") {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		t.Fatalf("oracle reader on %s: %v", topic, err)
+	}
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for rd.HasNext() {
+		m, err := rd.Next(ctx)
+		if err != nil {
+			t.Fatalf("oracle read on %s: %v", topic, err)
+		}
+		var r record
+		if err := json.Unmarshal(m.Payload(), &r); err != nil {
+			t.Fatalf("oracle: a message that is not a record on %s: %q", topic, m.Payload())
+		}
+		fn(r)
+	}
 }
 
 // quietLogger keeps the official client's warnings and errors only.

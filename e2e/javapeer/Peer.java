@@ -19,6 +19,8 @@ import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import org.apache.pulsar.client.api.AuthenticationFactory;
+import org.apache.pulsar.client.api.ClientBuilder;
 import org.apache.pulsar.client.api.CompressionType;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.ConsumerBuilder;
@@ -82,6 +84,8 @@ public class Peer {
         public String privateKey;            // PEM file: DefaultCryptoKeyReader
         public String cryptoFailure;         // FAIL DISCARD CONSUME
         public int ackTimeoutMs;             // > 0: ackTimeout
+        public String token;                 // authentication token (AuthenticationToken), none when null
+        public boolean payloads;             // consume: each line carries the payload as UTF-8 text
     }
 
     /** Item is the JSON-schema record a producer with schema JSON sends. */
@@ -99,7 +103,11 @@ public class Peer {
         out = new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), true, StandardCharsets.UTF_8);
         System.setOut(System.err); // the libraries' console output goes to stderr
         Spec s = json.readValue(System.in, Spec.class);
-        PulsarClient c = PulsarClient.builder().serviceUrl(s.url).build();
+        ClientBuilder cb = PulsarClient.builder().serviceUrl(s.url);
+        if (s.token != null) {
+            cb.authentication(AuthenticationFactory.token(s.token));
+        }
+        PulsarClient c = cb.build();
         switch (s.op) {
             case "produce" -> produce(c, s);
             case "consume" -> consume(c, s);
@@ -301,6 +309,9 @@ public class Peer {
                 line.put("redeliveryCount", m.getRedeliveryCount());
                 line.put("sha256", sha(data));
                 line.put("size", data.length);
+                if (s.payloads) {
+                    line.put("payload", new String(data, StandardCharsets.UTF_8));
+                }
                 String action = "none";
                 String h = line.get("sha256").asText();
                 if (s.nackSha256 != null) {

@@ -67,6 +67,8 @@ type Spec struct {
 	PrivateKey         string   `json:"privateKey,omitempty"`
 	CryptoFailure      string   `json:"cryptoFailure,omitempty"` // FAIL DISCARD CONSUME
 	AckTimeoutMs       int      `json:"ackTimeoutMs,omitempty"`
+	Token              string   `json:"token,omitempty"`    // authentication token; none when empty
+	Payloads           bool     `json:"payloads,omitempty"` // consume: report each payload (Message.Payload)
 }
 
 // MarshalJSON writes Batching as the peer's "batching" (default on, hence the negation).
@@ -101,8 +103,9 @@ type Message struct {
 	RedeliveryCount int               `json:"redeliveryCount"`
 	SHA256          string            `json:"sha256"`
 	Size            int               `json:"size"`
-	Action          string            `json:"action"` // consume: ack, nack or none
-	Error           string            `json:"error"`  // produce: the send failed
+	Action          string            `json:"action"`  // consume: ack, nack or none
+	Error           string            `json:"error"`   // produce: the send failed
+	Payload         string            `json:"payload"` // consume with Spec.Payloads: the payload as UTF-8
 }
 
 // Summary is the peer's last line.
