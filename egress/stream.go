@@ -320,209 +320,268 @@ func (st *stream) run() int64 {
 	return written
 }
 
-// loop delivers until the client goes, the server drains, or the topic ends.
+// loop delivers until the client goes, the server drains, or the topic ends. It returns
+// the records written and why it ended.
 func (st *stream) loop(ctx context.Context) (int64, string) {
-	var buf []byte
-	var flushed []*Delivery // ack=auto: written, acknowledged once flushed
-	var pendingN, pendingBytes int64
-	var newest time.Time // publish time of the newest record since the last flush
-	var written int64
-	// hbDue is when a heartbeat is due if nothing else is written first.
-	heartbeats := st.def.HeartbeatInterval > 0
-	var hbDue time.Time
-	if heartbeats {
-		hbDue = time.Now().Add(st.def.HeartbeatInterval)
-	}
-	sendBuf := func(flush bool) error {
-		if len(buf) > 0 {
-			_ = st.rc.SetWriteDeadline(time.Now().Add(st.limits.WriteTimeout))
-			if _, err := st.c.Response().Write(buf); err != nil {
-				return err
-			}
-			buf = buf[:0]
-		}
-		if flush {
-			if err := st.flush(); err != nil {
-				return err
-			}
-			st.direct = 0
-			if pendingN > 0 {
-				st.srv.obs.RecordsWritten(st.def.Name, pendingN, pendingBytes, time.Since(newest))
-				pendingN, pendingBytes = 0, 0
-			}
-			if st.opts.ack == "auto" {
-				for _, d := range flushed {
-					_ = st.sub.Ack(d)
-				}
-				if len(flushed) > 0 {
-					st.srv.obs.Acked(st.def.Name, int64(len(flushed)), 0)
-				}
-				flushed = flushed[:0]
-			}
-			if heartbeats {
-				hbDue = time.Now().Add(st.def.HeartbeatInterval)
-			}
-		}
-		return nil
+	w := &loopWriter{st: st, heartbeats: st.def.HeartbeatInterval > 0}
+	if w.heartbeats {
+		w.hbDue = time.Now().Add(st.def.HeartbeatInterval)
 	}
 	for {
 		if ctx.Err() != nil {
 			// Drained (or the client went): a busy stream, whose consumer always has a
 			// message at hand, would otherwise never look. What is written goes out
 			// and is acknowledged; the consumer's queue is redelivered after Close.
-			if err := sendBuf(true); err != nil {
-				return written, "write: " + err.Error()
+			if err := w.send(true); err != nil {
+				return w.written, "write: " + err.Error()
 			}
-			return written, context.Cause(ctx).Error()
+			return w.written, context.Cause(ctx).Error()
 		}
 		if st.opts.ack == "client" && st.unackedCount() >= st.def.MaxUnacked {
 			// maxUnacked reached: send what is written, then wait for acks (or their timeout).
-			if err := sendBuf(true); err != nil {
-				return written, "write: " + err.Error()
+			if err := w.send(true); err != nil {
+				return w.written, "write: " + err.Error()
 			}
 			if err := st.waitForAckRoom(ctx); err != nil {
-				return written, err.Error()
+				return w.written, err.Error()
 			}
 		}
-		d, ok := st.sub.TryReceive()
-		if !ok {
-			// Nothing at hand: what is written goes out now.
-			if err := sendBuf(true); err != nil {
-				return written, "write: " + err.Error()
-			}
-			var rerr error
-			for {
-				if !heartbeats {
-					d, rerr = st.sub.Receive(ctx)
-					break
-				}
-				// Wait for a message at most until the next heartbeat is due.
-				rctx, rcancel := context.WithTimeout(ctx, time.Until(hbDue))
-				d, rerr = st.sub.Receive(rctx)
-				rcancel()
-				if rerr == nil || ctx.Err() != nil || !errors.Is(rerr, context.DeadlineExceeded) {
-					break
-				}
-				buf = recordio.AppendRecord(buf, st.def.Heartbeat)
-				st.next++ // a heartbeat has a position too: positions count the records read
-				if err := sendBuf(true); err != nil {
-					return written, "write: " + err.Error()
-				}
-			}
-			if rerr != nil {
-				if errors.Is(rerr, ErrEndOfTopic) {
-					_ = sendBuf(true)
-					return written, "end of topic"
-				}
-				if ctx.Err() == nil {
-					// The consumer failed for good: what was written goes out, then the
-					// stream ends with the reason in its Stream-Error trailer.
-					_ = sendBuf(true)
-					st.failed(rerr)
-				}
-				return written, rerr.Error()
-			}
+		d, end := st.receive(ctx, w)
+		if end != "" {
+			return w.written, end
 		}
-		if st.conv != nil && d.Undecodable == nil {
-			if err := st.convert(ctx, d); err != nil {
-				if ctx.Err() != nil {
-					st.sub.Nack(d, 0)
-					return written, ctx.Err().Error()
-				}
-				if errors.Is(err, ErrUnavailable) || !st.def.DeadLetters() {
-					// Not converted, and nowhere to set it aside: what was written goes
-					// out, then the stream ends with the reason; the message is delivered
-					// again to the next stream.
-					st.sub.Nack(d, 0)
-					_ = sendBuf(true)
-					st.failed(err)
-					return written, err.Error()
-				}
-				d.Undecodable = err
-			}
+		deliver, end := st.screen(ctx, w, d)
+		if end != "" {
+			return w.written, end
 		}
-		if d.Undecodable != nil {
-			if !st.def.DeadLetters() {
-				// Not asked for (SubscribeOptions.DeliverUndecodable): the consumer's own way.
-				_ = st.sub.Ack(d)
-				continue
-			}
-			st.aside(d)
+		if !deliver {
 			continue
 		}
-		if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries) >= int64(m) {
-			// Delivered maxDeliveries times already (its clients went away without an
-			// answer, or a dead-lettering failed): it goes aside instead of out. An
-			// earlier delivery of it that this stream still holds goes too: it is
-			// superseded, and left to its ack timeout it would be dead-lettered again.
-			st.mu.Lock()
-			old := st.takeLocked(d.ID)
-			st.mu.Unlock()
-			if old != nil && old.d != d {
-				st.release(old.d)
-			}
-			st.aside(d)
-			continue
+		now, end := st.paced(ctx, w, d)
+		if end != "" {
+			return w.written, end
 		}
-		now := time.Now() // the delivery's: its pacing, its process span's start, its entry
-		if wait := st.pace.next(now, d.Len()); wait > 0 {
-			// Over maxRate or maxByteRate: what is written goes out, then the stream waits.
-			// It takes nothing from the consumer meanwhile, so no permits are granted and
-			// the backlog stays on the broker.
-			if err := sendBuf(true); err != nil {
-				st.sub.Nack(d, 0)
-				return written, "write: " + err.Error()
-			}
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				st.sub.Nack(d, 0) // not written: delivered again
-				return written, ctx.Err().Error()
-			}
-			if o, ok := st.srv.obs.(RateObserver); ok {
-				o.RateLimited(st.def.Name, wait)
-			}
-			now = time.Now()
-		}
-		if st.opts.ack == "client" {
-			st.mu.Lock()
-			delete(st.retrying, d.ID)
-			superseded := st.putLocked(&unackedEntry{d: d, at: now, pos: st.next})
-			st.mu.Unlock()
-			st.release(superseded)
-		} else {
-			flushed = append(flushed, d)
-		}
-		// The process span continues the context the message carries (or is a root of
-		// its own), sampled on its own, linked to the stream's segment.
-		size := d.Len()
-		var span telemetry.RecordSpan
-		st.srv.tr.StartProcess(&span, d.Properties, st.segments.Next(size), d.Topic, st.opts.subscription, size, now)
-		buf = st.appendRecord(buf, d)
-		st.next++
-		st.srv.tr.EndRecord(&span, d.ID, nil)
-		if st.writeErr != nil {
-			return written, "write: " + st.writeErr.Error()
-		}
-		if st.opts.ack == "client" {
-			// Written: the stream keeps only what acknowledging it needs.
-			d.Payload, d.Body = nil, nil
-		}
-		written++
-		pendingN++
-		pendingBytes += d.Len()
-		newest = d.PublishTime
-		if int64(len(buf))+st.direct >= flushBytes {
-			// A busy stream flushes (and acknowledges) every 64 KiB, so acks never wait
-			// for the consumer's queue to run dry, and what it holds between flushes is
-			// bounded in bytes: large records are written through, not buffered.
-			if err := sendBuf(true); err != nil {
-				return written, "write: " + err.Error()
-			}
+		if end := st.write(w, d, now); end != "" {
+			return w.written, end
 		}
 	}
+}
+
+// loopWriter is the delivery loop's output side: the records written since the last
+// flush, what a flush acknowledges (ack=auto) and reports, and the heartbeat's clock.
+type loopWriter struct {
+	st                   *stream
+	buf                  []byte
+	flushed              []*Delivery // ack=auto: written, acknowledged once flushed
+	pendingN, pendingLen int64
+	newest               time.Time // publish time of the newest record since the last flush
+	written              int64
+	heartbeats           bool
+	hbDue                time.Time // when a heartbeat is due if nothing else is written first
+}
+
+// send writes what is buffered; with flush, it flushes the connection, then reports
+// the records, acknowledges them (ack=auto) and restarts the heartbeat's clock.
+func (w *loopWriter) send(flush bool) error {
+	st := w.st
+	if len(w.buf) > 0 {
+		_ = st.rc.SetWriteDeadline(time.Now().Add(st.limits.WriteTimeout))
+		if _, err := st.c.Response().Write(w.buf); err != nil {
+			return err
+		}
+		w.buf = w.buf[:0]
+	}
+	if !flush {
+		return nil
+	}
+	if err := st.flush(); err != nil {
+		return err
+	}
+	st.direct = 0
+	if w.pendingN > 0 {
+		st.srv.obs.RecordsWritten(st.def.Name, w.pendingN, w.pendingLen, time.Since(w.newest))
+		w.pendingN, w.pendingLen = 0, 0
+	}
+	if st.opts.ack == "auto" {
+		for _, d := range w.flushed {
+			_ = st.sub.Ack(d)
+		}
+		if len(w.flushed) > 0 {
+			st.srv.obs.Acked(st.def.Name, int64(len(w.flushed)), 0)
+		}
+		w.flushed = w.flushed[:0]
+	}
+	if w.heartbeats {
+		w.hbDue = time.Now().Add(st.def.HeartbeatInterval)
+	}
+	return nil
+}
+
+// receive takes the next message: at once if the consumer has one at hand; otherwise
+// it sends what is written and waits, writing heartbeats when they fall due. A non-empty
+// end says why the stream ends instead.
+func (st *stream) receive(ctx context.Context, w *loopWriter) (*Delivery, string) {
+	if d, ok := st.sub.TryReceive(); ok {
+		return d, ""
+	}
+	// Nothing at hand: what is written goes out now.
+	if err := w.send(true); err != nil {
+		return nil, "write: " + err.Error()
+	}
+	var d *Delivery
+	var rerr error
+	for {
+		if !w.heartbeats {
+			d, rerr = st.sub.Receive(ctx)
+			break
+		}
+		// Wait for a message at most until the next heartbeat is due.
+		rctx, rcancel := context.WithTimeout(ctx, time.Until(w.hbDue))
+		d, rerr = st.sub.Receive(rctx)
+		rcancel()
+		if rerr == nil || ctx.Err() != nil || !errors.Is(rerr, context.DeadlineExceeded) {
+			break
+		}
+		w.buf = recordio.AppendRecord(w.buf, st.def.Heartbeat)
+		st.next++ // a heartbeat has a position too: positions count the records read
+		if err := w.send(true); err != nil {
+			return nil, "write: " + err.Error()
+		}
+	}
+	if rerr == nil {
+		return d, ""
+	}
+	if errors.Is(rerr, ErrEndOfTopic) {
+		_ = w.send(true)
+		return nil, "end of topic"
+	}
+	if ctx.Err() == nil {
+		// The consumer failed for good: what was written goes out, then the
+		// stream ends with the reason in its Stream-Error trailer.
+		_ = w.send(true)
+		st.failed(rerr)
+	}
+	return nil, rerr.Error()
+}
+
+// screen decides what becomes of d before it is written: converted for the client's
+// Message-Accept, set aside for the dead-letter topic (undecodable, not convertible, or
+// delivered maxDeliveries times), acknowledged unseen (undecodable without a dead-letter
+// topic), or delivered.
+func (st *stream) screen(ctx context.Context, w *loopWriter, d *Delivery) (deliver bool, end string) {
+	if st.conv != nil && d.Undecodable == nil {
+		if err := st.convert(ctx, d); err != nil {
+			if ctx.Err() != nil {
+				st.sub.Nack(d, 0)
+				return false, ctx.Err().Error()
+			}
+			if errors.Is(err, ErrUnavailable) || !st.def.DeadLetters() {
+				// Not converted, and nowhere to set it aside: what was written goes
+				// out, then the stream ends with the reason; the message is delivered
+				// again to the next stream.
+				st.sub.Nack(d, 0)
+				_ = w.send(true)
+				st.failed(err)
+				return false, err.Error()
+			}
+			d.Undecodable = err
+		}
+	}
+	if d.Undecodable != nil {
+		if !st.def.DeadLetters() {
+			// Not asked for (SubscribeOptions.DeliverUndecodable): the consumer's own way.
+			_ = st.sub.Ack(d)
+			return false, ""
+		}
+		st.aside(d)
+		return false, ""
+	}
+	if m := st.def.Retry.MaxDeliveries; m > 0 && int64(d.Redeliveries) >= int64(m) {
+		// Delivered maxDeliveries times already (its clients went away without an
+		// answer, or a dead-lettering failed): it goes aside instead of out. An
+		// earlier delivery of it that this stream still holds goes too: it is
+		// superseded, and left to its ack timeout it would be dead-lettered again.
+		st.mu.Lock()
+		old := st.takeLocked(d.ID)
+		st.mu.Unlock()
+		if old != nil && old.d != d {
+			st.release(old.d)
+		}
+		st.aside(d)
+		return false, ""
+	}
+	return true, ""
+}
+
+// paced waits, if maxRate or maxByteRate says so, before d is written, and returns the
+// delivery's time (its pacing, its process span's start, its unacknowledged entry).
+func (st *stream) paced(ctx context.Context, w *loopWriter, d *Delivery) (time.Time, string) {
+	now := time.Now()
+	wait := st.pace.next(now, d.Len())
+	if wait <= 0 {
+		return now, ""
+	}
+	// Over maxRate or maxByteRate: what is written goes out, then the stream waits.
+	// It takes nothing from the consumer meanwhile, so no permits are granted and
+	// the backlog stays on the broker.
+	if err := w.send(true); err != nil {
+		st.sub.Nack(d, 0)
+		return now, "write: " + err.Error()
+	}
+	t := time.NewTimer(wait)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		st.sub.Nack(d, 0) // not written: delivered again
+		return now, ctx.Err().Error()
+	}
+	if o, ok := st.srv.obs.(RateObserver); ok {
+		o.RateLimited(st.def.Name, wait)
+	}
+	return time.Now(), ""
+}
+
+// write records d as awaiting its acknowledgement (ack=client) or its flush (ack=auto),
+// writes it with its process span, and flushes every flushBytes.
+func (st *stream) write(w *loopWriter, d *Delivery, now time.Time) string {
+	if st.opts.ack == "client" {
+		st.mu.Lock()
+		delete(st.retrying, d.ID)
+		superseded := st.putLocked(&unackedEntry{d: d, at: now, pos: st.next})
+		st.mu.Unlock()
+		st.release(superseded)
+	} else {
+		w.flushed = append(w.flushed, d)
+	}
+	// The process span continues the context the message carries (or is a root of
+	// its own), sampled on its own, linked to the stream's segment.
+	size := d.Len()
+	var span telemetry.RecordSpan
+	st.srv.tr.StartProcess(&span, d.Properties, st.segments.Next(size), d.Topic, st.opts.subscription, size, now)
+	w.buf = st.appendRecord(w.buf, d)
+	st.next++
+	st.srv.tr.EndRecord(&span, d.ID, nil)
+	if st.writeErr != nil {
+		return "write: " + st.writeErr.Error()
+	}
+	if st.opts.ack == "client" {
+		// Written: the stream keeps only what acknowledging it needs.
+		d.Payload, d.Body = nil, nil
+	}
+	w.written++
+	w.pendingN++
+	w.pendingLen += d.Len()
+	w.newest = d.PublishTime
+	if int64(len(w.buf))+st.direct >= flushBytes {
+		// A busy stream flushes (and acknowledges) every 64 KiB, so acks never wait
+		// for the consumer's queue to run dry, and what it holds between flushes is
+		// bounded in bytes: large records are written through, not buffered.
+		if err := w.send(true); err != nil {
+			return "write: " + err.Error()
+		}
+	}
+	return ""
 }
 
 func (st *stream) flush() error {
