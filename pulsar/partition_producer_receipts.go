@@ -1,0 +1,233 @@
+package pulsar
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
+	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+)
+
+func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
+	p.mu.Lock()
+	cn := h.cn
+	if p.reg != h || p.state != stateReady || len(p.pending) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	head := p.pending[0]
+	seq := r.GetSequenceId()
+	switch {
+	case seq < head.seq:
+		p.mu.Unlock() // a receipt for something already completed or timed out
+		return
+	case seq > head.seq:
+		p.mu.Unlock()
+		cn.Abort(fmt.Errorf("receipt for sequence %d while %d is the oldest pending on %s: resending", seq, head.seq, p.topic))
+		return
+	}
+	p.popLocked()
+	p.progressed = true
+	ids := r.GetMessageId()
+	fns := make([]completion, 0, len(head.reqs))
+	if head.corrupt && messageIDFromPB(ids, p.partition).Duplicate() {
+		err := fmt.Errorf("%w: sequence %d on %s was refused with ChecksumError and later messages were stored before it was resent",
+			ErrCorruptInTransit, head.seq, p.topic)
+		if p.opts.Deduplication {
+			// The caller's own sequence id: sending it again can only be dropped.
+			err = fmt.Errorf("%w (%w)", err, ErrSequenceUsed)
+		}
+		for _, req := range head.reqs {
+			fns = deliver(fns, req, MessageID{}, err)
+		}
+		if len(p.pending) == 0 && len(p.batch.reqs) > 0 {
+			p.flushBatchLocked()
+		}
+		p.mu.Unlock()
+		p.limiter.release(head.numMsgs, head.bytes)
+		p.cbs.push(fns...)
+		return
+	}
+	for i, req := range head.reqs {
+		id := messageIDFromPB(ids, p.partition)
+		if head.batched {
+			id.BatchIndex = int32(i)
+			id.BatchSize = int32(len(head.reqs))
+		} else {
+			id.BatchIndex = -1
+		}
+		fns = deliver(fns, req, id, nil)
+	}
+	if len(p.pending) == 0 && len(p.batch.reqs) > 0 {
+		p.flushBatchLocked() // nothing in flight: what accumulated leaves now
+	}
+	p.mu.Unlock()
+	p.limiter.release(head.numMsgs, head.bytes)
+	p.cbs.push(fns...)
+}
+
+func (p *partitionProducer) popLocked() {
+	p.pending[0] = nil
+	p.pending = p.pending[1:]
+	close(p.progress)
+	p.progress = make(chan struct{})
+}
+
+func (p *partitionProducer) sendError(h *handle, e *pb.CommandSendError) {
+	cn := h.cn
+	se := &ServerError{Code: ServerErrorCode(e.GetError()), Message: e.GetMessage()}
+	switch e.GetError() {
+	case pb.ServerError_NotAllowedError:
+		// A refusal of this one message (above the topic's maxMessageSize, say): fail it
+		// and go on, as the Java client does.
+		p.refuseHead(cn, e.GetSequenceId(), se)
+	case pb.ServerError_TopicTerminatedError, pb.ServerError_ProducerFenced:
+		p.fail(fmt.Errorf("%w: sequence %d on %s: %w", ErrProducerFailed, e.GetSequenceId(), p.topic, fenced(se)))
+	default:
+		if e.GetError() == pb.ServerError_ChecksumError {
+			p.markCorrupt(h, e.GetSequenceId())
+		}
+		cn.Abort(fmt.Errorf("SEND_ERROR for sequence %d on %s: %w; reconnecting to resend", e.GetSequenceId(), p.topic, se))
+	}
+}
+
+// markCorrupt remembers that the broker refused the pending item with sequence seq as
+// corrupt: the broker did not store it, whatever it answers to its resend.
+func (p *partitionProducer) markCorrupt(h *handle, seq uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reg != h {
+		return
+	}
+	for _, it := range p.pending {
+		if it.seq == seq {
+			it.corrupt = true
+			return
+		}
+	}
+}
+
+// refuseHead fails the oldest pending item, whose sequence id the broker refused for
+// good; the producer goes on with the next. A refusal of anything else is out of step
+// with the queue: the connection is reset so everything pending is sent again.
+func (p *partitionProducer) refuseHead(cn *conn.Conn, seq uint64, se *ServerError) {
+	p.mu.Lock()
+	if len(p.pending) == 0 || p.pending[0].seq != seq {
+		p.mu.Unlock()
+		cn.Abort(fmt.Errorf("SEND_ERROR %s for sequence %d, which is not the oldest pending on %s: resending", se.Code, seq, p.topic))
+		return
+	}
+	head := p.pending[0]
+	p.popLocked()
+	p.mu.Unlock()
+	err := fmt.Errorf("pulsar: the broker refused sequence %d on %s: %w", seq, p.topic, se)
+	if strings.Contains(strings.ToLower(se.Message), "size") {
+		err = fmt.Errorf("%w: %w", ErrMessageTooLarge, err) // the topic's maxMessageSize
+	}
+	p.failItems([]*pendingItem{head}, err)
+}
+
+// fail stops the producer for good: every pending and future message fails with err.
+func (p *partitionProducer) fail(err error) { p.failAfter(nil, err) }
+
+// failAfter is fail, failing first the items taken off the queue already.
+func (p *partitionProducer) failAfter(first []*pendingItem, err error) {
+	p.mu.Lock()
+	if p.failed != nil {
+		p.mu.Unlock()
+		p.failItems(first, err)
+		return
+	}
+	p.failed = err
+	p.state = stateFailed
+	cn := p.cn // set only when ready
+	if p.reg != nil {
+		p.detachLocked(p.reg)
+	}
+	items := append(first, p.takeAllLocked()...)
+	p.mu.Unlock()
+	if cn != nil {
+		reqID := p.client.nextRequestID()
+		_ = cn.Send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_PRODUCER.Enum(),
+			CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(reqID)}})
+	}
+	p.log.Error("producer failed", "error", err)
+	p.failItems(items, err)
+}
+
+// takeAllLocked removes the open batch and every pending item.
+func (p *partitionProducer) takeAllLocked() []*pendingItem {
+	items := p.pending
+	p.pending = nil
+	if len(p.batch.reqs) > 0 {
+		items = append(items, &pendingItem{reqs: p.batch.reqs, numMsgs: len(p.batch.reqs), bytes: p.batch.acquired})
+		p.batch = batch{}
+	}
+	close(p.progress)
+	p.progress = make(chan struct{})
+	return items
+}
+
+func (p *partitionProducer) failItems(items []*pendingItem, err error) {
+	var fns []completion
+	n, b := 0, 0
+	for _, it := range items {
+		n += it.numMsgs
+		b += it.bytes
+		for _, req := range it.reqs {
+			fns = deliver(fns, req, MessageID{}, err)
+		}
+	}
+	p.limiter.release(n, b)
+	p.cbs.push(fns...)
+}
+
+func (p *partitionProducer) failTimedOut(now time.Time) {
+	if p.opts.SendTimeout <= 0 {
+		return
+	}
+	p.mu.Lock()
+	var expired []*pendingItem
+	for len(p.pending) > 0 && now.Sub(p.pending[0].created) > p.opts.SendTimeout {
+		expired = append(expired, p.pending[0])
+		p.popLocked()
+	}
+	p.mu.Unlock()
+	if len(expired) == 0 {
+		return
+	}
+	err := fmt.Errorf("%w: %s without a receipt from %s", ErrSendTimeout, p.opts.SendTimeout, p.topic)
+	if p.opts.Deduplication {
+		// Nothing queued behind a message that may be lost may reach the broker before it
+		// is sent again: the broker would then drop the resent one as a duplicate.
+		p.failAfter(expired, fmt.Errorf("%w; the producer stops, failing what was queued behind it", err))
+		return
+	}
+	p.failItems(expired, err)
+}
+
+// quotaRefusal applies a backlog quota refusal of the registration: with the
+// producer_exception policy (ProducerBlockedQuotaExceededException) what is pending
+// fails at once with the (temporary) error, and so do new sends until the producer is
+// registered again; with producer_request_hold (ProducerBlockedQuotaExceededError)
+// messages wait, subject to the send timeout. The producer keeps reconnecting either way.
+func (p *partitionProducer) quotaRefusal(err error) {
+	var se *ServerError
+	if !errors.As(err, &se) || se.Code != ServerErrorCode(pb.ServerError_ProducerBlockedQuotaExceededException) {
+		return
+	}
+	qerr := fmt.Errorf("pulsar: %s: the topic's backlog quota is exceeded; retry later: %w", p.topic, se)
+	p.mu.Lock()
+	if p.failed != nil || p.closing {
+		p.mu.Unlock()
+		return
+	}
+	p.quotaErr = qerr
+	items := p.takeAllLocked()
+	p.mu.Unlock()
+	p.failItems(items, qerr)
+}
