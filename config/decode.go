@@ -17,6 +17,27 @@ import (
 type decoder struct {
 	lines map[string]int // key path -> line it is written on
 	probs Problems
+	// left is how many more values decode may visit: aliases make a small document
+	// visit the values they name again and again (a list of aliases of a list of
+	// aliases...), so the visits are bounded by the document's size, as the YAML
+	// decoder bounds its own alias expansion.
+	left int
+}
+
+// aliasFactor bounds the values decode visits: this many per node of the document,
+// plus aliasSlack. Configurations that merge a few anchored defaults stay far below.
+const (
+	aliasFactor = 100
+	aliasSlack  = 10000
+)
+
+// countNodes counts a document's nodes as written (aliases not followed).
+func countNodes(n *yaml.Node) int {
+	c := 1
+	for _, k := range n.Content {
+		c += countNodes(k)
+	}
+	return c
 }
 
 func (d *decoder) add(path string, line int, format string, args ...any) {
@@ -107,6 +128,12 @@ func fields(v reflect.Value) (names []string, byName map[string]reflect.Value) {
 }
 
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	if d.left--; d.left < 0 {
+		if d.left == -1 {
+			d.add(path, n.Line, "the document's aliases expand it too far (more than %d values decoded); write the values out", aliasFactor)
+		}
+		return
+	}
 	for n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
 	}
@@ -270,6 +297,7 @@ func decodeFile(data []byte, cfg *Config) (map[string]int, Problems) {
 	if len(doc.Content) == 0 {
 		return d.lines, nil
 	}
+	d.left = aliasFactor*countNodes(&doc) + aliasSlack
 	d.decode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "")
 	sort.SliceStable(d.probs, func(i, j int) bool { return d.probs[i].Line < d.probs[j].Line })
 	return d.lines, d.probs

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -96,5 +97,35 @@ func TestMergedKeysAreOverriddenByTheMappingsOwn(t *testing.T) {
 	}
 	if cfg.Egress.MaxStreams != 6 || cfg.Egress.WriteTimeout.D().Seconds() != 5 {
 		t.Fatalf("egress %+v: want maxStreams 6 (its own) and writeTimeout 5s (merged)", cfg.Egress)
+	}
+}
+
+// A small document whose aliases name aliases (routes of rules of properties, each an
+// alias) would decode into millions of values; the decoder stops, as the YAML decoder
+// does for its own alias expansion, and says why, instead of spending minutes and
+// gigabytes.
+func TestAliasesExpandingADocumentTooFarAreRefused(t *testing.T) {
+	const n = 100
+	var b strings.Builder
+	b.WriteString("x: &p {")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("k" + strconv.Itoa(i) + ": v")
+	}
+	b.WriteString("}\ny: &ru {topic: t, properties: *p}\nz: &r {name: r, path: /a, rules: [")
+	b.WriteString(strings.TrimSuffix(strings.Repeat("*ru, ", n), ", "))
+	b.WriteString("]}\nroutes: [")
+	b.WriteString(strings.TrimSuffix(strings.Repeat("*r, ", n), ", "))
+	b.WriteString("]\n")
+	var cfg Config
+	_, probs := decodeFile([]byte(b.String()), &cfg)
+	found := false
+	for _, p := range probs {
+		found = found || strings.Contains(p.Message, "aliases expand it too far")
+	}
+	if !found {
+		t.Fatalf("problems %v: want the alias expansion refused", probs)
 	}
 }

@@ -93,12 +93,15 @@ func schemaFromProto(p *pb.Schema) *Schema {
 
 // GetSchema asks the broker owning topic for its schema of that version (the
 // SchemaVersion of a message; nil or empty: the latest). A topic without that schema is
-// a *ServerError (TopicNotFound, as the broker answers).
+// a *ServerError (TopicNotFound, as the broker answers). The lookup and the request are
+// bounded by OperationTimeout, like every other request.
 func (c *Client) GetSchema(ctx context.Context, topic string, version []byte) (*Schema, error) {
 	full, err := TopicName(topic)
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.OperationTimeout)
+	defer cancel()
 	bc, err := c.lookup(ctx, full)
 	if err != nil {
 		return nil, err

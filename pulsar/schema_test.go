@@ -9,6 +9,7 @@ import (
 
 	"github.com/recordio-bridge/bridge/pulsar"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
+	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
 )
 
 // TestProducerDeclaresItsSchemaAndItsMessagesCarryTheVersion: a producer with a Schema
@@ -80,5 +81,33 @@ func TestProducerWithARefusedSchemaFailsForGood(t *testing.T) {
 		if n := b.Frames(pb.BaseCommand_PRODUCER) - before; n != 1 {
 			t.Fatalf("schema %v: %d PRODUCER frames, want 1 (no retry)", s, n)
 		}
+	}
+}
+
+// TestGetSchemaOfABrokerThatNeverAnswersEndsAtTheOperationTimeout: GET_SCHEMA is bounded
+// by OperationTimeout like every other request, so a caller whose context has no
+// deadline (an egress stream's request) is not held for ever by a broker that stopped
+// answering.
+func TestGetSchemaOfABrokerThatNeverAnswersEndsAtTheOperationTimeout(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetControl(func(c pulsartest.Command) pulsartest.Reply {
+		if c.Cmd.GetType() == pulsartest.CommandGetSchema {
+			return pulsartest.Ignore()
+		}
+		return pulsartest.Pass()
+	})
+	c := client(t, b.URL(), func(o *pulsar.ClientOptions) { o.OperationTimeout = 300 * time.Millisecond })
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.GetSchema(context.Background(), "typed", []byte{0, 0, 0, 0, 0, 0, 0, 0})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("GetSchema: %v, want the operation timeout", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("GetSchema still waiting for an answer that never comes")
 	}
 }

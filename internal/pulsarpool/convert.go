@@ -55,38 +55,47 @@ func (s *Subscriber) Convert(ctx context.Context, d *egress.Delivery, payload []
 func (s *Subscriber) converter(ctx context.Context, topic string, version []byte) (*schema.Converter, error) {
 	key := topic + "\x00" + string(version)
 	c := &s.schemas
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = map[string]*schemaEntry{}
-	}
-	e, ok := c.m[key]
-	if !ok {
-		if len(c.m) >= maxCachedSchemas {
-			clear(c.m)
+	for {
+		c.mu.Lock()
+		if c.m == nil {
+			c.m = map[string]*schemaEntry{}
 		}
-		e = &schemaEntry{ready: make(chan struct{})}
-		c.m[key] = e
-		c.mu.Unlock()
-		info, err := s.client.GetSchema(ctx, topic, version)
-		if err == nil {
-			e.conv, err = schema.NewConverter(info)
-		} else {
-			err = fmt.Errorf("%w: the schema of %s at version %x: %w", egress.ErrUnavailable, topic, version, err)
-		}
-		e.err = err
-		if err != nil && !errors.Is(err, schema.ErrNotConvertible) {
-			c.mu.Lock()
-			delete(c.m, key)
+		e, ok := c.m[key]
+		if !ok {
+			if len(c.m) >= maxCachedSchemas {
+				clear(c.m)
+			}
+			e = &schemaEntry{ready: make(chan struct{})}
+			c.m[key] = e
 			c.mu.Unlock()
+			info, err := s.client.GetSchema(ctx, topic, version)
+			if err == nil {
+				e.conv, err = schema.NewConverter(info)
+			} else {
+				err = fmt.Errorf("%w: the schema of %s at version %x: %w", egress.ErrUnavailable, topic, version, err)
+			}
+			e.err = err
+			if err != nil && !errors.Is(err, schema.ErrNotConvertible) {
+				c.mu.Lock()
+				if c.m[key] == e {
+					delete(c.m, key)
+				}
+				c.mu.Unlock()
+			}
+			close(e.ready)
+			return e.conv, e.err
 		}
-		close(e.ready)
+		c.mu.Unlock()
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if errors.Is(e.err, context.Canceled) {
+			// The request that fetched it went away first: this one, still served,
+			// asks itself.
+			continue
+		}
 		return e.conv, e.err
-	}
-	c.mu.Unlock()
-	select {
-	case <-e.ready:
-		return e.conv, e.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 }

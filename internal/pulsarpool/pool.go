@@ -378,6 +378,13 @@ func (ps *Pool) create(e *producerEntry) {
 		}
 		e.p = p
 		ps.log.Info("producer created", "topic", e.topic, "partitions", p.Partitions())
+		if e.name != "" && ps.claims[e.name] == nil {
+			// The stream's request ended while this producer was created: it closes
+			// now, as its request's others did (see retireNamedLocked), once the
+			// records waiting for it have their answers.
+			ps.o.hook("released", e.topic)
+			ps.retireLocked(e)
+		}
 	}
 	close(e.ready)
 	ps.mu.Unlock()

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/recordio-bridge/bridge/ingress"
 	"github.com/recordio-bridge/bridge/pulsar"
+	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
 )
 
 const takeoverTopic = "persistent://public/default/takeover"
@@ -193,5 +195,61 @@ func TestNamedStreamRecordResentAfterPartitionsWereAddedIsNotLost(t *testing.T) 
 	}
 	if !found {
 		t.Fatalf("stored keys %v: record 0 (key %s) is missing", stored, a)
+	}
+}
+
+// A named stream's request that ends while its producer is still being created (its
+// client gave up waiting): the producer, created after the release, is closed at once
+// too, so a request of the stream on another bridge process is not refused the producer
+// name (ProducerBusy) until the idle timeout.
+func TestNamedStreamProducerCreatedAfterItsRequestEndedIsClosed(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	b.UniqueProducerNames(true)
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	defer open()
+	var first sync.Once
+	b.SetControl(func(c pulsartest.Command) pulsartest.Reply {
+		if c.Cmd.GetType() == pulsartest.CommandProducer {
+			first.Do(func() {
+				close(entered)
+				<-gate
+			})
+		}
+		return pulsartest.Pass()
+	})
+	a, ev := newPool(t, newClient(t, b.URL()), Options{})
+	bb, _ := newPool(t, newClient(t, b.URL()), Options{})
+	release, err := a.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	m := namedMsg(0)
+	go a.PublishAsync(ctx, &m, func(_ string, err error) { done <- err }) // waits for the producer
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("the producer's registration did not reach the broker")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		t.Fatal("the abandoned record got no answer")
+	}
+	release()
+	open()
+	ev.await(t, "closed", 1)
+	releaseB, err := bb.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseB()
+	if _, err := publishMsg(t, bb, namedMsg(0)); err != nil {
+		t.Fatalf("the stream's next request on another process: %v", err)
 	}
 }

@@ -74,5 +74,11 @@ func (c *Converter) JSON(payload []byte) ([]byte, error) {
 	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(payload, m); err != nil {
 		return nil, fmt.Errorf("%w: not a %s: %w", ErrNotConvertible, c.message.FullName(), err)
 	}
-	return protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		// A record that decodes but lacks a required field (proto2), which protojson
+		// (like the Java client's parser) refuses.
+		return nil, fmt.Errorf("%w: not a whole %s: %w", ErrNotConvertible, c.message.FullName(), err)
+	}
+	return out, nil
 }

@@ -71,3 +71,21 @@ func TestProtobufNativeSchemaIsTheJavaClientsDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestConverterRefusesARecordMissingARequiredFieldAsNotConvertible: a record that decodes
+// but lacks a proto2 required field (an UPDATE whose status has no task_id) cannot be
+// given as protojson; the error says so as every other unconvertible record's does.
+func TestConverterRefusesARecordMissingARequiredFieldAsNotConvertible(t *testing.T) {
+	s, err := Compile(&config.Schema{Type: "protobuf_native", Message: "mesos.v1.scheduler.Event"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv, err := NewConverter(s.Info())
+	if err != nil {
+		t.Fatal(err)
+	}
+	partial := wire(nil).varint(1, 4).msg(5, wire(nil).msg(1, wire(nil).varint(2, 1)))
+	if out, err := conv.JSON(partial); !errors.Is(err, ErrNotConvertible) {
+		t.Fatalf("a record without a required field: %s, %v; want ErrNotConvertible", out, err)
+	}
+}
