@@ -131,7 +131,7 @@ bench-ingress: build
 bench-named: build
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./named -bin $(CURDIR)/$(BIN) -rounds 5'
 
-## e2e-exactly-once: issue 19's full proof (100 000 events; the bridge killed 10 times, the broker 5 times);
+## e2e-exactly-once: the named-stream kill test's full form (100 000 events; the bridge killed 10 times, the broker 5 times);
 ## make e2e runs a short form of the same test (4 000 events, 3 and 1 kills).
 e2e-exactly-once: build
 	BRIDGE_BIN=$(CURDIR)/$(BIN) EXACTLY_ONCE_EVENTS=100000 EXACTLY_ONCE_BRIDGE_KILLS=10 EXACTLY_ONCE_BROKER_KILLS=5 \

@@ -17,7 +17,7 @@ import (
 	"github.com/recordio-bridge/bridge/pulsar"
 )
 
-// TestBacklogQuotaHoldKeepsMessagesPending (issue 14 item 3, producer_request_hold, on
+// TestBacklogQuotaHoldKeepsMessagesPending (producer_request_hold, on
 // the real broker): once the backlog is over quota the broker refuses the producer's
 // registration (after a topic unload); a message sent meanwhile neither fails nor fails
 // the producer: it waits, pending, and is persisted by the SAME producer once the

@@ -211,7 +211,7 @@ func TestChunkedMessageOfMoreChunksThanTheWindow(t *testing.T) {
 	}
 }
 
-// TestSendAsyncChunkedRecordsKeepTheirBytesAndOrder is issue 20 item 2 on the real
+// TestSendAsyncChunkedRecordsKeepTheirBytesAndOrder is the SendAsync chunking check on the real
 // broker: records above the broker's maxMessageSize (chunked) and small ones are given to
 // SendAsync from one buffer that the caller overwrites as soon as SendAsync returns, as
 // ingress does with its read buffer. Every record arrives with its own bytes, in order.

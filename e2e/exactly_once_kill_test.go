@@ -22,7 +22,7 @@ import (
 )
 
 // The exactly-once proof's size. make test runs the short form (the defaults); the full
-// form of issue 19 is make e2e-exactly-once: 100 000 events, the bridge killed 10 times
+// form is make e2e-exactly-once: 100 000 events, the bridge killed 10 times
 // and the broker 5 times.
 func exactlyOnceSize() (events, bridgeKills, brokerKills int) {
 	events, bridgeKills, brokerKills = 4000, 3, 1

@@ -13,7 +13,7 @@ import (
 	"github.com/recordio-bridge/bridge/pulsar"
 )
 
-// TestTooLargeMetadataFailsOnlyTheMessage (issue 14 item 2, on the real broker): a
+// TestTooLargeMetadataFailsOnlyTheMessage (on the real broker): a
 // message whose properties alone push its frame above the broker's limit (5 MiB by
 // default) fails with ErrMessageTooLarge, chunking on or off; nothing above the limit
 // reaches the broker, so it does not close the connection: a consumer on the same

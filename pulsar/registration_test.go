@@ -195,7 +195,7 @@ func u64p(v uint64) *uint64 { return &v }
 
 // TestBackoffKeepsGrowingWhenRegistrationsDieAtOnce: a broker that accepts a producer and
 // closes the connection at once, again and again, must see the producer back off more
-// each time, not re-register in a tight loop (issue 14 item 2: thousands of reconnects a
+// each time, not re-register in a tight loop (thousands of reconnects a
 // second, disconnecting every producer and consumer on the connection). Only a lower
 // bound on the time is checked, so a slow machine cannot fail it.
 func TestBackoffKeepsGrowingWhenRegistrationsDieAtOnce(t *testing.T) {
