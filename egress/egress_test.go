@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -617,6 +618,22 @@ func TestMaxDeliveriesDeadLettersAndAFailedPublicationLeavesTheMessage(t *testin
 		var ans map[string]any
 		_ = json.NewDecoder(r.Body).Decode(&ans)
 		return ans
+	}
+	// 1:2 goes to the stream's dead-letter goroutine, which publishes it after the
+	// records written: wait until its (failing) publication is done, so the nack below
+	// meets a reachable dead-letter topic whatever the scheduling.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.mu.Lock()
+		handled := slices.Contains(f.nacked, "1:2:1:-1")
+		f.mu.Unlock()
+		if handled {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the set-aside message 1:2 was never handed to the dead-letter topic")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	ans := nack("1:0:1:-1", "1:1:1:-1")
 	f.mu.Lock()
