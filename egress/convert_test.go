@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/recordio-bridge/bridge/recordio"
 )
@@ -111,4 +112,55 @@ func TestEgressEndsAStreamOnARecordItCannotConvert(t *testing.T) {
 	if len(f.nacked) != 1 || f.nacked[0] != "1:2:-1:-1" {
 		t.Fatalf("nacked %v, want the unconverted message", f.nacked)
 	}
+}
+
+// A record above maxConvertBytes is not read or converted: with a dead-letter topic it
+// is set aside there as stored, the records after it delivered converted.
+func TestEgressDoesNotConvertARecordAboveTheBound(t *testing.T) {
+	f := &convSub{fakeSub: &fakeSub{feed: make(chan *Delivery, 10)}}
+	d := &dlqConvSub{convSub: f}
+	url := serveStreams(t, d, protoStream+"    type: shared\n    retry: {maxDeliveries: 3}\n") + "/v1/streams/s"
+	big := &Delivery{ID: "1:1:-1:-1", Topic: "t", Body: strings.NewReader(strings.Repeat("x", maxConvertBytes+1)), Size: maxConvertBytes + 1}
+	f.feed <- big
+	f.feed <- &Delivery{ID: "1:2:-1:-1", Topic: "t", Payload: []byte("pb-2")}
+	resp := getAccepting(t, url, "application/json")
+	rec, err := recordio.NewReader(resp.Body).NextRecord()
+	if err != nil || string(rec.Data) != `{"converted":"pb-2","version":""}` {
+		t.Fatalf("record %q %v, want the second record converted", rec.Data, err)
+	}
+	deadline := time.Now().Add(10 * time.Second) // the stream's dead-letter goroutine publishes it
+	for {
+		d.mu.Lock()
+		n := len(d.dead)
+		d.mu.Unlock()
+		if n > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if f.calls != 1 || len(d.dead) != 1 || d.dead[0] != "1:1:-1:-1" {
+		t.Fatalf("%d conversions, dead-lettered %v: want only the small one converted and the large one dead-lettered", f.calls, d.dead)
+	}
+	if !errors.Is(big.Undecodable, ErrTooLargeToConvert) {
+		t.Fatalf("the large record's reason: %v", big.Undecodable)
+	}
+}
+
+// dlqConvSub converts and dead-letters.
+type dlqConvSub struct {
+	*convSub
+	dead []string
+}
+
+func (d *dlqConvSub) Subscribe(ctx context.Context, o SubscribeOptions) (Subscription, error) {
+	return d, nil
+}
+
+func (d *dlqConvSub) DeadLetter(ctx context.Context, m *Delivery, topic string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dead = append(d.dead, m.ID)
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -32,6 +33,12 @@ type envelope struct {
 
 // convert replaces d's payload by its conversion to the stream's record type.
 func (st *stream) convert(ctx context.Context, d *Delivery) error {
+	if n := d.Len(); n > maxConvertBytes {
+		// Converting reads the record whole and makes a JSON copy several times its
+		// size: a bound before anything is read, as for every size from the wire.
+		return fmt.Errorf("message %s of %s: %w: %d bytes, more than the %d a stream converts",
+			d.ID, d.Topic, ErrTooLargeToConvert, n, maxConvertBytes)
+	}
 	payload := d.Payload
 	if d.Body != nil {
 		b, err := io.ReadAll(d.Body)
@@ -48,6 +55,15 @@ func (st *stream) convert(ctx context.Context, d *Delivery) error {
 	d.Payload, d.Body, d.Size = out, nil, 0
 	return nil
 }
+
+// maxConvertBytes is the largest record a stream converts to another record type
+// (protobuf to JSON): it is read whole, decoded and written again as JSON, which a
+// protobuf of packed enums can make some 15 times larger.
+const maxConvertBytes = 4 << 20
+
+// ErrTooLargeToConvert is wrapped by the conversion error of a record above
+// maxConvertBytes: it is set aside for the dead-letter topic, or ends the stream.
+var ErrTooLargeToConvert = errors.New("the record is too large to convert")
 
 // flushBytes is what a stream writes between flushes (and acknowledgements) at most,
 // besides one record written through.
