@@ -197,31 +197,55 @@ func (b *bridge) goroutines() int {
 	return total
 }
 
-// reconnects is the bridge's bridge_pulsar_reconnects_total, producers' and consumers'
-// summed, from its /metrics, or -1 when it does not answer.
-func (b *bridge) reconnects() int64 {
+// metricSums is one scrape of the bridge's /metrics: each sample's value summed by metric
+// name over its labels (comments and exemplars left out), or nil when it does not answer.
+// One scrape, so the figures it gives are of one instant.
+func (b *bridge) metricSums() map[string]float64 {
 	resp, err := http.Get(b.OpsURL + "/metrics")
 	if err != nil {
-		return -1
+		return nil
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return -1
+		return nil
 	}
-	var n int64
+	sums := map[string]float64{}
 	for _, l := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(l, "bridge_pulsar_reconnects_total{") {
+		if l == "" || l[0] == '#' {
 			continue
 		}
+		l, _, _ = strings.Cut(l, " # ") // an exemplar
+		name := l[:strings.IndexAny(l+" ", "{ ")]
 		f := strings.Fields(l)
 		v, err := strconv.ParseFloat(f[len(f)-1], 64)
 		if err != nil {
-			return -1
+			return nil
 		}
-		n += int64(v)
+		sums[name] += v
 	}
-	return n
+	return sums
+}
+
+// reconnects is the bridge's bridge_pulsar_reconnects_total, producers' and consumers'
+// summed, from its /metrics, or -1 when it does not answer.
+func (b *bridge) reconnects() int64 {
+	m := b.metricSums()
+	if m == nil {
+		return -1
+	}
+	return int64(m["bridge_pulsar_reconnects_total"])
+}
+
+// load is the bridge's goroutines and the ingress and egress streams it has open, from one
+// scrape of its /metrics (so of one instant), or ok false when it does not answer.
+func (b *bridge) load() (goroutines, ingress, egress int, ok bool) {
+	m := b.metricSums()
+	g, found := m["go_goroutines"]
+	if !found {
+		return 0, 0, 0, false
+	}
+	return int(g), int(m["bridge_ingress_streams_active"]), int(m["bridge_egress_streams_active"]), true
 }
 
 // rssBytes is the bridge's resident memory now (Linux).
