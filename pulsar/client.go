@@ -391,4 +391,8 @@ func TopicName(name string) (string, error) {
 	return "", fmt.Errorf("%w: %q: want topic, tenant/namespace/topic or persistent://tenant/namespace/topic", ErrInvalidTopic, name)
 }
 
+// PartitionTopic is the name of partition i of topic (fully qualified, as TopicName
+// gives it): a producer or consumer of that name works on the one partition.
+func PartitionTopic(topic string, i int) string { return partitionName(topic, i) }
+
 func partitionName(topic string, i int) string { return fmt.Sprintf("%s-partition-%d", topic, i) }

@@ -90,6 +90,12 @@ type ProducerOptions struct {
 	// with AccessExclusive or AccessExclusiveWithFencing the broker lets no other producer
 	// publish there while this one is registered. See ProducerAccessMode.
 	AccessMode ProducerAccessMode
+	// FailWhenNameBusy makes a registration refused with ProducerBusy (another producer
+	// holds the Name on the topic, or an exclusive one holds the topic) fail the producer
+	// for good, on a reconnect as at its creation, instead of being retried: a producer
+	// that holds its name as a lease, and must learn that another one took it while its
+	// connection was down. Err then wraps ErrProducerFailed and the broker's refusal.
+	FailWhenNameBusy bool
 }
 
 // ProducerAccessMode is the protocol's producer_access_mode: whether a producer shares

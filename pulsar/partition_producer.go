@@ -337,7 +337,7 @@ func (p *partitionProducer) reconnect() {
 		p.attempts++
 		attempts = p.attempts
 		p.mu.Unlock()
-		if permanentRegistrationError(err, false) {
+		if permanentRegistrationError(err, false) || p.opts.FailWhenNameBusy && nameBusy(err) {
 			p.fail(fmt.Errorf("%w: %w", ErrProducerFailed, err))
 			return
 		}

@@ -164,3 +164,10 @@ func permanentRegistrationError(err error, consumer bool) bool {
 	}
 	return false
 }
+
+// nameBusy reports whether the broker refused a registration with ProducerBusy: another
+// producer holds the name on the topic (or an exclusive one holds the topic).
+func nameBusy(err error) bool {
+	var se *ServerError
+	return errors.As(err, &se) && pb.ServerError(se.Code) == pb.ServerError_ProducerBusy
+}

@@ -65,11 +65,14 @@ type claim struct {
 }
 
 type producerEntry struct {
-	topic    string
-	name     string         // a named stream's producer name (deduplication); "" for the topic's shared producer
-	schema   *schema.Schema // what the producer declares; nil: none
-	ready    chan struct{}  // closed once p or err is set
-	p        *pulsar.Producer
+	topic  string
+	name   string         // a named stream's producer name (deduplication); "" for the topic's shared producer
+	schema *schema.Schema // what the producer declares; nil: none
+	ready  chan struct{}  // closed once p or err is set
+	p      *pulsar.Producer
+	// lease is a named stream's lease on a partitioned topic (shared access mode): see
+	// createLease. Created before p, closed after it; nil for every other producer.
+	lease    *pulsar.Producer
 	err      error     // the creation's error
 	retryAt  time.Time // a failed creation is not tried again before
 	failures int       // creations failed in a row (for the backoff)
@@ -167,6 +170,19 @@ func (ps *Pool) acquire(ctx context.Context, topic, name string, sch *schema.Sch
 			// The failed creation's backoff is over: try again.
 			delete(ps.m, key)
 			ok = false
+		}
+		if ok && e.lease != nil && e.lease.Err() != nil {
+			// Another bridge process took the stream's lease while its connection was
+			// down: this request's stream ends on the topic, its records unsent, as after
+			// any temporary failure (503: a client still here resends them, once the
+			// other request has ended). See createLease.
+			lerr := e.lease.Err()
+			ps.o.hook("lease-lost", e.topic)
+			ps.log.Warn("a named stream lost its lease to another producer; its records on the topic fail until its next request",
+				"topic", e.topic, "stream", name, "error", lerr.Error())
+			ps.retireLocked(e)
+			ps.mu.Unlock()
+			return nil, ps.stopNamedAt(name, topic, Classify(fmt.Errorf("the named stream %s lost its lease on %s: %w", name, topic, lerr)))
 		}
 		if ok && e.p != nil && e.p.Err() != nil {
 			// It stopped for good while nothing was sent: the record gets a new one
@@ -280,8 +296,14 @@ func (ps *Pool) closeLocked(e *producerEntry) {
 	go func() {
 		defer ps.wg.Done()
 		_ = e.p.CloseContext(ps.cut)
+		reconnects := int64(e.p.Stats().Reconnects)
+		if e.lease != nil {
+			// Only now: the stream is excluded elsewhere until its producer has flushed.
+			_ = e.lease.CloseContext(ps.cut)
+			reconnects += int64(e.lease.Stats().Reconnects)
+		}
 		ps.mu.Lock()
-		ps.retiredReconnects += int64(e.p.Stats().Reconnects)
+		ps.retiredReconnects += reconnects
 		ps.mu.Unlock()
 		ps.o.hook("closed", e.topic)
 	}()
@@ -339,11 +361,15 @@ func (ps *Pool) create(e *producerEntry) {
 	opts.Schema = e.schema.Info()
 	partitions := -1
 	var err error
+	var lease *pulsar.Producer
 	if e.name != "" {
 		opts.Name, opts.Deduplication, opts.AccessMode = e.name, true, ps.o.NamedAccessMode
 		if partitions, err = ps.client.Partitions(ctx, e.topic); err == nil && partitions > 0 {
 			opts.Name = partitionedName(e.name, partitions)
 			opts.PartitionsRefreshInterval = -1 // the name is the count's: see partitionedName
+			if ps.o.NamedAccessMode == pulsar.AccessShared {
+				lease, err = ps.createLease(ctx, e)
+			}
 		}
 	}
 	var p *pulsar.Producer
@@ -353,6 +379,10 @@ func (ps *Pool) create(e *producerEntry) {
 	if err == nil && partitions > 0 && p.Partitions() != partitions {
 		_ = p.CloseContext(ps.cut)
 		p, err = nil, fmt.Errorf("%w: the topic went from %d to %d partitions while its producer was created", pulsar.ErrLookup, partitions, p.Partitions())
+	}
+	if err != nil && lease != nil {
+		_ = lease.CloseContext(ps.cut)
+		lease = nil
 	}
 	ps.mu.Lock()
 	if err != nil {
@@ -374,9 +404,12 @@ func (ps *Pool) create(e *producerEntry) {
 			close(e.ready)
 			ps.mu.Unlock()
 			_ = p.CloseContext(ps.cut)
+			if lease != nil {
+				_ = lease.CloseContext(ps.cut)
+			}
 			return
 		}
-		e.p = p
+		e.p, e.lease = p, lease
 		ps.log.Info("producer created", "topic", e.topic, "partitions", p.Partitions())
 		if e.name != "" && ps.claims[e.name] == nil {
 			// The stream's request ended while this producer was created: it closes
@@ -388,6 +421,38 @@ func (ps *Pool) create(e *producerEntry) {
 	}
 	close(e.ready)
 	ps.mu.Unlock()
+}
+
+// createLease registers the lease of a named stream (e) on a partitioned topic, with
+// shared producers: a producer of the stream's own name, without the partition count
+// (see partitionedName), on partition 0, which every count has. It never sends, so it
+// touches no deduplication state (the broker keeps sequence ids per name, and its name is
+// none of the stream's producers'); it is held until the stream's producer has closed.
+// The broker lets one producer hold a name on a topic, so a request of the same stream on
+// another bridge process is refused (ProducerBusy, 503) while this one holds it, whatever
+// partition count either producer was created with: the exclusion the count-bearing
+// names of the stream's producers alone would lose while partitions are being added.
+//
+// It reconnects as any producer does. If another process took the name while its
+// connection was down (the broker refuses a name only while the connection holding it
+// is alive), its registration is refused with ProducerBusy and it fails for good
+// (FailWhenNameBusy): acquire then ends the stream on the topic, unsent, as after any
+// temporary failure. Until that refusal, records already queued may still be written.
+func (ps *Pool) createLease(ctx context.Context, e *producerEntry) (*pulsar.Producer, error) {
+	topic, err := pulsar.TopicName(e.topic)
+	if err != nil {
+		return nil, err
+	}
+	opts := ps.opts
+	opts.Topic = pulsar.PartitionTopic(topic, 0)
+	opts.Name, opts.Deduplication, opts.AccessMode, opts.FailWhenNameBusy = e.name, false, pulsar.AccessShared, true
+	opts.Schema = e.schema.Info() // a namespace enforcing schemas refuses a producer without the topic's
+	opts.PartitionsRefreshInterval = -1
+	lease, err := ps.client.CreateProducer(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("the named stream's lease (producer %s on partition 0): %w", e.name, err)
+	}
+	return lease, nil
 }
 
 // createError says which producer could not be created: its topic and, when the broker
@@ -652,6 +717,9 @@ func (ps *Pool) Stats() telemetry.PulsarStats {
 		s.PendingMessages += int64(st.PendingMessages)
 		s.PendingBytes += int64(st.PendingBytes)
 		s.ProducerReconnects += int64(st.Reconnects)
+		if e.lease != nil {
+			s.ProducerReconnects += int64(e.lease.Stats().Reconnects)
+		}
 	}
 	return s
 }
