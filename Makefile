@@ -133,7 +133,7 @@ bench-named: build
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./named -bin $(CURDIR)/$(BIN) -rounds 5'
 
 ## e2e-exactly-once: the named-stream kill test's full form (100 000 events; the bridge killed 10 times, the broker 5 times);
-## make e2e runs a short form of the same test (4 000 events, 3 and 1 kills).
+## make e2e runs a short form of the same test (8 000 events, 3 and 1 kills).
 e2e-exactly-once: build
 	BRIDGE_BIN=$(CURDIR)/$(BIN) EXACTLY_ONCE_EVENTS=100000 EXACTLY_ONCE_BRIDGE_KILLS=10 EXACTLY_ONCE_BROKER_KILLS=5 \
 		$(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 60m -run TestExactlyOnceAcrossKills -v .'

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,7 +26,7 @@ import (
 // form is make e2e-exactly-once: 100 000 events, the bridge killed 10 times
 // and the broker 5 times.
 func exactlyOnceSize() (events, bridgeKills, brokerKills int) {
-	events, bridgeKills, brokerKills = 4000, 3, 1
+	events, bridgeKills, brokerKills = 8000, 3, 1
 	get := func(name string, v *int) {
 		if s := os.Getenv(name); s != "" {
 			n, err := strconv.Atoi(s)
@@ -41,16 +42,21 @@ func exactlyOnceSize() (events, bridgeKills, brokerKills int) {
 	return
 }
 
-// TestExactlyOnceAcrossKills streams Mesos events into three topics (one partitioned,
-// with keyed and keyless records; one templated) with a client that resumes from its
-// first unreceipted record whenever its request fails, while the test kill -9s the
-// bridge and the broker. With a stream name every event is stored once, in input order
-// per topic and key (the keyless ones on one partition), and each receipt says
-// duplicate exactly when the copy in Pulsar came from an earlier request; without one,
-// the resent records that had been persisted are stored twice, and counted. Each bridge
-// kill is made to land while records it persisted still have their receipts on the way
-// (the client holds them back until the bridge's metrics count more than it has), and
-// those records must come back as duplicates, or be stored twice without a name.
+// TestExactlyOnceAcrossKills streams Mesos events into three topics (two partitioned:
+// tasks, keyed and keyless, and heartbeats, keyless, every other event; one templated)
+// with a client that resumes from its first unreceipted record whenever its request
+// fails, while the test kill -9s the bridge and the broker. With a stream name every
+// event is stored once, in input order per topic and key (the keyless ones on one
+// partition), and each receipt says duplicate exactly when the copy in Pulsar came from
+// an earlier request; without one, the resent records that had been persisted are
+// stored twice, and counted. Each bridge kill is made to land while records it
+// persisted still have their receipts on the way (the client holds them back until the
+// bridge's metrics count more than it has), and those records must come back as
+// duplicates, or be stored twice without a name. At the middle bridge kill both
+// partitioned topics grow from 3 to 5 partitions and one partition of tasks is unloaded
+// just before, so records resent under the new count include some the killed bridge had
+// not persisted while it had persisted later ones. Events lost, stored twice and
+// receipted wrongly are counted per topic and judged before anything else.
 func TestExactlyOnceAcrossKills(t *testing.T) {
 	b := broker.Get(t)
 	events, bridgeKills, brokerKills := exactlyOnceSize()
@@ -102,7 +108,13 @@ routes:
 `, b.URL, ns, tasks, tasks, tasks, beats, ns)
 	evs := make([]eoEvent, n)
 	for i := range evs {
-		typ := mesosTypes[i%len(mesosTypes)]
+		// Every other event is a heartbeat: a bridge process sends more keyless records to
+		// one topic than a producer's batch holds (1 000), and a kill catches several
+		// partitions' records in flight, keyed and keyless.
+		typ := mesosTypes[(i/2)%len(mesosTypes)]
+		if i%2 == 0 {
+			typ = "HEARTBEAT"
+		}
 		task := fmt.Sprintf("task-%d", i%37)
 		e := eoEvent{body: mesosEvent(typ, 0, i, task), topic: events}
 		switch typ {
@@ -144,6 +156,7 @@ routes:
 	receipts := make([][]eoReceipt, n)
 	sentCount := make([]int, n)
 	var requests int
+	var requesting atomic.Int64 // the request the client is in, for the killer
 	clientErr := make(chan error, 1)
 	stop := make(chan struct{})
 	go func() {
@@ -156,6 +169,7 @@ routes:
 			default:
 			}
 			requests++
+			requesting.Store(int64(requests))
 			advanced := false
 			err := eoRequest(client, url.Load().(string), named, requests, next, evs, sentCount, &sent, gate, func(r eoResult) {
 				if r.status == 200 {
@@ -186,14 +200,14 @@ routes:
 	base := persisted.Load() // 200 receipts before this bridge process answered any
 	done := false
 	var clientResult error
-	// waitFor polls cond until it holds, the client ends (false) or the deadline passes.
-	waitFor := func(what string, cond func() bool) bool {
+	// waitEvery polls cond every so often until it holds, the client ends (false) or the deadline passes.
+	waitEvery := func(what string, every time.Duration, cond func() bool) bool {
 		for !cond() {
 			select {
 			case clientResult = <-clientErr:
 				done = true
 				return false
-			case <-time.After(20 * time.Millisecond): // polling the client and the bridge
+			case <-time.After(every): // polling the client and the bridge
 			}
 			if time.Now().After(deadline) {
 				close(stop)
@@ -202,9 +216,18 @@ routes:
 		}
 		return true
 	}
+	waitFor := func(what string, cond func() bool) bool { return waitEvery(what, 20*time.Millisecond, cond) }
+	// The stream's producer name, as ingress.ProducerName makes it: a named stream's
+	// keyless records go by it, to one partition per partition count (3, then 5 once the
+	// topics grew), whatever producer sent them, so a resend meets its first copy's
+	// deduplication there. (Round-robin sticks to one partition for a batch's worth from
+	// each new producer, so the count alone cannot tell; the partition can.)
+	name := "recordio-bridge/mesos/scheduler-1"
+	keylessPart3, keylessPart5 := pulsar.JavaStringHash.Partition(name, 3), pulsar.JavaStringHash.Partition(name, 5)
 	// Partitions are added to both partitioned topics (3 to 5) while a bridge kill catches
 	// records in flight: the middle bridge kill's.
 	growAt, grownCaught := 0, 0
+	growFrom, growTo, growReq := 0, 0, 0 // the window: events written and unreceipted, and the last request under 3 partitions
 	for k, bk := 1, 0; k <= kills; k++ {
 		if k*brokerKills/kills == (k-1)*brokerKills/kills {
 			if bk++; bk == (bridgeKills+1)/2 {
@@ -235,22 +258,33 @@ routes:
 		// client's reader waits on the hold, the receipts it has are final, and the bridge
 		// dies as soon as its metrics count more records persisted than that.
 		hold.start()
+		if k == growAt {
+			// The bridge's producers go on routing by 3 partitions until it dies. The
+			// partition of the stream's keyless records on tasks is unloaded as well: its
+			// producer reconnects while the other partitions persist the next records, so
+			// the kill lands with later records persisted on some partitions and earlier
+			// ones not on another, as a slow partition or a load balancer's unload leaves
+			// them; resent by 5 partitions, some of those earlier records go where the
+			// stream's later ones already are.
+			for _, topic := range []string{tasks, beats} {
+				b.MustAdmin(t, http.MethodPost, adminTopicPath(topic)+"/partitions", []byte("5"))
+			}
+			b.MustAdmin(t, http.MethodPut, adminTopicPath(fmt.Sprintf("%s-partition-%d", tasks, keylessPart3))+"/unload", nil)
+			growReq = int(requesting.Load()) // served by this bridge: its producers route by 3 partitions
+		}
 		gate.open(at(k + 1))
-		if !waitFor("holding the receipts", hold.reading) {
+		// Polled closely, so that the kill lands while the next records are still on their
+		// way to the partitions, some persisted and some not.
+		if !waitEvery("holding the receipts", time.Millisecond, hold.reading) {
 			break
 		}
 		got := persisted.Load() - base
 		var settled int64
-		if !waitFor("a record persisted under the hold", func() bool {
+		if !waitEvery("a record persisted under the hold", time.Millisecond, func() bool {
 			settled = int64(metricValue(t, scrape(t, p.OpsURL), `bridge_ingress_records_total{route="mesos",status="200"}`))
 			return settled > got
 		}) {
 			break
-		}
-		if k == growAt {
-			for _, topic := range []string{tasks, beats} {
-				b.MustAdmin(t, http.MethodPost, adminTopicPath(topic)+"/partitions", []byte("5"))
-			}
 		}
 		bridgeDone++
 		_ = p.cmd.Process.Kill()
@@ -259,7 +293,8 @@ routes:
 		if k == growAt {
 			// The window: what the client had written and not had receipted when the
 			// bridge whose producers routed by 3 partitions died.
-			grownCaught = int(sent.Load() - progress.Load())
+			growFrom, growTo = int(progress.Load()), int(sent.Load())
+			grownCaught = growTo - growFrom
 			t.Logf("%s and %s grown from 3 to 5 partitions; the bridge killed with %d records written and unreceipted", tasks, beats, grownCaught)
 		}
 		caught += int(settled - got)
@@ -290,6 +325,7 @@ routes:
 	storedPart := make([][]int32, n) // event -> the partitions of its copies
 	keyless := map[int]int{}         // the partitioned topic's keyless events by partition
 	beatParts := map[int]int{}       // the keyless-only topic's events by partition
+	var disorder []string            // first copies out of input order in their key and partition
 	for _, topic := range []string{tasks, beats, events} {
 		last := map[string]int{} // by key and partition: a key's records move when partitions are added
 		for _, m := range readAll(t, c, topic, 5*time.Second) {
@@ -313,69 +349,106 @@ routes:
 			if named && len(stored[i]) == 1 { // a second copy (see below) is out of order by nature
 				lk := m.Key() + "\x00" + strconv.Itoa(int(m.ID().PartitionIdx()))
 				if prev, ok := last[lk]; ok && i <= prev {
-					t.Fatalf("%s key %q partition %d: event %d after %d", topic, m.Key(), m.ID().PartitionIdx(), i, prev)
+					disorder = append(disorder, fmt.Sprintf("%s key %q partition %d: event %d after %d", topic, m.Key(), m.ID().PartitionIdx(), i, prev))
 				}
 				last[lk] = i
 			}
 		}
 	}
-	resent, dupReceipts, copies := 0, 0, 0
+
+	// What the stream's user sees, counted per topic before anything else is judged: events
+	// lost, events stored twice (with a stream name, besides the partition change's
+	// window, below), and
+	// receipts whose "duplicate" disagrees with where the stored copies came from (a
+	// receipt is a duplicate exactly when no copy came from its own request, and then one
+	// came from an earlier one).
+	type eoTally struct{ lost, twice, crossed, wrongReceipts, dupReceipts int }
+	tally := map[string]*eoTally{tasks: {}, beats: {}, events: {}}
+	var examples []string
+	example := func(format string, args ...any) {
+		if len(examples) < 5 {
+			examples = append(examples, fmt.Sprintf(format, args...))
+		}
+	}
+	resent, dupReceipts, copies, persistedResent := 0, 0, 0, 0
 	for i := range n {
+		tl := tally[evs[i].topic]
 		resent += sentCount[i] - 1
 		copies += len(stored[i])
-		if len(stored[i]) == 0 {
-			t.Fatalf("event %d is missing", i)
-		}
 		for _, r := range receipts[i] {
 			if r.dup {
 				dupReceipts++
 			}
 		}
-	}
-	if len(keyless) == 0 {
-		t.Fatal("no keyless event reached the partitioned topic")
-	}
-	// The stream's producer name, as ingress.ProducerName makes it: a named stream's
-	// keyless records go by it, to one partition per partition count (3, then 5 once the
-	// topics grew), whatever producer sent them, so a resend meets its first copy's
-	// deduplication there. (Round-robin sticks to one partition for a batch's worth from
-	// each new producer, so the count alone cannot tell; the partition can.)
-	name := "recordio-bridge/mesos/scheduler-1"
-	want3, want5 := pulsar.JavaStringHash.Partition(name, 3), pulsar.JavaStringHash.Partition(name, 5)
-	for _, parts := range []map[int]int{keyless, beatParts} {
-		for part := range parts {
-			if named && part != want3 && (growAt == 0 || part != want5) {
-				t.Fatalf("the named stream's keyless events are on partitions %v, want them on %d (3 partitions) or %d (5)", parts, want3, want5)
-			}
+		if len(stored[i]) == 0 {
+			tl.lost++
+			example("event %d (%s) is missing; its receipts %+v", i, evs[i].topic, receipts[i])
 		}
-	}
-	if named {
-		persistedResent, crossed := 0, 0
-		for i := range n {
-			if len(stored[i]) == 2 && growAt > 0 && evs[i].topic != events {
-				// Persisted before the partitions were added, its receipt cut by the kill,
-				// resent by a producer of the new count (under that count's name): the
-				// documented duplicate, on its new partition or its old one.
-				crossed++
-				continue
+		if !named {
+			if len(stored[i]) > 1 {
+				tl.twice++ // counted, and judged below: without a name a resend is stored again
 			}
-			if len(stored[i]) != 1 {
-				t.Fatalf("event %d is stored %d times (requests %v, partitions %v)", i, len(stored[i]), stored[i], storedPart[i])
+			continue
+		}
+		// Persisted before the partitions were added, its receipt cut by the kill, resent
+		// by a producer of the new count (under that count's name): the documented
+		// duplicate, one copy from a request the bridge routing by 3 partitions served,
+		// one from a later request, on its new partition or its old one.
+		isCrossed := growAt > 0 && evs[i].topic != events && i >= growFrom && i < growTo && len(stored[i]) == 2 &&
+			min(stored[i][0], stored[i][1]) <= growReq && max(stored[i][0], stored[i][1]) > growReq
+		if isCrossed {
+			tl.crossed++
+		} else if len(stored[i]) > 1 {
+			tl.twice++
+			example("event %d (%s) is stored %d times (requests %v, partitions %v; receipts %+v)", i, evs[i].topic, len(stored[i]), stored[i], storedPart[i], receipts[i])
+		}
+		for _, r := range receipts[i] {
+			own, earlier := false, false
+			for _, from := range stored[i] {
+				own = own || from == r.req
+				earlier = earlier || from < r.req
 			}
-			for _, r := range receipts[i] {
-				// A receipt is a duplicate exactly when the stored copy came from an earlier request.
-				if from := stored[i][0]; r.dup != (from != r.req) || from > r.req {
-					t.Fatalf("event %d: receipt of request %d says duplicate=%v, the stored copy came from request %d", i, r.req, r.dup, from)
-				}
-				if r.dup {
+			if r.dup == own || (r.dup && !earlier) {
+				tl.wrongReceipts++
+				example("event %d (%s): receipt of request %d says duplicate=%v, the stored copies came from requests %v", i, evs[i].topic, r.req, r.dup, stored[i])
+			}
+			if r.dup {
+				tl.dupReceipts++
+				if !isCrossed {
 					persistedResent++
 				}
 			}
 		}
+	}
+	lost, twice, crossed, wrong := 0, 0, 0, 0
+	for _, topic := range []string{tasks, beats, events} {
+		tl := tally[topic]
+		t.Logf("%s: %d events lost, %d stored twice, %d stored twice across the partition change, %d duplicate receipts, %d receipts whose duplicate flag is wrong",
+			topic, tl.lost, tl.twice, tl.crossed, tl.dupReceipts, tl.wrongReceipts)
+		lost, twice, crossed, wrong = lost+tl.lost, twice+tl.twice, crossed+tl.crossed, wrong+tl.wrongReceipts
+	}
+	if lost > 0 || named && (twice > 0 || wrong > 0) {
+		t.Fatalf("%d events lost, %d stored twice outside the partition change's window, %d receipts whose duplicate flag is wrong; for example:\n%s",
+			lost, twice, wrong, strings.Join(examples, "\n"))
+	}
+	if len(disorder) > 0 {
+		t.Fatalf("%d events out of input order in their topic, key and partition; the first: %s", len(disorder), disorder[0])
+	}
+	if len(keyless) == 0 {
+		t.Fatal("no keyless event reached the partitioned topic")
+	}
+	for _, parts := range []map[int]int{keyless, beatParts} {
+		for part := range parts {
+			if named && part != keylessPart3 && (growAt == 0 || part != keylessPart5) {
+				t.Fatalf("the named stream's keyless events are on partitions %v, want them on %d (3 partitions) or %d (5)", parts, keylessPart3, keylessPart5)
+			}
+		}
+	}
+	if named {
 		t.Logf("named stream: %d events, %d requests, %d bridge and %d broker kills in %s: every event stored, in order per topic, key and partition; %d records resent, %d of them already persisted = %d duplicate receipts (the bridge kills cut %d receipts)",
 			n, requests, bridgeDone, brokerDone, elapsed.Round(time.Second), resent, persistedResent, dupReceipts, caught)
 		if growAt > 0 {
-			t.Logf("partitions added (3 to 5) with %d records written and unreceipted: %d events stored twice (their first copy under 3 partitions, the resent one under 5); every other event once", grownCaught, crossed)
+			t.Logf("partitions added (3 to 5) with %d records written and unreceipted (events %d to %d): %d events stored twice (their first copy under 3 partitions, the resent one under 5); every other event once", grownCaught, growFrom, growTo-1, crossed)
 			if crossed > grownCaught {
 				t.Fatalf("%d events stored twice across the partition change, more than the %d written and unreceipted when it happened", crossed, grownCaught)
 			}
