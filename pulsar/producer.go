@@ -108,8 +108,11 @@ func (p *Producer) watchPartitions() {
 	}
 }
 
-// grow starts producers on the partitions beyond those known; a failure is retried at
-// the next refresh.
+// grow starts producers on the partitions beyond those known and adopts them all
+// together: keyed messages are routed by the partition count, so a count between the
+// old and the new one (some new partitions ready, one refused) would put keys where
+// neither count does. As the Java client does, a failure closes the new producers and
+// keeps the old count; it is retried at the next refresh.
 func (p *Producer) grow() {
 	ctx, cancel := contextUntil(p.stop)
 	defer cancel()
@@ -127,8 +130,11 @@ func (p *Producer) grow() {
 	for i := len(old); i < n; i++ {
 		pp := newPartitionProducer(p.client, partitionName(p.topic, i), int32(i), p.opts)
 		if err := pp.start(ctx); err != nil {
-			p.client.log.Warn("producing to a new partition failed; retrying at the next refresh", "topic", p.topic, "partition", i, "error", err)
-			break
+			p.client.log.Warn("producing to a new partition failed; keeping the old partition count until the next refresh", "topic", p.topic, "partition", i, "error", err)
+			for _, started := range added {
+				started.close(context.Background())
+			}
+			return
 		}
 		added = append(added, pp)
 	}
@@ -143,9 +149,7 @@ func (p *Producer) grow() {
 	parts := append(append(make([]*partitionProducer, 0, len(old)+len(added)), old...), added...)
 	p.parts.Store(&parts)
 	p.growMu.Unlock()
-	if len(added) > 0 {
-		p.client.log.Info("the topic has new partitions; producing to them", "topic", p.topic, "partitions", len(parts))
-	}
+	p.client.log.Info("the topic has new partitions; producing to them", "topic", p.topic, "partitions", len(parts))
 }
 
 func (p *Producer) route(m *ProducerMessage) *partitionProducer {
