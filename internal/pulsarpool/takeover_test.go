@@ -253,3 +253,46 @@ func TestNamedStreamProducerCreatedAfterItsRequestEndedIsClosed(t *testing.T) {
 		t.Fatalf("the stream's next request on another process: %v", err)
 	}
 }
+
+// With shared producers a request on another bridge process that was refused the
+// stream's producer name (ProducerBusy: the first process's request was still open)
+// does not leave that refusal cached for the stream's next request there: once the
+// first request has ended, the next one registers the name at once, not after the
+// failed creation's backoff.
+func TestNamedStreamRefusedWhileBusyOnAnotherProcessIsAcceptedOnceThatOneEnds(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	b.UniqueProducerNames(true)
+	ev := newEvents()
+	o := Options{CreateTimeout: 2 * time.Second, IdleTimeout: time.Hour, CreateRetryMin: time.Hour}
+	bb := New(newClient(t, b.URL()), o)
+	o.hook = ev.hook
+	a := New(newClient(t, b.URL()), o)
+	defer a.Close()
+	defer bb.Close()
+	releaseA, err := a.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publishMsg(t, a, namedMsg(0)); err != nil {
+		t.Fatal(err)
+	}
+	releaseB, err := bb.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publishMsg(t, bb, namedMsg(1)); !errors.Is(err, ingress.ErrUnavailable) {
+		t.Fatalf("the stream on another process while its request here is open: %v, want ErrUnavailable (ProducerBusy)", err)
+	}
+	releaseB()
+	releaseA()
+	ev.await(t, "closed", 1)
+	releaseB, err = bb.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseB()
+	if _, err := publishMsg(t, bb, namedMsg(1)); err != nil {
+		t.Fatalf("the stream's next request on the other process, once the first ended: %v", err)
+	}
+}
