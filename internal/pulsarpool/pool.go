@@ -395,6 +395,11 @@ func (ps *Pool) create(e *producerEntry) {
 			ps.live--
 			ps.wakeLocked()
 		}
+		if e.name != "" && ps.claims[e.name] == nil && ps.m[e.key()] == e {
+			// The stream's request ended while this was created: the failure is not
+			// kept for its next request (see retireNamedLocked).
+			delete(ps.m, e.key())
+		}
 		ps.log.Warn("cannot create producer; the topic's records fail until the retry", "topic", e.topic, "retryIn", wait.String(), "error", err)
 	} else {
 		if ps.closed {
