@@ -220,8 +220,8 @@ routes:
 	// The stream's producer name, as ingress.ProducerName makes it: a named stream's
 	// keyless records go by it, to one partition per partition count (3, then 5 once the
 	// topics grew), whatever producer sent them, so a resend meets its first copy's
-	// deduplication there. (Round-robin sticks to one partition for a batch's worth from
-	// each new producer, so the count alone cannot tell; the partition can.)
+	// deduplication there. (Round-robin sticks to one partition for a batching delay, so
+	// the count alone cannot tell; the partition can.)
 	name := "recordio-bridge/mesos/scheduler-1"
 	keylessPart3, keylessPart5 := pulsar.JavaStringHash.Partition(name, 3), pulsar.JavaStringHash.Partition(name, 5)
 	// Partitions are added to both partitioned topics (3 to 5) while a bridge kill catches

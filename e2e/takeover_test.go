@@ -154,3 +154,79 @@ func TestNamedStreamTakenOverOnAnotherBridgeProcess(t *testing.T) {
 	t.Logf("takeover: B's first receipt %s after its request began; %d of B's 140 records were duplicates of A's; A refused %d records (409) after the takeover; 200 stored, each once, in order",
 		firstReceipt.Round(time.Millisecond), dups, len(refused))
 }
+
+// With shared producers (the default) a client that resumes its named stream on a second
+// process while its request on the first is still open is refused there (503,
+// ProducerBusy) for as long as that request holds the producer name, however often it
+// retries; as soon as the first request ends, the second process accepts the stream's
+// next request: its refusals are not kept for the retry backoff of a failed producer
+// creation (after three refusals in a row, 4 s).
+func TestNamedStreamOnAnotherSharedProcessIsAcceptedOnceTheFirstRequestEnds(t *testing.T) {
+	b := broker.Get(t)
+	ns := dedupNamespace(t, b, "busy", true)
+	topic := "persistent://" + ns + "/events"
+	b.CreatePartitionedTopic(t, topic, 3)
+	cfg := fmt.Sprintf("pulsar:\n  url: %s\nroutes:\n  - name: r\n    namespaces: [%s]\n    default: {topic: %s}\n", b.URL, ns, topic)
+	a, bp := startBridge(t, cfg), startBridge(t, cfg)
+	rec := func(i int) []byte { return []byte(fmt.Sprintf(`{"n":%d}`, i)) }
+	header := func(seq int) map[string]string {
+		return map[string]string{"Stream-Name": "s-1", "Stream-Sequence": strconv.Itoa(seq)}
+	}
+	onA := openStream(t, h1Client, a.DataURL+"/v1/publish/r", header(0))
+	if err := onA.send(rec(0)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-onA.receipts:
+		if r.Status != 200 {
+			t.Fatalf("A's receipt: %+v", r)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("A's receipt did not come")
+	}
+	onB := func() receipt {
+		t.Helper()
+		s := openStream(t, h1Client, bp.DataURL+"/v1/publish/r", header(1))
+		if err := s.send(rec(1)); err != nil {
+			t.Fatal(err)
+		}
+		rs, _, err := s.finish(time.Minute)
+		if err != nil || len(rs) != 1 {
+			t.Fatalf("B's receipts %+v: %v", rs, err)
+		}
+		return rs[0]
+	}
+	// B is refused while A's request is open, at least three times in a row over 3.5 s
+	// (each a creation attempt, past the backoff of the one before: 1 s, then 2 s).
+	refusals := 0
+	for start := time.Now(); time.Since(start) < 3500*time.Millisecond || refusals < 3; {
+		r := onB()
+		if r.Status != 503 || !strings.Contains(r.Error, "ProducerBusy") {
+			t.Fatalf("B's receipt while A's request is open: %+v, want 503 ProducerBusy", r)
+		}
+		refusals++
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, sum, err := onA.finish(time.Minute); err != nil || sum.Status != 200 {
+		t.Fatalf("A's summary %+v: %v", sum, err)
+	}
+	// A closes the stream's producers as its request ends; B's next request may still
+	// meet them for moments (503 ProducerBusy), and is accepted once they are closed.
+	var r receipt
+	start := time.Now()
+	for {
+		r = onB()
+		if r.Status == 200 || time.Since(start) > 1500*time.Millisecond {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r.Status != 200 {
+		t.Fatalf("B's receipt %s after A's request ended: %+v, want 200", time.Since(start).Round(time.Millisecond), r)
+	}
+	t.Logf("B refused %d times while A's request was open, accepted %s after it ended", refusals, time.Since(start).Round(time.Millisecond))
+	msgs := readAll(t, newOfficialClient(t, b), topic, 3*time.Second)
+	if len(msgs) != 2 || string(msgs[0].Payload()) != string(rec(0)) || string(msgs[1].Payload()) != string(rec(1)) {
+		t.Fatalf("%d messages stored, want records 0 and 1 once each", len(msgs))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,7 @@ type Producer struct {
 	// parts holds the partition producers; it only grows (partitions added at runtime),
 	// replaced whole so route reads it without a lock.
 	parts atomic.Pointer[[]*partitionProducer]
-	rr    atomic.Uint64
+	rr    atomic.Uint64 // keyless routing: the next partition without batching, the offset with it
 	once  sync.Once
 
 	growMu sync.Mutex // serialises growth with Close
@@ -54,6 +55,7 @@ func (c *Client) CreateProducer(ctx context.Context, opts ProducerOptions) (*Pro
 		return nil, err
 	}
 	p := &Producer{client: c, topic: topic, opts: opts, stop: make(chan struct{})}
+	p.rr.Store(rand.Uint64()) // keyless messages start on a random partition (see route)
 	p.cut, p.cutNow = context.WithCancel(context.Background())
 	var parts []*partitionProducer
 	if n == 0 {
@@ -108,8 +110,11 @@ func (p *Producer) watchPartitions() {
 	}
 }
 
-// grow starts producers on the partitions beyond those known; a failure is retried at
-// the next refresh.
+// grow starts producers on the partitions beyond those known and adopts them all
+// together: keyed messages are routed by the partition count, so a count between the
+// old and the new one (some new partitions ready, one refused) would put keys where
+// neither count does. As the Java client does, a failure closes the new producers and
+// keeps the old count; it is retried at the next refresh.
 func (p *Producer) grow() {
 	ctx, cancel := contextUntil(p.stop)
 	defer cancel()
@@ -127,8 +132,11 @@ func (p *Producer) grow() {
 	for i := len(old); i < n; i++ {
 		pp := newPartitionProducer(p.client, partitionName(p.topic, i), int32(i), p.opts)
 		if err := pp.start(ctx); err != nil {
-			p.client.log.Warn("producing to a new partition failed; retrying at the next refresh", "topic", p.topic, "partition", i, "error", err)
-			break
+			p.client.log.Warn("producing to a new partition failed; keeping the old partition count until the next refresh", "topic", p.topic, "partition", i, "error", err)
+			for _, started := range added {
+				started.close(context.Background())
+			}
+			return
 		}
 		added = append(added, pp)
 	}
@@ -143,9 +151,7 @@ func (p *Producer) grow() {
 	parts := append(append(make([]*partitionProducer, 0, len(old)+len(added)), old...), added...)
 	p.parts.Store(&parts)
 	p.growMu.Unlock()
-	if len(added) > 0 {
-		p.client.log.Info("the topic has new partitions; producing to them", "topic", p.topic, "partitions", len(parts))
-	}
+	p.client.log.Info("the topic has new partitions; producing to them", "topic", p.topic, "partitions", len(parts))
 }
 
 func (p *Producer) route(m *ProducerMessage) *partitionProducer {
@@ -160,12 +166,15 @@ func (p *Producer) route(m *ProducerMessage) *partitionProducer {
 	if m.RoutingKey != "" {
 		return parts[p.opts.HashingScheme.Partition(m.RoutingKey, n)]
 	}
-	// Keyless messages go round-robin, sticking to one partition for a batch's worth.
-	per := uint64(p.opts.BatchingMaxMessages)
+	// Keyless messages go round-robin from the producer's random first partition, as
+	// with the Java client's default router: one message each without batching, and
+	// with batching one partition per BatchingMaxDelay of time, so a batch fills on one
+	// partition and a slow topic still spreads.
 	if p.opts.DisableBatching {
-		per = 1
+		return parts[p.rr.Add(1)%uint64(n)]
 	}
-	return parts[(p.rr.Add(1)/per)%uint64(n)]
+	window := max(p.opts.BatchingMaxDelay, time.Millisecond)
+	return parts[(p.rr.Load()+uint64(time.Now().UnixNano()/int64(window)))%uint64(n)]
 }
 
 // SendAsync queues m and returns; cb runs (on the producer's callback goroutine, in

@@ -395,6 +395,11 @@ func (ps *Pool) create(e *producerEntry) {
 			ps.live--
 			ps.wakeLocked()
 		}
+		if e.name != "" && ps.claims[e.name] == nil && ps.m[e.key()] == e {
+			// The stream's request ended while this was created: the failure is not
+			// kept for its next request (see retireNamedLocked).
+			delete(ps.m, e.key())
+		}
 		ps.log.Warn("cannot create producer; the topic's records fail until the retry", "topic", e.topic, "retryIn", wait.String(), "error", err)
 	} else {
 		if ps.closed {
@@ -789,12 +794,20 @@ func (ps *Pool) ClaimStream(producer string) (func(), error) {
 // of keeping them for IdleTimeout: the broker holds a producer name for the connection
 // that registered it, so another bridge process taking the stream over would be refused
 // (ProducerBusy) for as long as they stay open. The next request of the stream, here
-// or there, registers them again.
+// or there, registers them again. A failed creation of the stream is forgotten too: a
+// request's records stop on a topic at its first temporary failure, so the backoff
+// protects nothing within a request, and kept for the next one it would refuse that
+// request at once, for up to CreateRetryMax, though the cause is gone (ProducerBusy
+// while another bridge process's request of the stream was still open, most often).
 func (ps *Pool) retireNamedLocked(producer string) {
-	for _, e := range ps.m {
-		if e.name == producer && e.p != nil {
+	for key, e := range ps.m {
+		switch {
+		case e.name != producer:
+		case e.p != nil:
 			ps.o.hook("released", e.topic)
 			ps.retireLocked(e)
+		case e.err != nil:
+			delete(ps.m, key)
 		}
 	}
 }

@@ -253,3 +253,118 @@ func TestNamedStreamProducerCreatedAfterItsRequestEndedIsClosed(t *testing.T) {
 		t.Fatalf("the stream's next request on another process: %v", err)
 	}
 }
+
+// With shared producers a request on another bridge process that was refused the
+// stream's producer name (ProducerBusy: the first process's request was still open)
+// does not leave that refusal cached for the stream's next request there: once the
+// first request has ended, the next one registers the name at once, not after the
+// failed creation's backoff.
+func TestNamedStreamRefusedWhileBusyOnAnotherProcessIsAcceptedOnceThatOneEnds(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	b.UniqueProducerNames(true)
+	ev := newEvents()
+	o := Options{CreateTimeout: 2 * time.Second, IdleTimeout: time.Hour, CreateRetryMin: time.Hour}
+	bb := New(newClient(t, b.URL()), o)
+	o.hook = ev.hook
+	a := New(newClient(t, b.URL()), o)
+	defer a.Close()
+	defer bb.Close()
+	releaseA, err := a.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publishMsg(t, a, namedMsg(0)); err != nil {
+		t.Fatal(err)
+	}
+	releaseB, err := bb.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publishMsg(t, bb, namedMsg(1)); !errors.Is(err, ingress.ErrUnavailable) {
+		t.Fatalf("the stream on another process while its request here is open: %v, want ErrUnavailable (ProducerBusy)", err)
+	}
+	releaseB()
+	releaseA()
+	ev.await(t, "closed", 1)
+	releaseB, err = bb.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseB()
+	if _, err := publishMsg(t, bb, namedMsg(1)); err != nil {
+		t.Fatalf("the stream's next request on the other process, once the first ended: %v", err)
+	}
+}
+
+// A named stream's producer creation that fails after its request has ended (the
+// client went away while it was under way) is not kept for the stream's next request
+// either: that request creates the producer afresh instead of getting the old failure
+// for the creation backoff.
+func TestNamedStreamCreationFailingAfterItsRequestEndedIsNotKept(t *testing.T) {
+	b := fakeBroker(t)
+	b.SetDeduplication(true)
+	var mu sync.Mutex
+	ignoring := true
+	seen := make(chan struct{}, 1)
+	b.SetControl(func(cmd pulsartest.Command) pulsartest.Reply {
+		if cmd.Cmd.GetType() != pulsartest.CommandProducer {
+			return pulsartest.Pass()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !ignoring {
+			return pulsartest.Pass()
+		}
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
+		return pulsartest.Ignore()
+	})
+	ps := New(newClient(t, b.URL()), Options{CreateTimeout: 300 * time.Millisecond, IdleTimeout: time.Hour, CreateRetryMin: time.Hour})
+	defer ps.Close()
+	release, err := ps.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	m := namedMsg(0)
+	go ps.PublishAsync(ctx, &m, func(_ string, err error) { gone <- err }) // it waits for the producer
+	select {
+	case <-seen:
+	case <-time.After(wait):
+		t.Fatal("the producer was never registered")
+	}
+	ps.mu.Lock()
+	e := ps.m[entryKey(takeoverTopic, "recordio-bridge/r/s", nil)]
+	ps.mu.Unlock()
+	if e == nil {
+		t.Fatal("no creation under way")
+	}
+	cancel() // the client went away
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the record of the request whose client went away: %v", err)
+	}
+	release()
+	select {
+	case <-e.ready:
+	case <-time.After(wait):
+		t.Fatal("the creation did not end")
+	}
+	if e.err == nil {
+		t.Fatal("the creation did not fail")
+	}
+	mu.Lock()
+	ignoring = false
+	mu.Unlock()
+	release, err = ps.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if _, err := publishMsg(t, ps, namedMsg(0)); err != nil {
+		t.Fatalf("the stream's next request: %v", err)
+	}
+}
