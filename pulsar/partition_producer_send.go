@@ -1,6 +1,7 @@
 package pulsar
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -73,8 +74,10 @@ type batch struct {
 	firstSeq uint64
 	lastSeq  uint64
 	created  time.Time
-	key      string // the key of every message in the batch, unless mixed
-	mixed    bool
+	// key and orderingKey are the first message's: the entry carries them, as the Java
+	// client's batch container does, so a Key_Shared subscription dispatches it by them.
+	key         string
+	orderingKey []byte
 	// acquired is what the batch's messages took from the pending limiter (their payload
 	// bytes), released exactly when the batch completes; size() counts the encoding too.
 	acquired int
@@ -161,9 +164,7 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		p.flushBatchLocked()
 	}
 	if len(p.batch.reqs) == 0 {
-		p.batch.key = m.Key
-	} else if m.Key != p.batch.key {
-		p.batch.mixed = true
+		p.batch.key, p.batch.orderingKey = m.Key, bytes.Clone(m.OrderingKey)
 	}
 	if len(p.batch.reqs) == 0 {
 		p.batch.firstSeq = seq
@@ -236,9 +237,14 @@ func (p *partitionProducer) flushBatchLocked() {
 	if n > 1 {
 		md.HighestSequenceId = proto.Uint64(b.lastSeq)
 	}
-	if !b.mixed && b.key != "" {
-		// One key for the whole entry: a Key_Shared subscription routes it by that key.
+	if b.key != "" {
+		// The first message's key for the whole entry, as the Java client sends it (its
+		// messages keep their own in their single metadata): a Key_Shared subscription
+		// dispatches the entry by it. BatchingByKey makes every entry one key's.
 		md.PartitionKey = proto.String(b.key)
+	}
+	if len(b.orderingKey) > 0 {
+		md.OrderingKey = b.orderingKey
 	}
 	buf, headroom := p.compressLocked(md, b.buf[frameHeadroom:], b.buf)
 	send := &pb.CommandSend{ProducerId: proto.Uint64(p.id), SequenceId: proto.Uint64(b.firstSeq), NumMessages: proto.Int32(int32(n))}
