@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,46 +18,18 @@ import (
 // the second process is accepted, and everything receipted is stored once.
 func TestNamedStreamOnAnotherBridgeProcessIsRefusedWhilePartitionsAreAdded(t *testing.T) {
 	b := broker.Get(t)
-	ns := dedupNamespace(t, b, "lease", true)
-	topic := "persistent://" + ns + "/events"
-	b.CreatePartitionedTopic(t, topic, 3)
-	cfg := fmt.Sprintf("pulsar:\n  url: %s\nroutes:\n  - name: r\n    namespaces: [%s]\n    default: {topic: %s}\n", b.URL, ns, topic)
-	a, bp := startBridge(t, cfg), startBridge(t, cfg)
-	rec := func(i int) []byte { return []byte(fmt.Sprintf(`{"n":%d}`, i)) }
-	records := func(from, to int) [][]byte {
-		var out [][]byte
-		for i := from; i <= to; i++ {
-			out = append(out, rec(i))
-		}
-		return out
-	}
-	header := func(seq int) map[string]string {
-		return map[string]string{"Stream-Name": "s-1", "Stream-Sequence": strconv.Itoa(seq)}
-	}
-	receiptsOf := func(s *ingressStream, where string, from, n int) {
-		t.Helper()
-		for i := from; i < from+n; i++ {
-			select {
-			case r := <-s.receipts:
-				if r.Status != 200 || r.Sequence == nil || *r.Sequence != int64(i) {
-					t.Fatalf("receipt %d on %s: %+v", i, where, r)
-				}
-			case <-time.After(time.Minute):
-				t.Fatalf("receipt %d on %s did not come", i, where)
-			}
-		}
-	}
+	topic, a, bp := twoBridgesOnOneTopic(t, b, "lease", 3, "")
 
 	// On A: 0..49 receipted, the request stays open.
-	onA := openStream(t, h1Client, a.DataURL+"/v1/publish/r", header(0))
+	onA := openStream(t, h1Client, a.DataURL+"/v1/publish/r", streamAt(0))
 	if err := onA.send(records(0, 49)...); err != nil {
 		t.Fatal(err)
 	}
-	receiptsOf(onA, "A", 0, 50)
+	onA.wantReceipts(t, "A", 0, 50)
 	b.MustAdmin(t, http.MethodPost, adminTopicPath(topic)+"/partitions", []byte("5"))
 
 	// On B, while A's request is open: refused.
-	onB := openStream(t, h1Client, bp.DataURL+"/v1/publish/r", header(50))
+	onB := openStream(t, h1Client, bp.DataURL+"/v1/publish/r", streamAt(50))
 	if err := onB.send(records(50, 59)...); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +53,7 @@ func TestNamedStreamOnAnotherBridgeProcessIsRefusedWhilePartitionsAreAdded(t *te
 	if err := onA.send(records(50, 59)...); err != nil {
 		t.Fatal(err)
 	}
-	receiptsOf(onA, "A", 50, 10)
+	onA.wantReceipts(t, "A", 50, 10)
 	if _, sumA, err := onA.finish(time.Minute); err != nil || sumA.Status != 200 {
 		t.Fatalf("A's summary %+v: %v", sumA, err)
 	}
@@ -93,7 +63,7 @@ func TestNamedStreamOnAnotherBridgeProcessIsRefusedWhilePartitionsAreAdded(t *te
 	var rs []receipt
 	refused := 0
 	for deadline := time.Now().Add(time.Minute); ; {
-		onB = openStream(t, h1Client, bp.DataURL+"/v1/publish/r", header(60))
+		onB = openStream(t, h1Client, bp.DataURL+"/v1/publish/r", streamAt(60))
 		if err := onB.send(records(60, 99)...); err != nil {
 			t.Fatal(err)
 		}

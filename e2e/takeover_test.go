@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,43 +19,19 @@ import (
 // record on the keyless 3-partition topic once, in order, on the stream name's partition.
 func TestNamedStreamTakenOverOnAnotherBridgeProcess(t *testing.T) {
 	b := broker.Get(t)
-	ns := dedupNamespace(t, b, "takeover", true)
-	topic := "persistent://" + ns + "/events"
-	b.CreatePartitionedTopic(t, topic, 3)
-	cfg := fmt.Sprintf("pulsar:\n  url: %s\n  namedStreamAccessMode: exclusiveWithFencing\nroutes:\n  - name: r\n    namespaces: [%s]\n    default: {topic: %s}\n", b.URL, ns, topic)
-	a, bp := startBridge(t, cfg), startBridge(t, cfg)
-	rec := func(i int) []byte { return []byte(fmt.Sprintf(`{"n":%d}`, i)) }
-	records := func(from, to int) [][]byte {
-		var out [][]byte
-		for i := from; i <= to; i++ {
-			out = append(out, rec(i))
-		}
-		return out
-	}
-	header := func(seq int) map[string]string {
-		return map[string]string{"Stream-Name": "s-1", "Stream-Sequence": strconv.Itoa(seq)}
-	}
+	topic, a, bp := twoBridgesOnOneTopic(t, b, "takeover", 3, "namedStreamAccessMode: exclusiveWithFencing")
 
 	// On A: 0..99 sent, the client reads the receipts of 0..59 and then loses the
 	// connection from its side (the request stays open on A).
-	onA := openStream(t, h1Client, a.DataURL+"/v1/publish/r", header(0))
+	onA := openStream(t, h1Client, a.DataURL+"/v1/publish/r", streamAt(0))
 	if err := onA.send(records(0, 99)...); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 60; i++ {
-		select {
-		case r := <-onA.receipts:
-			if r.Status != 200 || r.Sequence == nil || *r.Sequence != int64(i) {
-				t.Fatalf("receipt %d on A: %+v", i, r)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("receipt %d on A did not come", i)
-		}
-	}
+	onA.wantReceipts(t, "A", 0, 60)
 
 	// On B: resumed from 60, through 199.
 	start := time.Now()
-	onB := openStream(t, h1Client, bp.DataURL+"/v1/publish/r", header(60))
+	onB := openStream(t, h1Client, bp.DataURL+"/v1/publish/r", streamAt(60))
 	if err := onB.send(records(60, 199)...); err != nil {
 		t.Fatal(err)
 	}
@@ -163,16 +137,8 @@ func TestNamedStreamTakenOverOnAnotherBridgeProcess(t *testing.T) {
 // creation (after three refusals in a row, 4 s).
 func TestNamedStreamOnAnotherSharedProcessIsAcceptedOnceTheFirstRequestEnds(t *testing.T) {
 	b := broker.Get(t)
-	ns := dedupNamespace(t, b, "busy", true)
-	topic := "persistent://" + ns + "/events"
-	b.CreatePartitionedTopic(t, topic, 3)
-	cfg := fmt.Sprintf("pulsar:\n  url: %s\nroutes:\n  - name: r\n    namespaces: [%s]\n    default: {topic: %s}\n", b.URL, ns, topic)
-	a, bp := startBridge(t, cfg), startBridge(t, cfg)
-	rec := func(i int) []byte { return []byte(fmt.Sprintf(`{"n":%d}`, i)) }
-	header := func(seq int) map[string]string {
-		return map[string]string{"Stream-Name": "s-1", "Stream-Sequence": strconv.Itoa(seq)}
-	}
-	onA := openStream(t, h1Client, a.DataURL+"/v1/publish/r", header(0))
+	topic, a, bp := twoBridgesOnOneTopic(t, b, "busy", 3, "")
+	onA := openStream(t, h1Client, a.DataURL+"/v1/publish/r", streamAt(0))
 	if err := onA.send(rec(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +152,7 @@ func TestNamedStreamOnAnotherSharedProcessIsAcceptedOnceTheFirstRequestEnds(t *t
 	}
 	onB := func() receipt {
 		t.Helper()
-		s := openStream(t, h1Client, bp.DataURL+"/v1/publish/r", header(1))
+		s := openStream(t, h1Client, bp.DataURL+"/v1/publish/r", streamAt(1))
 		if err := s.send(rec(1)); err != nil {
 			t.Fatal(err)
 		}
