@@ -82,9 +82,8 @@ chaos: build
 
 ## soak: the mixed load of the multi-replica scenario (three bridges behind HAProxy on the
 ## cluster.sh cluster) for SOAK_DURATION (1h; SOAK_DURATION=5m for a short one) with a fault
-## every few minutes; each replica's RSS and the goroutines its open streams do not account
-## for, sampled every 10 s, must stay within ±10 % of their level after warm-up, and nothing
-## may be lost. Prints the table and writes
+## every few minutes; each replica's RSS and goroutines, sampled every 10 s, must stay within
+## ±10 % of their level after warm-up (5-minute medians), and nothing may be lost. Prints the table and writes
 ## bin/soak/{soak.csv,faults.csv,soak.md,soak.png} (the plot needs gnuplot, docs/chaos.md).
 SOAK_DURATION ?= 1h
 soak: build

@@ -1,8 +1,7 @@
-# The soak's plot: each replica's resident memory, goroutines (all, and those its open
-# streams do not account for) and open streams over time, the faults as grey lines.
-# gnuplot -e "dir='bin/soak'" e2e/chaos/soak.gp writes dir/soak.png from dir/soak.csv
-# (minutes replica incarnation rss_mib goroutines ingress_streams egress_streams
-# own_goroutines) and dir/faults.csv.
+# The soak's plot: each replica's resident memory, goroutines and open streams over time,
+# the faults as grey lines. gnuplot -e "dir='bin/soak'" e2e/chaos/soak.gp writes
+# dir/soak.png from dir/soak.csv (minutes replica incarnation rss_mib goroutines
+# ingress_streams egress_streams) and dir/faults.csv.
 if (!exists("dir")) dir = "bin/soak"
 data = dir."/soak.csv"
 faults = dir."/faults.csv"
@@ -19,8 +18,7 @@ set yrange [0:*]
 plot for [r in "r1 r2 r3"] data using 1:(strcol(2) eq r ? $4 : NaN) with points pt 7 ps 0.5 title r, \
      faults using 1:(1) axes x1y2 with impulses lc rgb "gray" title "faults"
 set ylabel "goroutines"
-plot for [r in "r1 r2 r3"] data using 1:(strcol(2) eq r ? $5 : NaN) with points pt 7 ps 0.4 title r." all", \
-     for [r in "r1 r2 r3"] data using 1:(strcol(2) eq r ? $8 : NaN) with points pt 6 ps 0.4 title r." own", \
+plot for [r in "r1 r2 r3"] data using 1:(strcol(2) eq r ? $5 : NaN) with points pt 7 ps 0.4 title r, \
      faults using 1:(1) axes x1y2 with impulses lc rgb "gray" title "faults"
 set ylabel "open streams (ingress + egress)"
 plot for [r in "r1 r2 r3"] data using 1:(strcol(2) eq r ? $6+$7 : NaN) with points pt 7 ps 0.4 title r, \
