@@ -21,6 +21,25 @@ func leaseMsg(seq int64) ingress.Message {
 }
 
 // storedOnPartitions is what the topic's n partitions hold: payload@producer, sorted.
+// claimStream claims the stream recordio-bridge/r/s on p, as its request would.
+func claimStream(t *testing.T, p *Pool) func() {
+	t.Helper()
+	release, err := p.ClaimStream("recordio-bridge/r/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
+// wantStored fails unless the lease topic's 5 partitions hold exactly want (see
+// storedOnPartitions): the lease itself sends nothing.
+func wantStored(t *testing.T, b *pulsartest.Broker, want ...string) {
+	t.Helper()
+	if got := storedOnPartitions(b, leaseTopic, 5); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("stored %q; want %q", got, want)
+	}
+}
+
 func storedOnPartitions(b *pulsartest.Broker, topic string, n int) []string {
 	var out []string
 	for i := range n {
@@ -45,21 +64,15 @@ func TestNamedStreamOnAnotherProcessIsRefusedWhilePartitionsAreAdded(t *testing.
 	b.SetPartitions(leaseTopic, 3)
 	a, evA := newPool(t, newClient(t, b.URL()), Options{})
 	other, _ := newPool(t, newClient(t, b.URL()), Options{CreateRetryMin: time.Nanosecond})
-	releaseA, err := a.ClaimStream("recordio-bridge/r/s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	releaseA := claimStream(t, a)
 	defer releaseA()
 	if _, err := publishMsg(t, a, leaseMsg(0)); err != nil {
 		t.Fatal(err)
 	}
 	b.SetPartitions(leaseTopic, 5)
 
-	releaseB, err := other.ClaimStream("recordio-bridge/r/s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = publishMsg(t, other, leaseMsg(1))
+	releaseB := claimStream(t, other)
+	_, err := publishMsg(t, other, leaseMsg(1))
 	if !errors.Is(err, ingress.ErrUnavailable) || !strings.Contains(err.Error(), "already connected") {
 		t.Fatalf("the stream's record on another process while the first holds it: %v; want ErrUnavailable naming the broker's ProducerBusy", err)
 	}
@@ -73,19 +86,12 @@ func TestNamedStreamOnAnotherProcessIsRefusedWhilePartitionsAreAdded(t *testing.
 
 	releaseA()
 	evA.await(t, "closed", 1)
-	releaseB, err = other.ClaimStream("recordio-bridge/r/s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	releaseB = claimStream(t, other)
 	defer releaseB()
 	if _, err := publishMsg(t, other, leaseMsg(2)); err != nil {
 		t.Fatalf("the stream's next request on the other process, once the first ended: %v", err)
 	}
-	got := storedOnPartitions(b, leaseTopic, 5)
-	want := []string{"0@recordio-bridge/r/s@3", "1@recordio-bridge/r/s@3", "2@recordio-bridge/r/s@5"}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("stored %q; want %q (the lease sends nothing)", got, want)
-	}
+	wantStored(t, b, "0@recordio-bridge/r/s@3", "1@recordio-bridge/r/s@3", "2@recordio-bridge/r/s@5")
 }
 
 // The lease reconnects like any producer. When its connection is lost and another
@@ -111,20 +117,14 @@ func TestNamedStreamWhoseLeaseWasTakenOnReconnectStopsWriting(t *testing.T) {
 	backoff := pulsar.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}
 	a, _ := newPool(t, newClient(t, b.URL()), Options{Producer: pulsar.ProducerOptions{Backoff: backoff}})
 	other, _ := newPool(t, newClient(t, b.URL()), Options{})
-	releaseA, err := a.ClaimStream("recordio-bridge/r/s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	releaseA := claimStream(t, a)
 	defer releaseA()
 	if _, err := publishMsg(t, a, leaseMsg(0)); err != nil {
 		t.Fatal(err)
 	}
 	b.CloseProducers() // every registration lost, as when a connection drops
 	b.SetPartitions(leaseTopic, 5)
-	releaseB, err := other.ClaimStream("recordio-bridge/r/s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	releaseB := claimStream(t, other)
 	defer releaseB()
 	if _, err := publishMsg(t, other, leaseMsg(1)); err != nil {
 		t.Fatalf("the other process, its lease free: %v", err)
@@ -147,18 +147,14 @@ func TestNamedStreamWhoseLeaseWasTakenOnReconnectStopsWriting(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	_, err = publishMsg(t, a, leaseMsg(1))
+	_, err := publishMsg(t, a, leaseMsg(1))
 	if !errors.Is(err, ingress.ErrUnavailable) || !strings.Contains(err.Error(), "lost its lease") {
 		t.Fatalf("the first request's next record: %v; want ErrUnavailable, the lease lost", err)
 	}
 	if _, err := publishMsg(t, other, leaseMsg(2)); err != nil {
 		t.Fatalf("the other process goes on: %v", err)
 	}
-	got := storedOnPartitions(b, leaseTopic, 5)
-	want := []string{"0@recordio-bridge/r/s@3", "1@recordio-bridge/r/s@5", "2@recordio-bridge/r/s@5"}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("stored %q; want %q", got, want)
-	}
+	wantStored(t, b, "0@recordio-bridge/r/s@3", "1@recordio-bridge/r/s@5", "2@recordio-bridge/r/s@5")
 }
 
 // With exclusiveWithFencing a named stream needs no lease (fencing is topic-wide), and
@@ -182,10 +178,7 @@ func TestNamedStreamTakesNoLeaseWhereItsNameSuffices(t *testing.T) {
 				b.SetPartitions(leaseTopic, tc.partitions)
 			}
 			ps, _ := newPool(t, newClient(t, b.URL()), Options{NamedAccessMode: tc.mode})
-			release, err := ps.ClaimStream("recordio-bridge/r/s")
-			if err != nil {
-				t.Fatal(err)
-			}
+			release := claimStream(t, ps)
 			defer release()
 			if _, err := publishMsg(t, ps, leaseMsg(0)); err != nil {
 				t.Fatal(err)
@@ -205,10 +198,7 @@ func TestNamedStreamLeaseReconnectsAndIsCounted(t *testing.T) {
 	b.UniqueProducerNames(true)
 	b.SetPartitions(leaseTopic, 3)
 	ps, ev := newPool(t, newClient(t, b.URL()), Options{})
-	release, err := ps.ClaimStream("recordio-bridge/r/s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	release := claimStream(t, ps)
 	if _, err := publishMsg(t, ps, leaseMsg(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -229,10 +219,7 @@ func TestNamedStreamLeaseReconnectsAndIsCounted(t *testing.T) {
 		t.Fatalf("reconnects counted %d once the producers closed; want 4", n)
 	}
 	other, _ := newPool(t, newClient(t, b.URL()), Options{})
-	releaseB, err := other.ClaimStream("recordio-bridge/r/s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	releaseB := claimStream(t, other)
 	defer releaseB()
 	if _, err := publishMsg(t, other, leaseMsg(2)); err != nil {
 		t.Fatalf("another process once the lease closed: %v", err)
