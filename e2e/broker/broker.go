@@ -110,26 +110,30 @@ func Start() (b *Broker, stop func() error, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ports, err := FreePorts(5)
-	if err != nil {
-		return nil, nil, err
-	}
-	b = &Broker{
-		URL:      fmt.Sprintf("pulsar://127.0.0.1:%d", ports[0]),
-		AdminURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-		StateDir: state,
-	}
-	b.env = append(os.Environ(),
-		"PULSAR_STATE_DIR="+state,
-		"PULSAR_BROKER_PORT="+strconv.Itoa(ports[0]),
-		"PULSAR_WEB_PORT="+strconv.Itoa(ports[1]),
-		"PULSAR_BOOKIE_PORT="+strconv.Itoa(ports[2]),
-		"PULSAR_BROKER_TLS_PORT="+strconv.Itoa(ports[3]),
-		"PULSAR_ZOOKEEPER_PORT="+strconv.Itoa(ports[4]),
-	)
-	if err := b.script("start"); err != nil {
+	// Another broker started at the same moment (another suite, another test binary) may
+	// take the ports chosen here between the choice and the bind; pulsar.sh then exits 75
+	// (it checks that the process it started holds its ports) and the start is tried again
+	// on other ports.
+	var ports []int
+	for attempt := 1; ; attempt++ {
+		if ports, err = FreePorts(5); err != nil {
+			return nil, nil, err
+		}
+		b = &Broker{
+			URL:      fmt.Sprintf("pulsar://127.0.0.1:%d", ports[0]),
+			AdminURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+			StateDir: state,
+		}
+		b.env = append(os.Environ(), PortEnv(state, ports)...)
+		err = b.script("start")
+		if err == nil {
+			break
+		}
 		_ = b.script("stop")
-		return nil, nil, err
+		if !PortsTaken(err) || attempt == 5 {
+			return nil, nil, err
+		}
+		_ = os.RemoveAll(filepath.Join(state, "data"))
 	}
 	if ca := filepath.Join(state, "tls", "ca.crt"); fileExists(ca) {
 		b.TLSURL, b.TLSCAFile = fmt.Sprintf("pulsar+ssl://127.0.0.1:%d", ports[3]), ca
@@ -353,6 +357,26 @@ func FreePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// PortEnv is the environment that starts pulsar.sh with state directory state on ports
+// (broker, web, bookie, TLS, ZooKeeper; FreePorts(5) gives them).
+func PortEnv(state string, ports []int) []string {
+	return []string{
+		"PULSAR_STATE_DIR=" + state,
+		"PULSAR_BROKER_PORT=" + strconv.Itoa(ports[0]),
+		"PULSAR_WEB_PORT=" + strconv.Itoa(ports[1]),
+		"PULSAR_BOOKIE_PORT=" + strconv.Itoa(ports[2]),
+		"PULSAR_BROKER_TLS_PORT=" + strconv.Itoa(ports[3]),
+		"PULSAR_ZOOKEEPER_PORT=" + strconv.Itoa(ports[4]),
+	}
+}
+
+// PortsTaken reports whether a pulsar.sh start failed because another process holds one of
+// its ports (exit status 75): the start can be tried again on other ports.
+func PortsTaken(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == 75
 }
 
 func fileExists(p string) bool {

@@ -31,6 +31,10 @@
 #   PULSAR_ADMIN_TOKEN_FILE a token sent as a bearer token by the health check (needed once
 #                         authentication is on)
 #   JAVA_HOME             the JDK to run the broker with (default: the java on PATH, else the newest under /usr/lib/jvm)
+#
+# Exit status of start: 0 healthy; 75 (EX_TEMPFAIL) when one of its ports is held by another
+# process (before the start, or taken by a broker started at the same moment): the caller picks
+# other ports and starts again (with-broker.sh and the tests' broker package do); 1 otherwise.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -135,6 +139,44 @@ make_certs() {
 
 pid_alive() { [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null; }
 
+# tree PID: PID and every process below it (bin/pulsar is a script that execs java, but a
+# nohup or a shell may stand between).
+tree() {
+  local p c
+  for p in "$@"; do
+    echo "$p"
+    for c in $(pgrep -P "$p" 2>/dev/null || true); do tree "$c"; done
+  done
+}
+
+# listener_pids PORT: the pids of the processes listening on 127.0.0.1:PORT (or any address).
+listener_pids() { ss -Htlnp "( sport = :$1 )" 2>/dev/null | grep -o 'pid=[0-9]*' | cut -d= -f2 | sort -u; }
+
+# owns_ports: the broker we started listens on its binary and web ports itself. A health check
+# answered on those ports proves nothing when another process holds them: two brokers started at
+# the same moment pick the same free ports, one fails to bind and dies, and the other answers.
+owns_ports() {
+  local mine p l
+  mine=" $(tree "$(cat "$state/pid")" | tr '\n' ' ') "
+  for p in "$broker_port" "$web_port"; do
+    l=$(listener_pids "$p")
+    [ -n "$l" ] || return 1
+    for l in $l; do [[ "$mine" == *" $l "* ]] && continue 2; done
+    return 2
+  done
+}
+
+# port_thief: a line naming a port of ours that another process listens on, or nothing.
+port_thief() {
+  local mine p l
+  mine=" $(tree "$(cat "$state/pid" 2>/dev/null || echo 0)" | tr '\n' ' ') "
+  for p in "$broker_port" "$web_port" "$bookie_port" "$tls_port" "$zk_port"; do
+    for l in $(listener_pids "$p"); do
+      [[ "$mine" == *" $l "* ]] || { echo "port $p is held by another process (pid $l: $(tr '\0' ' ' </proc/"$l"/cmdline 2>/dev/null | cut -c1-80))"; return 0; }
+    done
+  done
+}
+
 healthy() {
   # The health check publishes and consumes on a heartbeat topic: the whole broker path works.
   local auth=()
@@ -151,7 +193,10 @@ start() {
   if pid_alive; then say "a broker process exists but is not healthy; waiting for it"; wait_healthy; return; fi
   local p
   for p in "$broker_port" "$web_port" "$bookie_port" "$tls_port" "$zk_port"; do
-    port_busy "$p" && die "port $p on 127.0.0.1 is already in use by another process: stop it, or choose other ports with PULSAR_BROKER_PORT / PULSAR_WEB_PORT / PULSAR_BOOKIE_PORT / PULSAR_BROKER_TLS_PORT / PULSAR_ZOOKEEPER_PORT."
+    if port_busy "$p"; then
+      say "port $p on 127.0.0.1 is already in use by another process: stop it, or choose other ports with PULSAR_BROKER_PORT / PULSAR_WEB_PORT / PULSAR_BOOKIE_PORT / PULSAR_BROKER_TLS_PORT / PULSAR_ZOOKEEPER_PORT."
+      exit 75
+    fi
   done
   local v home java
   v=$(chosen_version)
@@ -200,15 +245,30 @@ CONF
 }
 
 wait_healthy() {
-  local t0 now
+  local t0 now thief owned
   t0=$(date +%s)
   while :; do
     if ! pid_alive; then
+      thief=$(port_thief)
+      if [ -n "$thief" ] || grep -qs 'Address already in use' "$state/logs/stdout.log" "$state/logs/pulsar.log" "$state/logs/pulsar-standalone.log"; then
+        say "the broker exited during start-up: ${thief:-a port was taken meanwhile (Address already in use)}; start again on other ports"
+        rm -f "$state/pid"
+        exit 75
+      fi
       say "the broker exited during start-up; last lines of its logs:"
       tail -n 40 "$state/logs/stdout.log" "$state/logs/pulsar.log" 2>/dev/null >&2 || true
       exit 1
     fi
-    if healthy; then break; fi
+    owned=0; owns_ports || owned=$?
+    if [ "$owned" = 2 ]; then
+      thief=$(port_thief)
+      say "${thief:-a port of this broker is held by another process}: stopping the broker started here; start again on other ports"
+      kill -KILL $(tree "$(cat "$state/pid")") 2>/dev/null || true
+      wait_gone "$(cat "$state/pid")"
+      rm -f "$state/pid"
+      exit 75
+    fi
+    if [ "$owned" = 0 ] && healthy; then break; fi
     now=$(date +%s)
     if [ $((now - t0)) -ge "$timeout" ]; then
       say "not healthy after ${timeout}s; last lines of its logs:"

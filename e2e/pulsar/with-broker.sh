@@ -14,14 +14,21 @@ free_port() { # free_port START: the first port from START on that nothing liste
   echo "$p"
 }
 
-taken=""
-PULSAR_BROKER_PORT=$(free_port 26650); taken="$taken $PULSAR_BROKER_PORT"
-PULSAR_WEB_PORT=$(free_port 28090); taken="$taken $PULSAR_WEB_PORT"
-PULSAR_BOOKIE_PORT=$(free_port 23181); taken="$taken $PULSAR_BOOKIE_PORT"
-PULSAR_BROKER_TLS_PORT=$(free_port 26651); taken="$taken $PULSAR_BROKER_TLS_PORT"
-PULSAR_ZOOKEEPER_PORT=$(free_port 22181)
+# pick_ports: five free ports from a random base between 20000 and 29999, so two suites started
+# at the same moment rarely choose the same ones; pulsar.sh's start exits 75 when they did
+# (another broker holds one), and the start is tried again on other ports.
+pick_ports() {
+  local base=$((20000 + RANDOM % 9000))
+  taken=""
+  PULSAR_BROKER_PORT=$(free_port "$base"); taken="$taken $PULSAR_BROKER_PORT"
+  PULSAR_WEB_PORT=$(free_port $((base + 100))); taken="$taken $PULSAR_WEB_PORT"
+  PULSAR_BOOKIE_PORT=$(free_port $((base + 200))); taken="$taken $PULSAR_BOOKIE_PORT"
+  PULSAR_BROKER_TLS_PORT=$(free_port $((base + 300))); taken="$taken $PULSAR_BROKER_TLS_PORT"
+  PULSAR_ZOOKEEPER_PORT=$(free_port $((base + 400)))
+  export PULSAR_BROKER_PORT PULSAR_WEB_PORT PULSAR_BOOKIE_PORT PULSAR_BROKER_TLS_PORT PULSAR_ZOOKEEPER_PORT
+}
 PULSAR_STATE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/bridge-pulsar-XXXXXX")
-export PULSAR_BROKER_PORT PULSAR_WEB_PORT PULSAR_BOOKIE_PORT PULSAR_BROKER_TLS_PORT PULSAR_ZOOKEEPER_PORT PULSAR_STATE_DIR
+export PULSAR_STATE_DIR
 
 cleanup() {
   "$here/pulsar.sh" stop || true
@@ -30,7 +37,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-"$here/pulsar.sh" start
+for attempt in 1 2 3 4 5; do
+  pick_ports
+  set +e
+  "$here/pulsar.sh" start
+  status=$?
+  set -e
+  [ $status -eq 0 ] && break
+  [ $status -eq 75 ] && [ $attempt -lt 5 ] || exit $status
+  echo "with-broker.sh: ports taken by another process; starting again on other ports (attempt $((attempt + 1)) of 5)" >&2
+  rm -rf "${PULSAR_STATE_DIR:?}"/data
+done
 eval "$("$here/pulsar.sh" env)"
 set +e
 "$@"
