@@ -69,20 +69,15 @@ func (e *ProviderError) Error() string {
 }
 func (e *ProviderError) Unwrap() []error { return []error{ErrIdentityProviderUnavailable, e.Err} }
 
-// Key set timing; variables for tests.
+// Key set timing; a variable for tests.
 var (
-	// keyRefreshInterval is the least time between two fetches of an issuer's JWKS
-	// once it was fetched: a token naming a key id the set does not hold fetches it
-	// again only when the last fetch is older than this (a rotation is picked up by
-	// the first such token after it; forged key ids cannot make the bridge fetch more).
-	keyRefreshInterval = 10 * time.Second
 	// keyRetryInterval is the least time between two attempts while an issuer's keys
 	// could not be had at all (discovery or JWKS failing).
 	keyRetryInterval = time.Second
 )
 
 // errRefreshLimited: the key set holds no key for the token and was fetched less than
-// keyRefreshInterval ago.
+// its interval ago.
 var errRefreshLimited = errors.New("refresh limited")
 
 // logger receives the transitions of the identity providers' reachability.
@@ -101,11 +96,15 @@ func logf() *slog.Logger {
 
 // keySource is an issuer's key set: found by discovery on first use (unless jwksUrl
 // is configured), kept across reloads, fetched again on a token naming a key id it
-// does not hold at most every keyRefreshInterval. It is go-oidc's KeySet (the
+// does not hold at most every keyRefreshInterval (auth.jwt[]). It is go-oidc's KeySet (the
 // interface it offers for key sets of one's own), with the limit go-oidc's
 // RemoteKeySet does not have: that one fetches for every unknown key id.
 type keySource struct {
 	issuer, jwksURL, caFile string
+	// interval is the least time between two fetches once one succeeded
+	// (auth.jwt[].keyRefreshInterval): a token naming a key id the set does not hold
+	// fetches it again only when the last fetch is older.
+	interval time.Duration
 
 	fetches, fetchErrors, refused, verified atomic.Int64
 
@@ -121,15 +120,17 @@ type keySource struct {
 
 var _ oidc.KeySet = (*keySource)(nil)
 
-// keySources keeps each issuer's key set across reloads (by issuer, JWKS URL and CA file).
+// keySources keeps each issuer's key set across reloads (by issuer, JWKS URL, CA file
+// and refresh interval).
 var keySources sync.Map // string -> *keySource
 
-func sourceFor(issuer, jwksURL, caFile string) *keySource {
-	k := issuer + "\x00" + jwksURL + "\x00" + caFile
+func sourceFor(j config.JWTIssuer) *keySource {
+	interval := j.EffectiveKeyRefreshInterval()
+	k := j.Issuer + "\x00" + j.JWKSURL + "\x00" + j.CAFile + "\x00" + interval.String()
 	if ks, ok := keySources.Load(k); ok {
 		return ks.(*keySource)
 	}
-	ks, _ := keySources.LoadOrStore(k, &keySource{issuer: issuer, jwksURL: jwksURL, caFile: caFile, jwks: jwksURL})
+	ks, _ := keySources.LoadOrStore(k, &keySource{issuer: j.Issuer, jwksURL: j.JWKSURL, caFile: j.CAFile, jwks: j.JWKSURL, interval: interval})
 	return ks.(*keySource)
 }
 
@@ -184,7 +185,7 @@ func (ks *keySource) httpClient() (*http.Client, error) {
 
 // get returns the keys, fetching them when none were fetched yet (at most every
 // keyRetryInterval while that fails) or, with refresh, when the last fetch is older
-// than keyRefreshInterval (errRefreshLimited otherwise). A fetch under way is joined,
+// than its interval (errRefreshLimited otherwise). A fetch under way is joined,
 // never doubled. Its other errors are the fetch's.
 func (ks *keySource) get(ctx context.Context, refresh bool) ([]jose.JSONWebKey, error) {
 	ks.mu.Lock()
@@ -212,7 +213,7 @@ func (ks *keySource) get(ctx context.Context, refresh bool) ([]jose.JSONWebKey, 
 		keys := ks.keys
 		ks.mu.Unlock()
 		return keys, nil
-	case ks.fetched && since < keyRefreshInterval:
+	case ks.fetched && since < ks.interval:
 		ks.mu.Unlock()
 		ks.refused.Add(1)
 		return nil, errRefreshLimited
@@ -332,7 +333,7 @@ func (ks *keySource) VerifySignature(ctx context.Context, raw string) ([]byte, e
 	}
 	keys, err = ks.get(ctx, true)
 	if errors.Is(err, errRefreshLimited) {
-		return nil, fmt.Errorf("%w: the key set holds no key %q, and was fetched less than %s ago", errSignature, kid, keyRefreshInterval)
+		return nil, fmt.Errorf("%w: the key set holds no key %q, and was fetched less than %s ago", errSignature, kid, ks.interval)
 	}
 	if err != nil {
 		return nil, err
@@ -366,7 +367,7 @@ func verifyWith(jws *jose.JSONWebSignature, keys []jose.JSONWebKey, kid string) 
 func compileJWT(a config.Auth) []jwtIssuer {
 	out := make([]jwtIssuer, 0, len(a.JWT))
 	for _, j := range a.JWT {
-		ji := jwtIssuer{cfg: j, keys: sourceFor(j.Issuer, j.JWKSURL, j.CAFile)}
+		ji := jwtIssuer{cfg: j, keys: sourceFor(j)}
 		for _, alg := range j.EffectiveAlgorithms() {
 			ji.algs = append(ji.algs, jose.SignatureAlgorithm(alg))
 		}

@@ -178,10 +178,8 @@ func TestInvalidJWTsAreRefusedAsInvalidTokenSayingWhy(t *testing.T) {
 // A key rotated at the provider is fetched by the first token naming it once the key
 // set is older than the refresh interval.
 func TestARotatedSigningKeyIsFetchedOnItsFirstTokenAfterTheInterval(t *testing.T) {
-	defer func(d time.Duration) { keyRefreshInterval = d }(keyRefreshInterval)
-	keyRefreshInterval = 300 * time.Millisecond
 	p := jwtProvider(t)
-	tab := jwtTable(t, p, "")
+	tab := jwtTable(t, p, "      keyRefreshInterval: 1s\n")
 	c := p.Claims("svc", "recordio-bridge", time.Minute)
 	c["scope"] = "publish:r"
 	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
@@ -194,7 +192,12 @@ func TestARotatedSigningKeyIsFetchedOnItsFirstTokenAfterTheInterval(t *testing.T
 	if p.KeyID() == old {
 		t.Fatal("no new key")
 	}
-	time.Sleep(keyRefreshInterval)
+	// Within the interval the new key id is not fetched: its token is refused.
+	var te *TokenError
+	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); !errors.As(err, &te) || !strings.Contains(te.Description, "fetched less than 1s ago") {
+		t.Fatalf("a token of the new key within the interval: %v, want refused", err)
+	}
+	time.Sleep(time.Second)
 	fetched := p.JWKSCalls()
 	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
 		t.Fatalf("a token of the new key: %v", err)
