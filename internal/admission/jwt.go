@@ -198,8 +198,8 @@ func (ks *keySource) get(ctx context.Context, refresh bool) ([]jose.JSONWebKey, 
 		}
 		ks.mu.Lock()
 		defer ks.mu.Unlock()
-		if !ks.fetched {
-			return nil, ks.err
+		if ks.err != nil && (refresh || !ks.fetched) {
+			return nil, ks.err // the fetch joined failed
 		}
 		return ks.keys, nil
 	}

@@ -185,6 +185,7 @@ func TestARotatedSigningKeyIsFetchedOnItsFirstTokenAfterTheInterval(t *testing.T
 	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
 		t.Fatal(err)
 	}
+	fetchedAt := time.Now()
 	old := p.KeyID()
 	if err := p.Rotate(false); err != nil {
 		t.Fatal(err)
@@ -192,17 +193,20 @@ func TestARotatedSigningKeyIsFetchedOnItsFirstTokenAfterTheInterval(t *testing.T
 	if p.KeyID() == old {
 		t.Fatal("no new key")
 	}
-	// Within the interval the new key id is not fetched: its token is refused.
+	// Within the interval the new key id is not fetched: its token is refused. (A
+	// machine so slow that generating the key took the interval skips this.)
+	tok := sign(t, p, c)
 	var te *TokenError
-	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); !errors.As(err, &te) || !strings.Contains(te.Description, "fetched less than 1s ago") {
-		t.Fatalf("a token of the new key within the interval: %v, want refused", err)
+	_, within := tab.Authorize(tok, Write, "r")
+	if time.Since(fetchedAt) < 900*time.Millisecond && (!errors.As(within, &te) || !strings.Contains(te.Description, "fetched less than 1s ago")) {
+		t.Fatalf("a token of the new key within the interval: %v, want refused", within)
 	}
 	time.Sleep(time.Second)
 	fetched := p.JWKSCalls()
 	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
 		t.Fatalf("a token of the new key: %v", err)
 	}
-	if p.JWKSCalls() != fetched+1 {
+	if within != nil && p.JWKSCalls() != fetched+1 { // (else the key was fetched within: a slow machine)
 		t.Fatalf("JWKS fetched %d times for the new key, want once", p.JWKSCalls()-fetched)
 	}
 	// An explicit jwksUrl is used without discovery.
