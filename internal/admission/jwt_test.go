@@ -329,3 +329,70 @@ func refreshesRefused(issuer string) int64 {
 	}
 	return n
 }
+
+// Forged tokens arriving together share one fetch of the key set: a fetch under way is
+// joined, never doubled.
+func TestConcurrentForgedKeyIDsShareOneFetch(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "")
+	stranger, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	errs := make(chan error, 50)
+	for i := range 50 {
+		forged, err := oidctest.SignWith(stranger, fmt.Sprintf("forged-%d", i), jose.ES256, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := tab.Authorize(forged, Write, "r")
+			errs <- err
+		}()
+	}
+	for range 50 {
+		var te *TokenError
+		if err := <-errs; !errors.As(err, &te) {
+			t.Fatalf("a forged token: %v, want a TokenError", err)
+		}
+	}
+	if n := p.JWKSCalls(); n > 1 {
+		t.Fatalf("50 concurrent forged tokens fetched the JWKS %d times, want at most 1", n)
+	}
+}
+
+// An issuer whose provider cannot be reached is the bridge's problem, not the token's:
+// a ProviderError (not ErrUnauthenticated) naming it, IdentityProviders lists it with
+// why, and once the provider is back (a second later at most) its tokens are judged
+// again and the listing is empty.
+func TestAnUnreachableIdentityProviderIsAProviderErrorUntilItIsBack(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "")
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	tok := sign(t, p, c)
+	p.Stop()
+	_, err := tab.Authorize(tok, Write, "r")
+	var pe *ProviderError
+	if !errors.As(err, &pe) || pe.Issuer != "corp-idp" || !errors.Is(err, ErrIdentityProviderUnavailable) || errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("provider down: %v, want a ProviderError of corp-idp", err)
+	}
+	if down := tab.IdentityProviders(); !strings.Contains(down["corp-idp"], "refused") {
+		t.Fatalf("IdentityProviders: %v, want corp-idp with the connection error", down)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err = tab.Authorize(tok, Write, "r"); err == nil {
+			break
+		}
+		if !errors.As(err, &pe) || time.Now().After(deadline) {
+			t.Fatalf("provider back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if down := tab.IdentityProviders(); len(down) != 0 {
+		t.Fatalf("IdentityProviders after the provider is back: %v", down)
+	}
+}
