@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/recordio-bridge/bridge/pulsar/oauth2"
 )
@@ -39,6 +40,22 @@ type JWTIssuer struct {
 	// CAFile holds the PEM certificates of the CAs trusted for the issuer's https
 	// (discovery and JWKS), instead of the system roots.
 	CAFile string `yaml:"caFile"` // system roots
+	// KeyRefreshInterval is the least time between two fetches of the JWKS: a token
+	// naming a key id the bridge does not hold fetches it again only when the last
+	// fetch is older, so a rotated key is picked up by its first token after that, and
+	// forged key ids cannot make the bridge fetch more often.
+	KeyRefreshInterval Duration `yaml:"keyRefreshInterval"` // 10s; 1s at least
+}
+
+// DefaultKeyRefreshInterval is JWTIssuer.KeyRefreshInterval's default.
+const DefaultKeyRefreshInterval = 10 * time.Second
+
+// EffectiveKeyRefreshInterval is KeyRefreshInterval or its default.
+func (j JWTIssuer) EffectiveKeyRefreshInterval() time.Duration {
+	if j.KeyRefreshInterval == 0 {
+		return DefaultKeyRefreshInterval
+	}
+	return j.KeyRefreshInterval.D()
 }
 
 // LoadCAFile reads a file of PEM certificates into a pool of trusted roots.
@@ -95,8 +112,15 @@ func validateAuth(a Auth, routes []Route, streams []Stream) Problems {
 		streamNames[s.Name] = true
 	}
 	names := map[string]bool{}
+	issuers := map[string]int{}
 	for i, j := range a.JWT {
 		at := fmt.Sprintf("auth.jwt[%d]", i)
+		if k, dup := issuers[j.Issuer]; dup && j.Issuer != "" {
+			// A token names one issuer: only the first entry for it would ever be used.
+			add("%s.issuer: %q is also the issuer of auth.jwt[%d], whose entry its tokens would always be checked against; merge the two", at, j.Issuer, k)
+		} else {
+			issuers[j.Issuer] = i
+		}
 		if j.Name == "" {
 			add("%s.name: missing; name every issuer", at)
 		} else if names[j.Name] {
@@ -118,6 +142,9 @@ func validateAuth(a Auth, routes []Route, streams []Stream) Problems {
 			if _, err := LoadCAFile(j.CAFile); err != nil {
 				add("%s.caFile: %v", at, err)
 			}
+		}
+		if d := j.KeyRefreshInterval.D(); d != 0 && (d < time.Second || d > time.Hour) {
+			add("%s.keyRefreshInterval: %s is not between 1s and 1h", at, d)
 		}
 		for _, alg := range j.Algorithms {
 			if !slices.Contains(JWTAlgorithms, alg) {

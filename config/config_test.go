@@ -71,6 +71,7 @@ func TestParseErrorsNameTheLineKeyAndValue(t *testing.T) {
 		{"jwt issuer incomplete", "auth:\n  jwt:\n    - name: idp\n      issuer: idp.example\n", `auth.jwt[0].issuer: "idp.example" is not an http(s) URL`},
 		{"jwt without audience", "auth:\n  jwt:\n    - name: idp\n      issuer: https://idp.example/\n", "auth.jwt[0].audience: missing"},
 		{"jwt with HS256", "auth:\n  jwt:\n    - name: idp\n      issuer: https://idp.example/\n      audience: b\n      algorithms: [RS256, HS256]\n", `auth.jwt[0].algorithms: "HS256" is not accepted`},
+		{"jwt refresh too often", "auth:\n  jwt:\n    - name: idp\n      issuer: https://idp.example/\n      audience: b\n      keyRefreshInterval: 100ms\n", `line 6: auth.jwt[0].keyRefreshInterval: 100ms is not between 1s and 1h`},
 		{"jwt with none", "auth:\n  jwt:\n    - name: idp\n      issuer: https://idp.example/\n      audience: b\n      algorithms: [none]\n", `"none" is not accepted`},
 		{"tls authentication without a certificate", "pulsar:\n  url: pulsar+ssl://h:6651\n  tls:\n    authenticate: true\n", "pulsar.tls.authenticate: needs a client certificate"},
 		{"tls authentication over plain TCP", "pulsar:\n  tls:\n    certFile: config_test.go\n    keyFile: config_test.go\n    authenticate: true\n", "needs a pulsar+ssl:// pulsar.url"},
@@ -484,5 +485,66 @@ func TestNamedStreamAccessModeIsSharedUnlessFencingIsAskedFor(t *testing.T) {
 	_, err = Parse([]byte("pulsar:\n  namedStreamAccessMode: exclusive\n"))
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `pulsar.namedStreamAccessMode: "exclusive" is not one of shared, exclusiveWithFencing`) {
 		t.Fatalf("%v", err)
+	}
+}
+
+// A route may not copy a caller's credentials (Authorization, Proxy-Authorization,
+// Cookie, in any case) into what it publishes, where every reader of the topic would
+// get them: each copy is refused at its line, naming the key and the value.
+func TestARouteCopyingCredentialHeadersIntoMessagesIsRefused(t *testing.T) {
+	doc := `routes:
+  - name: r
+    headers: [x-request-id, AUTHORIZATION]
+    namespaces: [public/default]
+    properties:
+      caller: "{header:authorization}"
+      trace: "{header:traceparent}"
+    rules:
+      - match: {headers: {authorization: [x]}}
+        topic: t-{header:Cookie}
+        key: "{header: Proxy-Authorization}"
+    default:
+      topic: t
+      key: "k-{header:x-tenant}-{header:Authorization}"
+      properties:
+        session: "{header:cookie}"
+`
+	_, err := Parse([]byte(doc))
+	var p Problems
+	if !errors.As(err, &p) {
+		t.Fatalf("err = %v, want Problems", err)
+	}
+	want := []string{
+		`line 3: routes[0].headers[1]: "AUTHORIZATION" copies the request's Authorization header into every message's properties`,
+		`line 6: routes[0].properties.caller: "{header:authorization}" copies the request's Authorization header`,
+		`line 10: routes[0].rules[0].topic: "t-{header:Cookie}" copies the request's Cookie header`,
+		`line 11: routes[0].rules[0].key: "{header: Proxy-Authorization}" copies the request's Proxy-Authorization header`,
+		`line 14: routes[0].default.key: "k-{header:x-tenant}-{header:Authorization}" copies the request's Authorization header`,
+		`line 16: routes[0].default.properties.session: "{header:cookie}" copies the request's Cookie header`,
+	}
+	if len(p) != len(want) {
+		t.Fatalf("%d problems, want %d:\n%v", len(p), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(p[i].String(), w) || !strings.Contains(p[i].String(), "published to every reader") {
+			t.Errorf("problem %d: %s\nwant it to start with %s", i, p[i], w)
+		}
+	}
+}
+
+// Two auth.jwt entries for one issuer are refused: a token names one issuer, so the
+// second entry (its audience, grants claim, keys) would never be used.
+func TestTwoJWTIssuersOfTheSameIssuerAreRefused(t *testing.T) {
+	doc := `auth:
+  jwt:
+    - {name: a, issuer: "https://idp.example/", audience: bridge}
+    - {name: b, issuer: "https://idp.example/", audience: other}
+    - {name: c, issuer: "https://idp.example", audience: bridge}
+`
+	_, err := Parse([]byte(doc))
+	var p Problems
+	if !errors.As(err, &p) || len(p) != 1 ||
+		!strings.HasPrefix(p[0].String(), `line 4: auth.jwt[1].issuer: "https://idp.example/" is also the issuer of auth.jwt[0]`) {
+		t.Fatalf("err = %v, want one problem at auth.jwt[1].issuer naming it and auth.jwt[0]", err)
 	}
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -183,8 +184,70 @@ func validateRoutes(routes []Route) Problems {
 			}
 			validateSchema(rule.Schema, fmt.Sprintf("%s.rules[%d].schema", at, j), add)
 		}
+		checkCredentialCopies(r, at, add)
 	}
 	return p
+}
+
+// CredentialHeaders are the request headers that carry a caller's credentials: a route
+// may not copy them into what it publishes, where every reader of the topic would get
+// them.
+var CredentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+
+// credentialHeader is the credential header a header name is (any case), or "".
+func credentialHeader(name string) string {
+	for _, h := range CredentialHeaders {
+		if strings.EqualFold(strings.TrimSpace(name), h) {
+			return h
+		}
+	}
+	return ""
+}
+
+// checkCredentialCopies refuses a route that copies a credential header into messages:
+// listed in headers (copied into every message's properties), or as {header:NAME} in a
+// topic, key or property template (the mapping package's placeholder syntax).
+func checkCredentialCopies(r Route, at string, add func(string, ...any)) {
+	const why = "a caller's credentials would be published to every reader of the topic"
+	for i, h := range r.Headers {
+		if c := credentialHeader(h); c != "" {
+			add("%s.headers[%d]: %q copies the request's %s header into every message's properties: %s", at, i, h, c, why)
+		}
+	}
+	template := func(key, v string) {
+		for rest := v; ; {
+			i := strings.Index(rest, "{header:")
+			if i < 0 {
+				return
+			}
+			rest = rest[i+len("{header:"):]
+			name, _, ok := strings.Cut(rest, "}")
+			if !ok {
+				return // not a template; the mapping package reports it
+			}
+			if c := credentialHeader(name); c != "" {
+				add("%s: %q copies the request's %s header into every message: %s", key, v, c, why)
+				return
+			}
+		}
+	}
+	props := func(at string, m map[string]string) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			template(MapKeyPath(at+".properties", k), m[k])
+		}
+	}
+	target := func(at string, t Target) {
+		template(at+".topic", t.Topic)
+		template(at+".key", t.Key)
+		props(at, t.Properties)
+	}
+	props(at, r.Properties)
+	if r.Default != nil {
+		target(at+".default", *r.Default)
+	}
+	for j, rl := range r.Rules {
+		target(fmt.Sprintf("%s.rules[%d]", at, j), rl.Target)
+	}
 }
 
 // EffectivePath is the route's path with its default applied.

@@ -53,6 +53,7 @@ auth:
     - name: corp-idp
       issuer: %s
       audience: recordio-bridge
+      keyRefreshInterval: 1s
 routes:
   - name: r
     default: {topic: %s}
@@ -175,10 +176,12 @@ streams:
 	}
 
 	// The provider rotates its key, dropping the old one: the next token names a key
-	// id the bridge has not seen, which it fetches; a token of the dropped key is refused.
+	// id the bridge has not seen, which it fetches (its key set is older than its
+	// keyRefreshInterval); a token of the dropped key is refused.
 	if err := idp.Rotate(false); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(time.Second)
 	rotated := token()
 	if code, _, out := post("r", rotated); code != http.StatusOK {
 		t.Fatalf("a token of the rotated key: %d %s", code, out)

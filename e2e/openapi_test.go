@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 	"github.com/pb33f/libopenapi-validator/config"
@@ -27,6 +30,7 @@ import (
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/internal/oidctest"
 	"github.com/recordio-bridge/bridge/recordio"
 )
 
@@ -476,6 +480,18 @@ streams:
 	t.Run("access and limits", func(t *testing.T) {
 		sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
 		topic := b.Topic(t, "oa-auth")
+		// An issuer whose identity provider cannot be reached (nothing listens on port 1),
+		// and a token naming it: the bridge cannot judge it.
+		const downIssuer = "http://127.0.0.1:1/"
+		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		downJWT, err := oidctest.SignWith(key, "k1", jose.RS256, map[string]any{"iss": downIssuer, "aud": "bridge", "sub": "svc",
+			"exp": time.Now().Add(time.Hour).Unix(), "scope": "publish:ev read:s"})
+		if err != nil {
+			t.Fatal(err)
+		}
 		q := startBridge(t, fmt.Sprintf(`
 pulsar:
   url: %s
@@ -485,6 +501,8 @@ auth:
   tokens:
     - {name: writer, sha256: %s, routes: [ev]}
     - {name: reader, sha256: %s, streams: [s]}
+  jwt:
+    - {name: down-idp, issuer: "%s", audience: bridge}
 routes:
   - name: ev
     default: {topic: %s}
@@ -493,7 +511,7 @@ streams:
     topics: [%s]
     position: earliest
     ack: client
-`, b.URL, sum("tok-w"), sum("tok-r"), topic, topic))
+`, b.URL, sum("tok-w"), sum("tok-r"), downIssuer, topic, topic))
 		bearer := func(tok string) map[string]string { return map[string]string{"Authorization": "Bearer " + tok} }
 		one := func(tok string) map[string]string {
 			return with(bearer(tok), "Content-Type", "application/json")
@@ -510,6 +528,13 @@ streams:
 		}
 		expect(c.recorded(t, send("GET", get+"/ack?positions=0", with(bearer(""), "Stream-Id", "0123"), nil, false)), 401)
 		expect(c.recorded(t, send("GET", get+"/ack?positions=0", with(bearer("tok-w"), "Stream-Id", "0123"), nil, true)), 403)
+		// 503: the JWT's identity provider is unreachable; /readyz names it (and stays 200).
+		expect(c.recorded(t, send("GET", get+"/ack?positions=0", with(bearer(downJWT), "Stream-Id", "0123"), nil, true)), 503)
+		expect(c.recorded(t, send("POST", pub, one(downJWT), []byte(`{}`), true)), 503)
+		expect(c.recorded(t, send("GET", q.OpsURL+"/readyz", nil, nil, true)), 200)
+		if _, ok := q.readyz(t)["identityProviders"]; !ok {
+			t.Errorf("/readyz does not name the unreachable identity provider: %v", q.readyz(t))
+		}
 
 		// 429: one stream each way is all these limits admit.
 		held := openStream(t, h1Client, pub, map[string]string{"Message-Content-Type": "application/json", "Authorization": "Bearer tok-w"})

@@ -280,13 +280,14 @@ func (s *Server) Handle(c echo.Context) error {
 	if st == nil {
 		return httpreply.Error(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
-	if err := admission.Authenticate(st.auth, req.Header); err != nil {
+	caller, err := admission.Authenticate(st.auth, req.Header)
+	if err != nil {
 		return deny(c, err)
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || isAck {
 		if isAck && strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/ack") {
-			if err := admission.Authorize(st.auth, req.Header, admission.Read, def.Name); err != nil {
+			if err := caller.Authorize(admission.Read, def.Name); err != nil {
 				return deny(c, err)
 			}
 			return s.lookup(c, def)
@@ -296,7 +297,7 @@ func (s *Server) Handle(c echo.Context) error {
 		}
 		return httpreply.Error(c, http.StatusNotFound, "no stream at "+strconv.Quote(req.URL.Path), 0)
 	}
-	if err := admission.Authorize(st.auth, req.Header, admission.Read, def.Name); err != nil {
+	if err := caller.Authorize(admission.Read, def.Name); err != nil {
 		return deny(c, err)
 	}
 	opts, err := resolveQuery(def, req)
@@ -381,10 +382,15 @@ func newStreamID() string {
 }
 
 // deny answers an authorization error: 403 when the token does not grant the access,
-// 401 (with the challenge) when there is no valid token.
+// 503 when the token could not be judged (its issuer's keys cannot be had: the bridge's
+// problem, logged by admission with the details, none of which is in the answer), 401
+// (with the challenge) when there is no valid token.
 func deny(c echo.Context, err error) error {
 	if errors.Is(err, admission.ErrForbidden) {
 		return httpreply.Error(c, http.StatusForbidden, err.Error(), 0)
+	}
+	if errors.Is(err, admission.ErrIdentityProviderUnavailable) {
+		return httpreply.Error(c, http.StatusServiceUnavailable, admission.UnavailableMessage, 5)
 	}
 	return httpreply.Challenge(c, http.StatusUnauthorized, err.Error(), admission.Challenge(err))
 }

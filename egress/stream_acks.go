@@ -196,14 +196,15 @@ func (s *Server) HandleAck(c echo.Context) error {
 	if st == nil {
 		return httpreply.Error(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
-	if err := admission.Authenticate(st.auth, req.Header); err != nil {
+	caller, err := admission.Authenticate(st.auth, req.Header)
+	if err != nil {
 		return deny(c, err)
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || !isAck {
 		return httpreply.Error(c, http.StatusNotFound, "no acknowledgement endpoint at "+strconv.Quote(req.URL.Path), 0)
 	}
-	if err := admission.Authorize(st.auth, req.Header, admission.Read, def.Name); err != nil {
+	if err := caller.Authorize(admission.Read, def.Name); err != nil {
 		return deny(c, err)
 	}
 	sid := req.Header.Get("Stream-Id")

@@ -211,14 +211,15 @@ func (s *Server) Handle(c echo.Context) error {
 		return httpreply.Error(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
 	// Unauthenticated callers learn nothing, not even whether the route exists.
-	if err := admission.Authenticate(st.auth, req.Header); err != nil {
+	caller, err := admission.Authenticate(st.auth, req.Header)
+	if err != nil {
 		return deny(c, err)
 	}
 	route, params, ok := st.table.Lookup(req.URL.Path)
 	if !ok {
 		return httpreply.Error(c, http.StatusNotFound, "no route for "+strconv.Quote(req.URL.Path), 0)
 	}
-	if err := admission.Authorize(st.auth, req.Header, admission.Write, route.Name()); err != nil {
+	if err := caller.Authorize(admission.Write, route.Name()); err != nil {
 		return deny(c, err)
 	}
 	for _, name := range []string{"Content-Type", "Message-Content-Type"} {
@@ -307,10 +308,15 @@ func refuse(c echo.Context, err error, key string, limit int) error {
 }
 
 // deny answers an authorization error: 403 when the token does not grant the access,
-// 401 (with the challenge) when there is no valid token.
+// 503 when the token could not be judged (its issuer's keys cannot be had: the bridge's
+// problem, logged by admission with the details, none of which is in the answer), 401
+// (with the challenge) when there is no valid token.
 func deny(c echo.Context, err error) error {
 	if errors.Is(err, admission.ErrForbidden) {
 		return httpreply.Error(c, http.StatusForbidden, err.Error(), 0)
+	}
+	if errors.Is(err, admission.ErrIdentityProviderUnavailable) {
+		return httpreply.Error(c, http.StatusServiceUnavailable, admission.UnavailableMessage, 5)
 	}
 	return httpreply.Challenge(c, http.StatusUnauthorized, err.Error(), admission.Challenge(err))
 }

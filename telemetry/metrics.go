@@ -369,6 +369,38 @@ func (m *Metrics) ObserveMemory(stats func() MemoryStats) error {
 	return err
 }
 
+// JWKSStats are the counters of one JWT issuer's key set (auth.jwt), by issuer URL.
+type JWKSStats struct {
+	Issuer               string
+	Fetches, FetchErrors int64 // fetches of the JWKS (with discovery first when needed), and the failed ones
+	RefreshesRefused     int64 // unknown key ids that did not fetch it again: the last fetch was too recent
+	Verifications        int64 // tokens whose signature was checked
+}
+
+// ObserveJWKS registers bridge_auth_jwks_fetches_total{issuer,result=ok|error},
+// bridge_auth_jwks_refresh_refused_total{issuer} and
+// bridge_auth_jwt_verifications_total{issuer}, read from stats at each scrape.
+func (m *Metrics) ObserveJWKS(stats func() []JWKSStats) error {
+	mt := m.provider.Meter("github.com/recordio-bridge/bridge")
+	fetches, err1 := mt.Int64ObservableCounter("bridge.auth.jwks.fetches", metric.WithDescription("Fetches of a JWT issuer's key set (auth.jwt; with its discovery document while its jwks_uri is not known), by issuer and result: ok, error (the identity provider could not be reached or answered wrong; its tokens are answered 503)."))
+	refused, err2 := mt.Int64ObservableCounter("bridge.auth.jwks.refresh.refused", metric.WithDescription("Tokens naming a key id their issuer's key set does not hold that did not fetch the set again, because its last fetch was less than the issuer's keyRefreshInterval (10s by default) ago; they are refused 401. Forged tokens count here."))
+	verified, err3 := mt.Int64ObservableCounter("bridge.auth.jwt.verifications", metric.WithDescription("JWTs whose signature was checked against their issuer's keys, by issuer: one per request carrying a JWT."))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return err
+	}
+	_, err := mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, s := range stats() {
+			iss := attribute.String("issuer", s.Issuer)
+			o.ObserveInt64(fetches, s.Fetches-s.FetchErrors, metric.WithAttributeSet(attribute.NewSet(iss, attribute.String("result", "ok"))))
+			o.ObserveInt64(fetches, s.FetchErrors, metric.WithAttributeSet(attribute.NewSet(iss, attribute.String("result", "error"))))
+			o.ObserveInt64(refused, s.RefreshesRefused, metric.WithAttributeSet(attribute.NewSet(iss)))
+			o.ObserveInt64(verified, s.Verifications, metric.WithAttributeSet(attribute.NewSet(iss)))
+		}
+		return nil
+	}, fetches, refused, verified)
+	return err
+}
+
 // ObserveSpans registers bridge.trace.spans{result=ended|exported|failed|dropped}:
 // sampled spans ended, accepted by the exporter, lost to failed exports, and (when the
 // span processor counts them: otlpwire's) dropped because the export queue was full.

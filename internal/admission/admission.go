@@ -20,18 +20,12 @@ var (
 	ErrDraining = errors.New("the bridge is shutting down")
 )
 
-// Authenticate checks the request's bearer token against the table's tokens, before the
-// request's path is looked up, so an unauthenticated caller learns nothing of what exists.
-// Its error wraps ErrUnauthenticated.
-func Authenticate(t *Tokens, h http.Header) error {
-	return t.Authenticate(BearerToken(h))
-}
-
-// Authorize checks that the request's token grants access to the named route or stream.
-// Its error wraps ErrUnauthenticated or ErrForbidden.
-func Authorize(t *Tokens, h http.Header, access Access, name string) error {
-	_, err := t.Authorize(BearerToken(h), access, name)
-	return err
+// Authenticate finds who the request's bearer token is, once per request, before the
+// request's path is looked up, so an unauthenticated caller learns nothing of what
+// exists; the Caller then authorizes what the request names. Its error wraps
+// ErrUnauthenticated or ErrIdentityProviderUnavailable.
+func Authenticate(t *Tokens, h http.Header) (*Caller, error) {
+	return t.Identify(BearerToken(h))
 }
 
 // Gate counts a server's open streams, refuses new ones beyond a limit or once draining,

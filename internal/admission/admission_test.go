@@ -73,17 +73,18 @@ routes:
 		t.Fatal(err)
 	}
 	h := http.Header{}
-	if err := Authenticate(tab, h); !errors.Is(err, ErrUnauthenticated) {
+	if _, err := Authenticate(tab, h); !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("no token: %v", err)
 	}
 	h.Set("Authorization", "Bearer test") // sha256("test") is the token above
-	if err := Authenticate(tab, h); err != nil {
+	c, err := Authenticate(tab, h)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Authorize(tab, h, Write, "r"); err != nil {
+	if err := c.Authorize(Write, "r"); err != nil {
 		t.Fatal(err)
 	}
-	if err := Authorize(tab, h, Read, "r"); !errors.Is(err, ErrForbidden) {
+	if err := c.Authorize(Read, "r"); !errors.Is(err, ErrForbidden) {
 		t.Fatalf("a write token reading: %v", err)
 	}
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/recordio-bridge/bridge/internal/reread"
 )
 
-// Authorization errors (Authenticate's, Authorize's); the HTTP layer answers them with
-// 401 and 403.
+// Authorization errors (Identify's, Authorize's); the HTTP layer answers them with 401
+// and 403. (ErrIdentityProviderUnavailable is neither: the token could not be judged.)
 var (
 	ErrUnauthenticated = errors.New("a valid bearer token is required")
 	ErrForbidden       = errors.New("the token does not grant this")
@@ -157,31 +157,45 @@ func BearerToken(h http.Header) string {
 	return ""
 }
 
-// Authenticate checks that bearer is a configured token (any token is fine when none are
-// configured); its error wraps ErrUnauthenticated.
-func (t *Tokens) Authenticate(bearer string) error {
-	_, err := t.Authorize(bearer, Read, "")
-	if errors.Is(err, ErrUnauthenticated) {
-		return err
-	}
-	return nil
-}
-
 // AuthRequired reports whether requests must carry a bearer token.
 func (t *Tokens) AuthRequired() bool { return t != nil && (len(t.tokens) > 0 || len(t.jwt) > 0) }
 
-// Authorize checks the bearer token of a request wanting access to the named route or
-// stream: a configured token or a JWT of a configured issuer (auth.jwt). It returns who
-// the token is (for logs: a token's name, a JWT's issuer name and subject) or an error
-// wrapping ErrUnauthenticated (a *TokenError when a token was given and is not valid)
-// or ErrForbidden. Tokens are compared by their SHA-256 in constant time, every
-// configured token each time. Without tokens or issuers everything is allowed.
-func (t *Tokens) Authorize(bearer string, access Access, name string) (string, error) {
+// Caller is who a request's bearer token is and what it may do: found once per
+// request by Identify (the JWT's signature verified once), then asked for each access.
+type Caller struct {
+	who    string // a token's name, a JWT's issuer name and subject; "" when auth is off
+	open   bool   // no auth configured: everything is allowed
+	static bool   // a configured token (not a JWT)
+	grants grants
+}
+
+// Who is the caller for logs: a token's name, or a JWT's subject and issuer name.
+func (c *Caller) Who() string { return c.who }
+
+// Authorize checks that the caller may have access to the named route or stream; its
+// error wraps ErrForbidden.
+func (c *Caller) Authorize(access Access, name string) error {
+	if c.open || c.grants.allows(access, name) {
+		return nil
+	}
+	if c.static {
+		return forbidden("token "+c.who, access, name)
+	}
+	return forbidden("the token of "+c.who, access, name)
+}
+
+// Identify finds who the bearer token is: a configured token or a JWT of a configured
+// issuer (auth.jwt), whose signature and claims are verified. Its error wraps
+// ErrUnauthenticated (a *TokenError when a token was given and is not valid), or is a
+// *ProviderError (ErrIdentityProviderUnavailable) when the issuer's keys cannot be had.
+// Tokens are compared by their SHA-256 in constant time, every configured token each
+// time. Without tokens or issuers everyone is allowed everything.
+func (t *Tokens) Identify(bearer string) (*Caller, error) {
 	if !t.AuthRequired() {
-		return "", nil
+		return &Caller{open: true}, nil
 	}
 	if bearer == "" {
-		return "", fmt.Errorf("%w: send Authorization: Bearer <token>", ErrUnauthenticated)
+		return nil, fmt.Errorf("%w: send Authorization: Bearer <token>", ErrUnauthenticated)
 	}
 	h := sha256.Sum256([]byte(bearer))
 	found := -1
@@ -192,25 +206,46 @@ func (t *Tokens) Authorize(bearer string, access Access, name string) (string, e
 			found = i
 		}
 	}
-	if found < 0 {
-		if len(t.jwt) == 0 || !looksLikeJWT(bearer) {
-			return "", &TokenError{Description: "the token is not known"}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		v, err := verifyJWT(ctx, t.jwt, bearer, now)
-		if err != nil {
-			return "", err
-		}
-		who := fmt.Sprintf("subject %q of issuer %s", v.subject, v.issuer.cfg.Name)
-		if v.grants.allows(access, name) {
-			return who, nil
-		}
-		return who, forbidden("the token of "+who, access, name)
+	if found >= 0 {
+		tk := &t.tokens[found]
+		return &Caller{who: tk.name, static: true, grants: tk.grants}, nil
 	}
-	tk := &t.tokens[found]
-	if tk.grants.allows(access, name) {
-		return tk.name, nil
+	if len(t.jwt) == 0 || !looksLikeJWT(bearer) {
+		return nil, &TokenError{Description: "the token is not known"}
 	}
-	return tk.name, forbidden("token "+tk.name, access, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := verifyJWT(ctx, t.jwt, bearer, now)
+	if err != nil {
+		return nil, err
+	}
+	return &Caller{who: fmt.Sprintf("subject %q of issuer %s", v.subject, v.issuer.cfg.Name), grants: v.grants}, nil
+}
+
+// Authorize is Identify and Caller.Authorize: who the token is (for logs) or the
+// error of either.
+func (t *Tokens) Authorize(bearer string, access Access, name string) (string, error) {
+	c, err := t.Identify(bearer)
+	if err != nil {
+		return "", err
+	}
+	return c.who, c.Authorize(access, name)
+}
+
+// IdentityProviders reports, by issuer name, the issuers whose keys could not be had
+// at the last attempt, with why (URLs included: for /readyz and logs, not for callers).
+func (t *Tokens) IdentityProviders() map[string]string {
+	if t == nil {
+		return nil
+	}
+	var out map[string]string
+	for i := range t.jwt {
+		if err := t.jwt[i].keys.status(); err != nil {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[t.jwt[i].cfg.Name] = err.Error()
+		}
+	}
+	return out
 }

@@ -2,16 +2,12 @@ package admission
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/coreos/go-oidc/v3/oidc"
 	jose "github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 
@@ -45,93 +41,10 @@ type jwtIssuer struct {
 	keys *keySource
 }
 
-// jwksClient fetches discovery documents and key sets.
-var jwksClient = &http.Client{Timeout: 10 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()}
-
-// keySource is an issuer's JWKS, found by discovery on first use (retried on the next
-// request after a failure) and kept across reloads; go-oidc's RemoteKeySet fetches the
-// keys again when a token names a key id it does not hold (a rotation).
-type keySource struct {
-	issuer, jwksURL, caFile string
-
-	mu     sync.Mutex
-	set    *oidc.RemoteKeySet
-	client *http.Client // jwksClient, or one trusting caFile
-	last   time.Time    // of the last failed discovery
-}
-
-// keySources keeps each issuer's key set across reloads (by issuer, JWKS URL and CA file).
-var keySources sync.Map // string -> *keySource
-
-func sourceFor(issuer, jwksURL, caFile string) *keySource {
-	k := issuer + "\x00" + jwksURL + "\x00" + caFile
-	if ks, ok := keySources.Load(k); ok {
-		return ks.(*keySource)
-	}
-	ks, _ := keySources.LoadOrStore(k, &keySource{issuer: issuer, jwksURL: jwksURL, caFile: caFile})
-	return ks.(*keySource)
-}
-
-// httpClient is jwksClient, or for an issuer with a caFile a client trusting it (read
-// once; a failure is retried on the next request).
-func (ks *keySource) httpClient() (*http.Client, error) {
-	if ks.caFile == "" {
-		return jwksClient, nil
-	}
-	if ks.client == nil {
-		pool, err := config.LoadCAFile(ks.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("caFile: %v", err)
-		}
-		tr := jwksClient.Transport.(*http.Transport).Clone()
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-		ks.client = &http.Client{Timeout: jwksClient.Timeout, Transport: tr}
-	}
-	return ks.client, nil
-}
-
-// discoveryRetry is the least time between two failed discoveries of an issuer.
-const discoveryRetry = time.Second
-
-func (ks *keySource) get(ctx context.Context) (*oidc.RemoteKeySet, error) {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	if ks.set != nil {
-		return ks.set, nil
-	}
-	if time.Since(ks.last) < discoveryRetry {
-		return nil, errors.New("the issuer's discovery document could not be read a moment ago")
-	}
-	hc, err := ks.httpClient()
-	if err != nil {
-		return nil, err
-	}
-	bg := oidc.ClientContext(context.Background(), hc)
-	jwksURL := ks.jwksURL
-	if jwksURL == "" {
-		p, err := oidc.NewProvider(oidc.ClientContext(ctx, hc), strings.TrimRight(ks.issuer, "/"))
-		if err == nil {
-			var doc struct {
-				JWKSURL string `json:"jwks_uri"`
-			}
-			if err = p.Claims(&doc); err == nil && doc.JWKSURL == "" {
-				err = errors.New("it names no jwks_uri")
-			}
-			jwksURL = doc.JWKSURL
-		}
-		if err != nil {
-			ks.last = time.Now()
-			return nil, fmt.Errorf("reading the issuer's discovery document: %v", err)
-		}
-	}
-	ks.set = oidc.NewRemoteKeySet(bg, jwksURL)
-	return ks.set, nil
-}
-
 func compileJWT(a config.Auth) []jwtIssuer {
 	out := make([]jwtIssuer, 0, len(a.JWT))
 	for _, j := range a.JWT {
-		ji := jwtIssuer{cfg: j, keys: sourceFor(j.Issuer, j.JWKSURL, j.CAFile)}
+		ji := jwtIssuer{cfg: j, keys: sourceFor(j)}
 		for _, alg := range j.EffectiveAlgorithms() {
 			ji.algs = append(ji.algs, jose.SignatureAlgorithm(alg))
 		}
@@ -152,7 +65,8 @@ type verifiedJWT struct {
 
 // verifyJWT checks raw against the configured issuers: the one its (unverified) iss
 // names verifies the signature with its JWKS, then iss, aud, exp, nbf and iat (with
-// jwtLeeway). Its errors are *TokenError.
+// jwtLeeway). Its errors are *TokenError, or *ProviderError when the issuer's keys
+// cannot be had.
 func verifyJWT(ctx context.Context, issuers []jwtIssuer, raw string, now time.Time) (*verifiedJWT, error) {
 	var all []jose.SignatureAlgorithm
 	for i := range issuers {
@@ -180,13 +94,12 @@ func verifyJWT(ctx context.Context, issuers []jwtIssuer, raw string, now time.Ti
 	if !containsAlg(is.algs, alg) {
 		return nil, &TokenError{Description: fmt.Sprintf("algorithm %s is not accepted for issuer %s", alg, is.cfg.Name)}
 	}
-	keys, err := is.keys.get(ctx)
-	if err != nil {
-		return nil, &TokenError{Description: fmt.Sprintf("issuer %s: %v", is.cfg.Name, err)}
-	}
-	payload, err := keys.VerifySignature(ctx, raw)
-	if err != nil {
+	payload, err := is.keys.VerifySignature(ctx, raw)
+	if errors.Is(err, errSignature) {
 		return nil, &TokenError{Description: fmt.Sprintf("issuer %s: signature not verified: %v", is.cfg.Name, err)}
+	}
+	if err != nil {
+		return nil, &ProviderError{Issuer: is.cfg.Name, Err: err}
 	}
 	var claims jwt.Claims
 	var rest map[string]json.RawMessage

@@ -175,14 +175,17 @@ func TestInvalidJWTsAreRefusedAsInvalidTokenSayingWhy(t *testing.T) {
 	}
 }
 
-func TestARotatedSigningKeyIsFetchedOnItsFirstToken(t *testing.T) {
+// A key rotated at the provider is fetched by the first token naming it once the key
+// set is older than the refresh interval.
+func TestARotatedSigningKeyIsFetchedOnItsFirstTokenAfterTheInterval(t *testing.T) {
 	p := jwtProvider(t)
-	tab := jwtTable(t, p, "")
+	tab := jwtTable(t, p, "      keyRefreshInterval: 1s\n")
 	c := p.Claims("svc", "recordio-bridge", time.Minute)
 	c["scope"] = "publish:r"
 	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
 		t.Fatal(err)
 	}
+	fetchedAt := time.Now()
 	old := p.KeyID()
 	if err := p.Rotate(false); err != nil {
 		t.Fatal(err)
@@ -190,8 +193,21 @@ func TestARotatedSigningKeyIsFetchedOnItsFirstToken(t *testing.T) {
 	if p.KeyID() == old {
 		t.Fatal("no new key")
 	}
+	// Within the interval the new key id is not fetched: its token is refused. (A
+	// machine so slow that generating the key took the interval skips this.)
+	tok := sign(t, p, c)
+	var te *TokenError
+	_, within := tab.Authorize(tok, Write, "r")
+	if time.Since(fetchedAt) < 900*time.Millisecond && (!errors.As(within, &te) || !strings.Contains(te.Description, "fetched less than 1s ago")) {
+		t.Fatalf("a token of the new key within the interval: %v, want refused", within)
+	}
+	time.Sleep(time.Second)
+	fetched := p.JWKSCalls()
 	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
 		t.Fatalf("a token of the new key: %v", err)
+	}
+	if within != nil && p.JWKSCalls() != fetched+1 { // (else the key was fetched within: a slow machine)
+		t.Fatalf("JWKS fetched %d times for the new key, want once", p.JWKSCalls()-fetched)
 	}
 	// An explicit jwksUrl is used without discovery.
 	tab2 := jwtTable(t, p, "      jwksUrl: "+p.Issuer()+"/jwks\n")
@@ -216,11 +232,12 @@ func TestAnIssuerOverHTTPSWithAPrivateCAIsTrustedThroughItsCAFile(t *testing.T) 
 	c := p.Claims("svc", "recordio-bridge", time.Minute)
 	c["scope"] = "publish:r"
 	tok := sign(t, p, c)
-	// Without the CA the system roots do not know the issuer's certificate.
+	// Without the CA the system roots do not know the issuer's certificate: the
+	// bridge's problem, not the token's.
 	_, err = jwtTable(t, p, "").Authorize(tok, Write, "r")
-	var te *TokenError
-	if !errors.As(err, &te) || !strings.Contains(te.Description, "certificate") {
-		t.Fatalf("without caFile: %v, want a TokenError naming the certificate", err)
+	var pe *ProviderError
+	if !errors.As(err, &pe) || !errors.Is(err, ErrIdentityProviderUnavailable) || errors.Is(err, ErrUnauthenticated) || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without caFile: %v, want a ProviderError naming the certificate", err)
 	}
 	if _, err := jwtTable(t, p, "      caFile: "+caFile+"\n").Authorize(tok, Write, "r"); err != nil {
 		t.Fatalf("with caFile: %v", err)
@@ -239,4 +256,143 @@ func closeIdleJWKSConnections() {
 		ks.mu.Unlock()
 		return true
 	})
+}
+
+// An issuer whose iss ends with "/" (Auth0, Okta, Azure AD v1) is compared as
+// configured, slash included, with the tokens' iss and its discovery document's issuer;
+// its discovery document is still found at <issuer without the slash>/.well-known/….
+func TestAnIssuerEndingWithASlashAuthenticatesItsTokens(t *testing.T) {
+	p, err := oidctest.New(oidctest.Options{TrailingSlash: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Close()
+		closeIdleJWKSConnections()
+	})
+	if !strings.HasSuffix(p.Issuer(), "/") {
+		t.Fatalf("issuer %s", p.Issuer())
+	}
+	tab := jwtTable(t, p, "")
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
+		t.Fatalf("a token of issuer %s: %v", p.Issuer(), err)
+	}
+	// The slash is part of the issuer: a token without it is another issuer's.
+	c["iss"] = strings.TrimSuffix(p.Issuer(), "/")
+	var te *TokenError
+	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); !errors.As(err, &te) || !strings.Contains(te.Description, "not trusted") {
+		t.Fatalf("a token whose iss lacks the slash: %v, want an untrusted issuer", err)
+	}
+}
+
+// Tokens naming the configured issuer and a key id it does not publish (forged by
+// anyone) make the bridge fetch the issuer's JWKS at most once per refresh interval,
+// however many arrive; each refused refresh is counted.
+func TestForgedKeyIDsFetchTheJWKSAtMostOncePerInterval(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "")
+	stranger, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	before := refreshesRefused(p.Issuer())
+	for i := range 50 {
+		forged, err := oidctest.SignWith(stranger, fmt.Sprintf("forged-%d", i), jose.ES256, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var te *TokenError
+		if _, err := tab.Authorize(forged, Write, "r"); !errors.As(err, &te) {
+			t.Fatalf("forged token %d: %v, want a TokenError", i, err)
+		}
+	}
+	if n := p.JWKSCalls(); n > 1 {
+		t.Fatalf("50 forged tokens fetched the JWKS %d times; want at most 1 per interval", n)
+	}
+	if got := refreshesRefused(p.Issuer()) - before; got < 49 {
+		t.Fatalf("refused refreshes counted: %d, want at least 49", got)
+	}
+	// A genuine token of the current key is still accepted from the keys held.
+	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// refreshesRefused is the refused refreshes counted for issuer so far.
+func refreshesRefused(issuer string) int64 {
+	var n int64
+	for _, s := range JWKSStats() {
+		if s.Issuer == issuer {
+			n += s.RefreshesRefused
+		}
+	}
+	return n
+}
+
+// Forged tokens arriving together share one fetch of the key set: a fetch under way is
+// joined, never doubled.
+func TestConcurrentForgedKeyIDsShareOneFetch(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "")
+	stranger, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	errs := make(chan error, 50)
+	for i := range 50 {
+		forged, err := oidctest.SignWith(stranger, fmt.Sprintf("forged-%d", i), jose.ES256, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := tab.Authorize(forged, Write, "r")
+			errs <- err
+		}()
+	}
+	for range 50 {
+		var te *TokenError
+		if err := <-errs; !errors.As(err, &te) {
+			t.Fatalf("a forged token: %v, want a TokenError", err)
+		}
+	}
+	if n := p.JWKSCalls(); n > 1 {
+		t.Fatalf("50 concurrent forged tokens fetched the JWKS %d times, want at most 1", n)
+	}
+}
+
+// An issuer whose provider cannot be reached is the bridge's problem, not the token's:
+// a ProviderError (not ErrUnauthenticated) naming it, IdentityProviders lists it with
+// why, and once the provider is back (a second later at most) its tokens are judged
+// again and the listing is empty.
+func TestAnUnreachableIdentityProviderIsAProviderErrorUntilItIsBack(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "")
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	tok := sign(t, p, c)
+	p.Stop()
+	_, err := tab.Authorize(tok, Write, "r")
+	var pe *ProviderError
+	if !errors.As(err, &pe) || pe.Issuer != "corp-idp" || !errors.Is(err, ErrIdentityProviderUnavailable) || errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("provider down: %v, want a ProviderError of corp-idp", err)
+	}
+	if down := tab.IdentityProviders(); !strings.Contains(down["corp-idp"], "refused") {
+		t.Fatalf("IdentityProviders: %v, want corp-idp with the connection error", down)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err = tab.Authorize(tok, Write, "r"); err == nil {
+			break
+		}
+		if !errors.As(err, &pe) || time.Now().After(deadline) {
+			t.Fatalf("provider back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if down := tab.IdentityProviders(); len(down) != 0 {
+		t.Fatalf("IdentityProviders after the provider is back: %v", down)
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/recordio-bridge/bridge/config"
 	"github.com/recordio-bridge/bridge/egress"
 	"github.com/recordio-bridge/bridge/ingress"
+	"github.com/recordio-bridge/bridge/internal/admission"
 	"github.com/recordio-bridge/bridge/internal/budget"
 	"github.com/recordio-bridge/bridge/internal/pulsarpool"
 	"github.com/recordio-bridge/bridge/pulsar"
@@ -94,6 +95,7 @@ func New(o Options) (_ *App, err error) {
 	a := &App{path: o.ConfigPath, version: o.Version, log: log, running: cfg,
 		shutdownStarted: make(chan struct{}), shutdownDone: make(chan struct{})}
 	a.snap.Store(snap)
+	admission.SetLogger(log.With("component", "auth"))
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -164,6 +166,9 @@ func New(o Options) (_ *App, err error) {
 		ms.Ingress = max(0, st.Used-ms.ConsumerQueues-ms.ConsumerReserved-ms.Egress)
 		return ms
 	}); err != nil {
+		return nil, err
+	}
+	if err := a.metrics.ObserveJWKS(jwksStats); err != nil {
 		return nil, err
 	}
 	if err := a.metrics.ObserveHealth(func(ctx context.Context) telemetry.Health {
@@ -482,6 +487,7 @@ func (a *App) readiness(ctx context.Context) (bool, map[string]any) {
 	if !a.authReady(detail) {
 		ready = false
 	}
+	identityProvidersDetail(snap.auth, detail)
 	if a.draining.Load() {
 		ready = false
 		detail["draining"] = true

@@ -42,6 +42,7 @@ type Client struct {
 type Provider struct {
 	addr   string // the listening address, kept across Stop and Start
 	scheme string
+	slash  bool        // the issuer ends with "/"
 	tlsCfg *tls.Config // nil: plain http
 	caPEM  []byte
 	client *http.Client
@@ -60,6 +61,8 @@ type Provider struct {
 
 	down        atomic.Bool
 	tokenCalls  atomic.Int64
+	jwksCalls   atomic.Int64
+	discoCalls  atomic.Int64
 	failedCalls atomic.Int64
 }
 
@@ -84,11 +87,15 @@ type Options struct {
 	Addr string
 	// Lifetime of issued tokens [1 h].
 	Lifetime time.Duration
+	// TrailingSlash makes the issuer end with "/" (https://host/), as Auth0's, Okta's
+	// and Azure AD v1's do: its tokens' iss and its discovery document's issuer are
+	// that exact string, and discovery is still at /.well-known/openid-configuration.
+	TrailingSlash bool
 }
 
 // New starts a provider; Close stops it.
 func New(o Options) (*Provider, error) {
-	p := &Provider{clients: map[string]Client{}, lifetime: o.Lifetime, scheme: "http"}
+	p := &Provider{clients: map[string]Client{}, lifetime: o.Lifetime, scheme: "http", slash: o.TrailingSlash}
 	if p.lifetime <= 0 {
 		p.lifetime = time.Hour
 	}
@@ -173,8 +180,16 @@ func (p *Provider) Start() error {
 // Close stops the provider.
 func (p *Provider) Close() { p.Stop() }
 
-// Issuer is the provider's issuer URL (no trailing slash).
-func (p *Provider) Issuer() string { return p.scheme + "://" + p.addr }
+// Issuer is the provider's issuer URL, ending with "/" only with Options.TrailingSlash.
+func (p *Provider) Issuer() string {
+	if p.slash {
+		return p.base() + "/"
+	}
+	return p.base()
+}
+
+// base is the URL the provider's endpoints are under (no trailing slash).
+func (p *Provider) base() string { return p.scheme + "://" + p.addr }
 
 // HTTPClient is a client trusting the provider's certificate.
 func (p *Provider) HTTPClient() *http.Client { return p.client }
@@ -226,6 +241,11 @@ func (p *Provider) SetAudience(aud string) {
 
 // SetDown makes every endpoint answer 503 (true) or serve again (false).
 func (p *Provider) SetDown(down bool) { p.down.Store(down) }
+
+// JWKSCalls is how many times the JWKS was fetched; DiscoveryCalls how many times the
+// discovery document was (answered or refused as down).
+func (p *Provider) JWKSCalls() int64      { return p.jwksCalls.Load() }
+func (p *Provider) DiscoveryCalls() int64 { return p.discoCalls.Load() }
 
 // TokenCalls is how many token requests were answered with a token; FailedCalls how
 // many were refused or met a provider that was down.
@@ -288,12 +308,13 @@ func (p *Provider) Claims(subject, audience string, lifetime time.Duration) map[
 }
 
 func (p *Provider) discovery(w http.ResponseWriter, r *http.Request) {
+	p.discoCalls.Add(1)
 	if p.refuseDown(w) {
 		return
 	}
-	iss := p.Issuer()
+	base := p.base()
 	writeJSON(w, http.StatusOK, map[string]any{
-		"issuer": iss, "token_endpoint": iss + "/token", "jwks_uri": iss + "/jwks",
+		"issuer": p.Issuer(), "token_endpoint": base + "/token", "jwks_uri": base + "/jwks",
 		"grant_types_supported": []string{"client_credentials"}, "response_types_supported": []string{"token"},
 		"subject_types_supported": []string{"public"}, "id_token_signing_alg_values_supported": []string{"RS256"},
 		"token_endpoint_auth_methods_supported": []string{"client_secret_post", "client_secret_basic"},
@@ -301,6 +322,7 @@ func (p *Provider) discovery(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *Provider) jwks(w http.ResponseWriter, r *http.Request) {
+	p.jwksCalls.Add(1)
 	if p.refuseDown(w) {
 		return
 	}
