@@ -42,6 +42,7 @@ type authBroker struct {
 	state, caFile, caKey  string
 	superuser             string // the superuser's token
 	idp                   *oidctest.Provider
+	ctl                   func(arg string) error // pulsar.sh stop|start on this broker's ports and state
 }
 
 const authAudience = "urn:pulsar:e2e"
@@ -124,6 +125,7 @@ func startAuthBroker(t *testing.T) *authBroker {
 		}
 		return nil
 	}
+	ab.ctl = script
 	t.Cleanup(func() {
 		if err := script("stop"); err != nil {
 			t.Log(err)

@@ -257,6 +257,17 @@ func (c *Client) Ping(ctx context.Context) error {
 	return err
 }
 
+// HandshakeRefusal is a broker's refusal of the client's CONNECT (errors.Is
+// ErrHandshake) not yet followed by an accepted handshake at the same address: an
+// AuthenticationError (temporary: producers and consumers reconnect with backoff, new
+// ones are retried within their deadline), an unsupported protocol version, or a port
+// that does not speak Pulsar.
+type HandshakeRefusal = conn.Refusal
+
+// HandshakeRefusals returns the brokers refusing the client's handshakes now (refused
+// within the last two minutes and not accepted since), by address.
+func (c *Client) HandshakeRefusals() []HandshakeRefusal { return c.pool.Refusals() }
+
 func (c *Client) nextRequestID() uint64 { return c.requestID.Add(1) }
 
 // serviceConn returns the connection to the service URL's broker.

@@ -62,8 +62,9 @@ func TestTokenAuthenticationAndChallenge(t *testing.T) {
 		t.Fatalf("%d CONNECTs: answering the challenge must keep the connection", n)
 	}
 
-	// A wrong token is refused with the broker's reason.
-	bad := client(t, b.URL(), func(o *pulsar.ClientOptions) { o.Token = "nope" })
+	// A wrong token is refused with the broker's reason (once the creation, which retries
+	// an AuthenticationError within the operation timeout, gives up).
+	bad := client(t, b.URL(), func(o *pulsar.ClientOptions) { o.Token = "nope"; o.OperationTimeout = 500 * time.Millisecond })
 	_, err = bad.CreateProducer(context.Background(), pulsar.ProducerOptions{Topic: "t"})
 	var se *pulsar.ServerError
 	if !errors.Is(err, pulsar.ErrHandshake) || !errors.As(err, &se) || se.Code != pulsar.ServerErrorCode(pb.ServerError_AuthenticationError) {

@@ -35,6 +35,12 @@ var (
 	// pending messages were not persisted by it. It stops for good, never reconnecting;
 	// other producers of the client go on. Errors wrapping it wrap ErrProducerFailed too.
 	ErrProducerFenced = errors.New("pulsar: producer fenced: an exclusive producer took the topic over")
+	// ErrOutcomeUnknown: the message was sent, but the connection closed before its
+	// receipt and the producer then stopped for good (its reconnection was refused for
+	// good, by an AuthorizationError say): the broker may have stored it or not. Sending
+	// it again is how to know (with deduplication, a stored one is answered as a
+	// duplicate), so IsRetryable holds whatever the refusal it wraps.
+	ErrOutcomeUnknown = errors.New("pulsar: sent, but the producer stopped before its receipt: the broker may have stored it or not")
 	// ErrSendTimeout: the broker did not persist the message within the send timeout.
 	ErrSendTimeout = errors.New("pulsar: send timeout")
 	// ErrMessageTooLarge: a message above the broker's limit with chunking off, or above MaxChunkedMessageSize.
@@ -72,6 +78,9 @@ type ServerErrorCode = conn.ServerErrorCode
 func IsRetryable(err error) bool {
 	if errors.Is(err, ErrSequenceUsed) {
 		return false
+	}
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return true
 	}
 	var se *ServerError
 	if errors.As(err, &se) {

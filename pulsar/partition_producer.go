@@ -338,7 +338,7 @@ func (p *partitionProducer) reconnect() {
 		attempts = p.attempts
 		p.mu.Unlock()
 		if permanentRegistrationError(err, false) || p.opts.FailWhenNameBusy && nameBusy(err) {
-			p.fail(fmt.Errorf("%w: %w", ErrProducerFailed, err))
+			p.failReconnecting(fmt.Errorf("%w: %w", ErrProducerFailed, err))
 			return
 		}
 		p.quotaRefusal(err)

@@ -135,7 +135,17 @@ func (p *partitionProducer) refuseHead(cn *conn.Conn, seq uint64, se *ServerErro
 func (p *partitionProducer) fail(err error) { p.failAfter(nil, err) }
 
 // failAfter is fail, failing first the items taken off the queue already.
-func (p *partitionProducer) failAfter(first []*pendingItem, err error) {
+func (p *partitionProducer) failAfter(first []*pendingItem, err error) { p.stop(first, err, false) }
+
+// failReconnecting is fail for a producer whose reconnection was refused for good: what
+// was sent on the lost connection without a receipt may have been stored, so it fails
+// with ErrOutcomeUnknown (temporary: a resend tells), not with the refusal, which holds
+// only for what is sent from now on. Only the open batch, never sent, fails with err.
+func (p *partitionProducer) failReconnecting(err error) { p.stop(nil, err, true) }
+
+// stop fails the producer for good with err; with unsettled, the pending items (sent,
+// without a receipt) fail with ErrOutcomeUnknown wrapping err instead.
+func (p *partitionProducer) stop(first []*pendingItem, err error, unsettled bool) {
 	p.mu.Lock()
 	if p.failed != nil {
 		p.mu.Unlock()
@@ -148,6 +158,7 @@ func (p *partitionProducer) failAfter(first []*pendingItem, err error) {
 	if p.reg != nil {
 		p.detachLocked(p.reg)
 	}
+	sent := len(p.pending)
 	items := append(first, p.takeAllLocked()...)
 	p.mu.Unlock()
 	if cn != nil {
@@ -156,6 +167,11 @@ func (p *partitionProducer) failAfter(first []*pendingItem, err error) {
 			CloseProducer: &pb.CommandCloseProducer{ProducerId: proto.Uint64(p.id), RequestId: proto.Uint64(reqID)}})
 	}
 	p.log.Error("producer failed", "error", err)
+	if unsettled && sent > 0 {
+		// takeAllLocked returns the pending items first, then the open batch.
+		p.failItems(items[len(first):len(first)+sent], fmt.Errorf("%w: %w", ErrOutcomeUnknown, err))
+		items = append(items[:len(first):len(first)], items[len(first)+sent:]...)
+	}
 	p.failItems(items, err)
 }
 

@@ -68,15 +68,19 @@ const maxRegistrationRaces = 3
 // transientRefusal reports whether the broker refused a lookup or a registration for a
 // reason that passes by itself within moments: its metadata is changing (a namespace
 // bundle being unloaded, or re-acquired after the broker's metadata session expired, as
-// after a freeze), it is not ready to serve the topic yet, or it is rate-limiting. A
-// creation retries these within its deadline instead of failing at once.
+// after a freeze), it is not ready to serve the topic yet, it is rate-limiting, or it
+// refused the connection's credentials (AuthenticationError: a broker restarted before
+// it can reach its identity provider, a token its clock expires a second early). A
+// creation retries these within its deadline instead of failing at once, as the Java
+// client retries a retriable error until its operation timeout.
 func transientRefusal(err error) bool {
 	var se *ServerError
 	if !errors.As(err, &se) {
 		return false
 	}
 	switch pb.ServerError(se.Code) {
-	case pb.ServerError_ServiceNotReady, pb.ServerError_MetadataError, pb.ServerError_TooManyRequests:
+	case pb.ServerError_ServiceNotReady, pb.ServerError_MetadataError, pb.ServerError_TooManyRequests,
+		pb.ServerError_AuthenticationError:
 		return true
 	}
 	return false
@@ -143,14 +147,19 @@ func stableAfter(b Backoff) time.Duration {
 // permanentRegistrationError reports whether a refusal of PRODUCER or SUBSCRIBE cannot
 // be cured by retrying: the producer or consumer fails for good with it. Everything else
 // (a closed connection, a timeout, ServiceNotReady, TooManyRequests, a backlog quota,
-// ProducerBusy/ConsumerBusy, a lookup failure...) is temporary and retried with backoff.
+// ProducerBusy/ConsumerBusy, a lookup failure, a handshake refused with
+// AuthenticationError...) is temporary and retried with backoff. An AuthenticationError
+// answering a reconnect's CONNECT says nothing lasting about the producer: the broker
+// may accept the same credentials on the next CONNECT (it was restarted before it could
+// reach its identity provider, its clock runs a second ahead, a key rotation reached it
+// first), and the Java client reconnects after it.
 func permanentRegistrationError(err error, consumer bool) bool {
 	var se *ServerError
 	if !errors.As(err, &se) {
 		return false
 	}
 	switch pb.ServerError(se.Code) {
-	case pb.ServerError_AuthenticationError, pb.ServerError_AuthorizationError,
+	case pb.ServerError_AuthorizationError,
 		pb.ServerError_InvalidTopicName, pb.ServerError_IncompatibleSchema,
 		pb.ServerError_UnsupportedVersionError, pb.ServerError_NotAllowedError,
 		pb.ServerError_ProducerFenced, pb.ServerError_InvalidTxnStatus:

@@ -478,11 +478,26 @@ func (a *App) readiness(ctx context.Context) (bool, map[string]any) {
 	ready := true
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := a.client.Ping(ctx); err != nil {
+	switch err := a.client.Ping(ctx); {
+	case err == nil:
+		detail["broker"] = "connected"
+	case errors.Is(err, pulsar.ErrHandshake) && pulsar.IsRetryable(err):
+		ready = false
+		detail["broker"] = "refusing the bridge's credentials, retried with backoff (records get 503 meanwhile): " + err.Error()
+	default:
 		ready = false
 		detail["broker"] = "unreachable: " + err.Error()
-	} else {
-		detail["broker"] = "connected"
+	}
+	if rs := a.client.HandshakeRefusals(); len(rs) > 0 {
+		// Any broker refusing CONNECT, the service URL's or the one a topic lives on:
+		// what is published there gets 503 while it lasts (an AuthenticationError is
+		// retried; the others need the configuration changed).
+		refusals := make([]map[string]any, 0, len(rs))
+		for _, r := range rs {
+			refusals = append(refusals, map[string]any{"broker": r.Addr, "since": r.Since.UTC().Format(time.RFC3339),
+				"last": r.Last.UTC().Format(time.RFC3339), "refusals": r.Count, "error": r.Err.Error()})
+		}
+		detail["brokerHandshakeRefused"] = refusals
 	}
 	if !a.authReady(detail) {
 		ready = false

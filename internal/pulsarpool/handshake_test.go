@@ -11,6 +11,7 @@ import (
 	"github.com/recordio-bridge/bridge/egress"
 	"github.com/recordio-bridge/bridge/ingress"
 	"github.com/recordio-bridge/bridge/internal/tcptest"
+	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
 )
 
 // stalledBroker accepts connections and never completes a handshake on them: it reads
@@ -57,5 +58,34 @@ func TestABrokerThatDoesNotFinishTheHandshakeIsUnavailable(t *testing.T) {
 				t.Errorf("subscribe: %v; want egress.ErrUnavailable", err)
 			}
 		})
+	}
+}
+
+// TestAHandshakeRefusedWithAuthenticationErrorIsUnavailable: a broker refusing the
+// credentials (AuthenticationError answering CONNECT) may accept them a moment later,
+// so a record whose producer it refused gets ingress.ErrUnavailable (503, resend it)
+// and a stream whose consumer it refused egress.ErrUnavailable. Both were refused for
+// good (502): the record was skipped by a resuming client although nothing stored it.
+func TestAHandshakeRefusedWithAuthenticationErrorIsUnavailable(t *testing.T) {
+	b, err := pulsartest.NewBroker(pulsartest.WithAuthenticator(func(string, []byte) error {
+		return errors.New("could not fetch the issuer's JWKS")
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	c := newClientTimeout(t, b.URL(), 500*time.Millisecond)
+	p, _ := newPool(t, c, Options{})
+	if _, err := publish(t, p, "persistent://public/default/t", "r"); !errors.Is(err, ingress.ErrUnavailable) || errors.Is(err, ingress.ErrRefused) {
+		t.Errorf("publish: %v; want ingress.ErrUnavailable", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	s := NewSubscriber(c, nil)
+	if sub, err := s.Subscribe(ctx, egress.SubscribeOptions{Topics: []string{"persistent://public/default/t"}, Subscription: "s", Type: "exclusive", ReceiverQueue: 10}); !errors.Is(err, egress.ErrUnavailable) {
+		if sub != nil {
+			sub.Close()
+		}
+		t.Errorf("subscribe: %v; want egress.ErrUnavailable", err)
 	}
 }

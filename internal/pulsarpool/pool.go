@@ -648,9 +648,12 @@ func Classify(err error) error {
 }
 
 // ClassifyCreate is Classify for the error of a producer's creation: failing to reach
-// a broker (dialing, the connection, the lookup, the deadline) is temporary, so only a
-// broker's refusal that a retry cannot cure (authorization, an invalid or terminated
-// topic) or invalid options are refused for good.
+// a broker (dialing, the connection, the lookup, the deadline) is temporary, and so is
+// a handshake the broker refused with AuthenticationError (it may accept the same
+// credentials a moment later: restarted before it reached its identity provider, a
+// token its clock expires early); only a broker's refusal that a retry cannot cure
+// (authorization, an invalid or terminated topic, a protocol it does not speak, a port
+// that is not Pulsar's) or invalid options are refused for good.
 func ClassifyCreate(err error) error {
 	var se *pulsar.ServerError
 	switch {
@@ -661,7 +664,7 @@ func ClassifyCreate(err error) error {
 	case errors.Is(err, pulsar.ErrProducerFenced):
 		return fmt.Errorf("%w: %w", ingress.ErrTakenOver, err)
 	case errors.As(err, &se) && !se.Retryable(), errors.Is(err, pulsar.ErrInvalidTopic), errors.Is(err, pulsar.ErrInvalidOptions),
-		errors.Is(err, pulsar.ErrHandshake):
+		errors.Is(err, pulsar.ErrHandshake) && !pulsar.IsRetryable(err):
 		return fmt.Errorf("%w: %w", ingress.ErrRefused, err)
 	}
 	return fmt.Errorf("%w: %w", ingress.ErrUnavailable, err)

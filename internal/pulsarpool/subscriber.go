@@ -139,11 +139,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		case errors.As(err, &se) && se.Code == pulsar.CodeConsumerBusy:
 			return nil, fmt.Errorf("%w: subscription %s (%s) already has its consumer: %v", egress.ErrBusy, o.Subscription, o.Type, err)
 		case errors.As(err, &se) && !se.Retryable(), errors.Is(err, pulsar.ErrInvalidTopic), errors.Is(err, pulsar.ErrInvalidOptions),
-			errors.Is(err, pulsar.ErrHandshake), errors.Is(err, context.Canceled):
+			errors.Is(err, pulsar.ErrHandshake) && !pulsar.IsRetryable(err), errors.Is(err, context.Canceled):
 			return nil, err
 		}
 		// Not reaching a broker (dialing, the connection, the lookup, the deadline) is
-		// temporary, as it is for producers.
+		// temporary, as it is for producers, and so is a handshake refused with
+		// AuthenticationError (see ClassifyCreate).
 		return nil, fmt.Errorf("%w: %w", egress.ErrUnavailable, err)
 	}
 	sub := &subscription{c: c, owner: s, name: o.Subscription, held: map[*handle]struct{}{}}

@@ -16,7 +16,9 @@ var (
 	// (the broker stopped reading); the connection is closed.
 	ErrWriteTimeout = errors.New("pulsar: broker stopped reading (write timeout)")
 	// ErrHandshake: CONNECT was refused or answered with something other than CONNECTED
-	// (a connection lost during the handshake is ErrClosed: temporary).
+	// (a connection lost during the handshake is ErrClosed: temporary). A refusal wraps
+	// the broker's *ServerError; its Retryable says whether it may pass (an
+	// AuthenticationError may, an UnsupportedVersionError may not).
 	ErrHandshake = errors.New("pulsar: handshake failed")
 	// ErrCredentials: the client's credentials could not be had for CONNECT or an
 	// AUTH_CHALLENGE (an expired token its identity provider cannot replace yet, an
@@ -40,9 +42,15 @@ func (e *ServerError) Error() string {
 }
 
 // Retryable reports whether the operation may succeed after a reconnect or a new lookup.
+// An AuthenticationError is: the broker refuses credentials it may accept a moment later
+// (restarted before it can reach its identity provider, a token its clock expires early,
+// a key rotation that reached it first), and the Java client retries it too
+// (PulsarClientException.isRetriableError). An AuthorizationError is not: the role may
+// not use the topic until an administrator grants it.
 func (e *ServerError) Retryable() bool {
 	switch pb.ServerError(e.Code) {
-	case pb.ServerError_ServiceNotReady, pb.ServerError_MetadataError, pb.ServerError_PersistenceError,
+	case pb.ServerError_AuthenticationError,
+		pb.ServerError_ServiceNotReady, pb.ServerError_MetadataError, pb.ServerError_PersistenceError,
 		pb.ServerError_TooManyRequests, pb.ServerError_ProducerBusy, pb.ServerError_ConsumerBusy,
 		pb.ServerError_UnknownError, pb.ServerError_ChecksumError,
 		// A backlog quota refusal lasts until consumers catch up: temporary.

@@ -2,8 +2,11 @@ package conn
 
 import (
 	"context"
+	"errors"
 	"net/url"
+	"sort"
 	"sync"
+	"time"
 )
 
 // Pool keeps one connection per broker, shared by every producer and consumer on it.
@@ -13,7 +16,24 @@ type Pool struct {
 	mu     sync.Mutex
 	conns  map[string]*entry
 	closed bool
+	// refused holds, by address, the handshakes refused since the last accepted one.
+	refused map[string]*Refusal
 }
+
+// Refusal is a broker's refusal of CONNECT (ErrHandshake: AuthenticationError, an
+// unsupported version, a port that is not Pulsar's) not followed by an accepted
+// handshake at the same address.
+type Refusal struct {
+	Addr        string    // the address dialled
+	Since, Last time.Time // the first and the latest refusal
+	Count       int       // refusals since the last accepted handshake
+	Err         error     // the latest refusal
+}
+
+// refusalMemory is how long a refusal is reported without a newer one: longer than any
+// reconnect backoff, so a broker that goes on refusing stays reported, and one nobody
+// dials any more drops out.
+const refusalMemory = 2 * time.Minute
 
 type entry struct {
 	ready chan struct{} // closed when the dial finished
@@ -23,7 +43,7 @@ type entry struct {
 
 // NewPool returns a pool whose connections use base (Addr and ProxyToBrokerURL are set per connection).
 func NewPool(base Options) *Pool {
-	return &Pool{base: base, conns: map[string]*entry{}}
+	return &Pool{base: base, conns: map[string]*entry{}, refused: map[string]*Refusal{}}
 }
 
 // Get returns the open connection for logicalURL reached at physicalAddr, dialing it
@@ -48,6 +68,7 @@ func (p *Pool) Get(ctx context.Context, logicalURL, physicalAddr string, proxied
 			}
 			e.conn, e.err = Dial(ctx, opts)
 			close(e.ready)
+			p.noteHandshake(physicalAddr, e.err)
 			if e.err != nil {
 				p.drop(key, e)
 				return nil, e.err
@@ -65,6 +86,43 @@ func (p *Pool) Get(ctx context.Context, logicalURL, physicalAddr string, proxied
 		}
 		p.drop(key, e) // a dead connection: dial again
 	}
+}
+
+// noteHandshake records how a handshake with addr ended: a refusal is kept until one
+// is accepted.
+func (p *Pool) noteHandshake(addr string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err == nil:
+		delete(p.refused, addr)
+	case errors.Is(err, ErrHandshake):
+		now := time.Now()
+		r := p.refused[addr]
+		if r == nil || now.Sub(r.Last) > refusalMemory {
+			r = &Refusal{Addr: addr, Since: now}
+			p.refused[addr] = r
+		}
+		r.Last, r.Err = now, err
+		r.Count++
+	}
+}
+
+// Refusals returns the handshakes refused since the last accepted one, by address,
+// each refused again within the last two minutes.
+func (p *Pool) Refusals() []Refusal {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Refusal
+	for addr, r := range p.refused {
+		if time.Since(r.Last) > refusalMemory {
+			delete(p.refused, addr)
+			continue
+		}
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
+	return out
 }
 
 func (p *Pool) drop(key string, e *entry) {
