@@ -77,7 +77,8 @@ type ConsumerOptions struct {
 	// of S > 8 KiB after smaller ones can add up to ReceiverQueueBytes/8KiB × (S − 8 KiB)
 	// (1 MiB and 64 KiB entries: 128 × 56 KiB = 7 MiB) until those permits are used; the
 	// worst case is ReceiverQueueBytes/8KiB × the broker's maxMessageSize (5 MiB by
-	// default) [0: bounded in messages only].
+	// default), or for compressed entries × what they decompress to (at most
+	// MaxChunkedMessageSize) [0: bounded in messages only].
 	ReceiverQueueBytes int
 	// MemoryLimiter, when set, is a byte budget the consumer shares with the rest of the
 	// process (the official Java client's MemoryLimitController does this for its
@@ -120,8 +121,11 @@ type ConsumerOptions struct {
 	MaxPendingChunkedMessages int
 	// ChunkExpiry drops a chunked message whose chunks stop arriving [1 min].
 	ChunkExpiry time.Duration
-	// MaxChunkedMessageSize bounds a chunked message (reassembled, and decompressed);
-	// a chunk announcing more is discarded as malformed [256 MiB].
+	// MaxChunkedMessageSize bounds a chunked message (reassembled, and decompressed)
+	// and any compressed message or batch once decompressed, which the broker's
+	// maxMessageSize does not (it bounds the payload as stored, compressed: a valid
+	// message may decompress to many times it); a message announcing more is
+	// discarded as malformed [256 MiB].
 	MaxChunkedMessageSize int
 	// DeliverUndecodable: an entry the consumer cannot decode (a checksum mismatch,
 	// metadata that does not parse or validate, a payload that does not decompress, a

@@ -53,6 +53,7 @@ public class Peer {
         public String compression = "NONE";  // NONE LZ4 ZLIB ZSTD SNAPPY
         public boolean batching = true;
         public int batchMaxMessages = 1000;
+        public int batchMaxBytes;            // batchingMaxBytes, 0: the client's default (128 KiB)
         public int batchDelayMs = 10;
         public boolean chunking;             // enableChunking (needs batching off)
         public int chunkMaxBytes;            // chunkMaxMessageSize, 0: the broker's limit
@@ -163,6 +164,9 @@ public class Peer {
           .hashingScheme(HashingScheme.valueOf(s.hashing))
           .sendTimeout(s.sendTimeoutMs, TimeUnit.MILLISECONDS)
           .blockIfQueueFull(true);
+        if (s.batchMaxBytes > 0) {
+            pb.batchingMaxBytes(s.batchMaxBytes);
+        }
         if (s.chunking) {
             pb.enableChunking(true);
             if (s.chunkMaxBytes > 0) {

@@ -36,6 +36,7 @@ type Spec struct {
 	Compression      string `json:"compression,omitempty"` // NONE LZ4 ZLIB ZSTD SNAPPY
 	NoBatching       bool   `json:"-"`
 	BatchMaxMessages int    `json:"batchMaxMessages,omitempty"`
+	BatchMaxBytes    int    `json:"batchMaxBytes,omitempty"`
 	BatchDelayMs     int    `json:"batchDelayMs,omitempty"`
 	Chunking         bool   `json:"chunking,omitempty"`
 	ChunkMaxBytes    int    `json:"chunkMaxBytes,omitempty"`

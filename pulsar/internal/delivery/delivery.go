@@ -40,11 +40,17 @@ func malformed(reason pb.CommandAck_ValidationError, format string, args ...any)
 
 // Limits bound what one delivery may make the consumer allocate.
 type Limits struct {
-	// MaxMessageSize is the broker's limit (max_message_size in CONNECTED): an entry
-	// that is not a chunk never decompresses to more.
+	// MaxMessageSize is the broker's limit (max_message_size in CONNECTED): the payload
+	// of an entry that is not a chunk, as stored (compressed, if it is), is never larger.
+	// It does not bound what the payload decompresses to: a producer checks its message
+	// against the limit once compressed (the Java client does), so a valid compressed
+	// message or batch may decompress to many times the limit.
 	MaxMessageSize int
-	// MaxChunkedMessageSize bounds a chunked message as a whole: its
-	// total_chunk_msg_size and, when compressed, its uncompressed_size.
+	// MaxChunkedMessageSize bounds what one message may make the consumer hold that the
+	// broker's limit does not: a chunked message as a whole (its total_chunk_msg_size)
+	// and any compressed entry, chunked or not, once decompressed (its
+	// uncompressed_size). Each codec's expansion bound (compress.Decompress) refuses an
+	// uncompressed_size the payload cannot reach before anything is allocated.
 	MaxChunkedMessageSize int
 }
 
@@ -125,10 +131,15 @@ func Parse(metadata, payload []byte, ackSet []int64, lim Limits) (Entry, error) 
 	if md.GetNumChunksFromMsg() > 1 {
 		return e, parseChunk(&e, md, payload, lim)
 	}
-	if md.GetCompression() != pb.CompressionType_NONE && int64(md.GetUncompressedSize()) > int64(lim.MaxMessageSize) {
-		return e, malformed(pb.CommandAck_UncompressedSizeCorruption, "uncompressed size %d is above the broker's limit %d", md.GetUncompressedSize(), lim.MaxMessageSize)
+	// As the Java client checks it: the broker stored no payload above its limit, so one
+	// is corrupt. The limit bounds the payload as stored, not what it decompresses to.
+	if len(payload) > lim.MaxMessageSize {
+		return e, malformed(pb.CommandAck_UncompressedSizeCorruption, "a %d-byte payload is above the broker's limit %d", len(payload), lim.MaxMessageSize)
 	}
-	out, err := compress.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize()), lim.MaxMessageSize)
+	if md.GetCompression() != pb.CompressionType_NONE && int64(md.GetUncompressedSize()) > int64(lim.MaxChunkedMessageSize) {
+		return e, malformed(pb.CommandAck_UncompressedSizeCorruption, "uncompressed size %d is above the limit %d", md.GetUncompressedSize(), lim.MaxChunkedMessageSize)
+	}
+	out, err := compress.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize()), lim.MaxChunkedMessageSize)
 	if err != nil {
 		return e, malformed(pb.CommandAck_DecompressionError, "%v", err)
 	}

@@ -128,7 +128,7 @@ func FuzzParse(f *testing.F) {
 			if md.GetCompression() != pb.CompressionType_NONE && len(e.Payload) != int(md.GetUncompressedSize()) {
 				t.Fatalf("%d bytes, metadata says %d", len(e.Payload), md.GetUncompressedSize())
 			}
-			if len(e.Payload) > max(testLimits.MaxMessageSize, len(payload)) {
+			if len(payload) > testLimits.MaxMessageSize || len(e.Payload) > max(testLimits.MaxChunkedMessageSize, len(payload)) {
 				t.Fatalf("%d bytes from a %d-byte payload", len(e.Payload), len(payload))
 			}
 		case Batch:
@@ -155,4 +155,63 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("kind %d", e.Kind)
 		}
 	})
+}
+
+// TestParseDecompressesBeyondTheBrokerLimit: the broker's limit bounds an entry as stored,
+// compressed; a valid compressed message or batch decompresses to what it announces up to
+// the consumer's own limit, as the Java client reads it. Bounded by the broker's limit,
+// such a message (a 7 000 000-byte ZSTD message of the Java producer, stored in 3 MB) was
+// acknowledged as corrupt (UncompressedSizeCorruption) and lost. Above the consumer's
+// limit, beyond the codec's expansion bound or with a payload above the broker's limit,
+// it is still malformed, before anything is allocated.
+func TestParseDecompressesBeyondTheBrokerLimit(t *testing.T) {
+	lim := Limits{MaxMessageSize: 16 << 10, MaxChunkedMessageSize: 1 << 20}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 4<<10) // 64 KiB: four times the broker's limit
+	bigBatch := batch(string(big[:40<<10]), string(big[:30<<10]))
+	compressed := func(kind pb.CompressionType, b []byte) []byte {
+		out, err := compress.Compress(kind, nil, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) > lim.MaxMessageSize {
+			t.Fatalf("%s compressed %d bytes to %d, above the broker's limit %d: the test proves nothing", kind, len(b), len(out), lim.MaxMessageSize)
+		}
+		return out
+	}
+	for _, kind := range []pb.CompressionType{pb.CompressionType_LZ4, pb.CompressionType_ZLIB, pb.CompressionType_ZSTD, pb.CompressionType_SNAPPY} {
+		t.Run(kind.String(), func(t *testing.T) {
+			md := &pb.MessageMetadata{Compression: kind.Enum(), UncompressedSize: proto.Uint32(uint32(len(big)))}
+			e, err := Parse(marshal(md), compressed(kind, big), nil, lim)
+			if err != nil || e.Kind != Single || !bytes.Equal(e.Payload, big) {
+				t.Fatalf("a %d-byte message: kind %d, %d bytes, %v", len(big), e.Kind, len(e.Payload), err)
+			}
+			md = &pb.MessageMetadata{Compression: kind.Enum(), UncompressedSize: proto.Uint32(uint32(len(bigBatch))), NumMessagesInBatch: proto.Int32(2)}
+			e, err = Parse(marshal(md), compressed(kind, bigBatch), nil, lim)
+			if err != nil || e.Kind != Batch || len(e.Messages) != 2 || !bytes.Equal(e.Messages[0].Payload, big[:40<<10]) || !bytes.Equal(e.Messages[1].Payload, big[:30<<10]) {
+				t.Fatalf("a %d-byte batch: kind %d, %d messages, %v", len(bigBatch), e.Kind, len(e.Messages), err)
+			}
+		})
+	}
+	zstd := compressed(pb.CompressionType_ZSTD, big)
+	for _, tc := range []struct {
+		name    string
+		md      *pb.MessageMetadata
+		payload []byte
+		want    pb.CommandAck_ValidationError
+	}{
+		{"uncompressed size above the consumer's limit", &pb.MessageMetadata{Compression: pb.CompressionType_ZSTD.Enum(),
+			UncompressedSize: proto.Uint32(uint32(lim.MaxChunkedMessageSize + 1))}, zstd, pb.CommandAck_UncompressedSizeCorruption},
+		{"compressed payload above the broker's limit", &pb.MessageMetadata{Compression: pb.CompressionType_NONE.Enum()},
+			make([]byte, lim.MaxMessageSize+1), pb.CommandAck_UncompressedSizeCorruption},
+		{"a size the payload cannot expand to", &pb.MessageMetadata{Compression: pb.CompressionType_LZ4.Enum(),
+			UncompressedSize: proto.Uint32(uint32(lim.MaxChunkedMessageSize))}, []byte("tiny"), pb.CommandAck_DecompressionError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(marshal(tc.md), tc.payload, nil, lim)
+			var de *Error
+			if !errors.As(err, &de) || de.Reason != tc.want {
+				t.Fatalf("%v, want %v", err, tc.want)
+			}
+		})
+	}
 }
