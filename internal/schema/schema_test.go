@@ -30,7 +30,7 @@ func TestProtobufNativeSchemaIsTheJavaClientsDocument(t *testing.T) {
 	if err := json.Unmarshal(info.Data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(doc) != 3 || doc["rootMessageTypeName"] != "mesos.v1.scheduler.Event" || doc["rootFileDescriptorName"] != "mesos/v1/scheduler.proto" {
+	if len(doc) != 3 || doc["rootMessageTypeName"] != "mesos.v1.scheduler.Event" || doc["rootFileDescriptorName"] != "mesos/v1/scheduler/scheduler.proto" {
 		t.Fatalf("document %v", doc)
 	}
 	raw, err := base64.StdEncoding.DecodeString(doc["fileDescriptorSet"])
@@ -41,14 +41,14 @@ func TestProtobufNativeSchemaIsTheJavaClientsDocument(t *testing.T) {
 	if err := proto.Unmarshal(raw, &set); err != nil {
 		t.Fatal(err)
 	}
-	if len(set.File) != 2 || set.File[0].GetName() != "mesos/v1/mesos.proto" || set.File[1].GetName() != "mesos/v1/scheduler.proto" {
+	if len(set.File) != 2 || set.File[0].GetName() != "mesos/v1/mesos.proto" || set.File[1].GetName() != "mesos/v1/scheduler/scheduler.proto" {
 		t.Fatalf("files %v, want mesos.proto then scheduler.proto", set.File)
 	}
 	conv, err := NewConverter(info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := conv.JSON(updateEvent("t-1", 1))
+	out, err := conv.JSON(wire(nil).varint(1, 4).msg(5, wire(nil).msg(1, wire(nil).msg(1, id("t-1")).varint(2, 1))))
 	if err != nil {
 		t.Fatal(err)
 	}
