@@ -89,3 +89,55 @@ func TestConverterRefusesARecordMissingARequiredFieldAsNotConvertible(t *testing
 		t.Fatalf("a record without a required field: %s, %v; want ErrNotConvertible", out, err)
 	}
 }
+
+// TestJSONSchemaValidationRefusesNullAndInvalidUTF8: a json schema that validates takes
+// one JSON object in UTF-8; null (which encoding/json decodes into a map as no map) and
+// a string holding bytes that are not UTF-8 (which it reads as U+FFFD) are refused.
+func TestJSONSchemaValidationRefusesNullAndInvalidUTF8(t *testing.T) {
+	s, err := Compile(&config.Schema{Type: "json", Definition: `{"type":"record","name":"E","fields":[{"name":"a","type":"string"}]}`, Validate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check([]byte(`{"a":"é"}`)); err != nil {
+		t.Fatalf("a JSON object: %v", err)
+	}
+	for _, rec := range []string{"null", " null ", "{\"a\":\"\xff\xfe\"}", "{\"\xc3\":1}"} {
+		if err := s.Check([]byte(rec)); !errors.Is(err, ErrInvalidRecord) {
+			t.Errorf("%q: %v, want ErrInvalidRecord", rec, err)
+		}
+	}
+}
+
+// TestConverterGivesStringAndJSONRecordsAsJSON: converted to JSON, a string topic's
+// record is a JSON string (quotes, escapes), not its bare text; a JSON topic's record is
+// served as stored when it is JSON in UTF-8; records that are neither are not
+// convertible.
+func TestConverterGivesStringAndJSONRecordsAsJSON(t *testing.T) {
+	str, err := NewConverter(&pulsar.Schema{Type: pulsar.SchemaString})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := str.JSON([]byte("task \"t-1\" failed\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := json.Unmarshal(out, &got); err != nil || got != "task \"t-1\" failed\n" {
+		t.Fatalf("a string record as JSON: %s (%v)", out, err)
+	}
+	if out, err := str.JSON([]byte("\xff")); !errors.Is(err, ErrNotConvertible) {
+		t.Errorf("a string record that is not UTF-8: %q, %v; want ErrNotConvertible", out, err)
+	}
+	js, err := NewConverter(&pulsar.Schema{Type: pulsar.SchemaJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := js.JSON([]byte(`{"a":1}`)); err != nil || string(out) != `{"a":1}` {
+		t.Errorf("a JSON record: %s, %v", out, err)
+	}
+	for _, rec := range []string{"not json", "{\"a\":\"\xff\"}"} {
+		if out, err := js.JSON([]byte(rec)); !errors.Is(err, ErrNotConvertible) {
+			t.Errorf("%q: %q, %v; want ErrNotConvertible", rec, out, err)
+		}
+	}
+}
