@@ -193,3 +193,29 @@ func TestConverterCarriesEveryFieldOfAnOffer(t *testing.T) {
 		}
 	}
 }
+
+// TestConverterRefusesFieldsTheSchemaDoesNotDefineNamingThem: a record carrying fields
+// its schema does not define (a newer API, or records of another type) is not converted
+// with them left out: the error names each, with where it is.
+func TestConverterRefusesFieldsTheSchemaDoesNotDefineNamingThem(t *testing.T) {
+	out, err := builtInConverter(t, "mesos.v1.scheduler.Event").JSON(updateEvent("t-1", 1))
+	if !errors.Is(err, ErrNotConvertible) {
+		t.Fatalf("converted %s, %v; want ErrNotConvertible", out, err)
+	}
+	for _, want := range []string{"field 99 (varint)", "update.status field 50 (length-delimited)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v: does not name %q", err, want)
+		}
+	}
+	// An enum value the schema does not define is not left out either: it comes as its number.
+	unknownState := wire(nil).varint(1, 4).msg(5, wire(nil).msg(1, wire(nil).msg(1, id("t-1")).varint(2, 77)))
+	if got := get(toMap(t, "mesos.v1.scheduler.Event", unknownState), "update.status.state"); got != 77.0 {
+		t.Errorf("a task state Mesos 1.11 does not define: %v, want 77", got)
+	}
+	// In a list item, named by its index.
+	offers := wire(nil).varint(1, 2).msg(3, wire(nil).msg(1, wire(nil).msg(1, id("o-1")).msg(2, id("f")).msg(3, id("a")).str(4, "h")).
+		msg(1, wire(nil).msg(1, id("o-2")).msg(2, id("f")).msg(3, id("a")).str(4, "h").varint(40, 1)))
+	if _, err := builtInConverter(t, "mesos.v1.scheduler.Event").JSON(offers); err == nil || !strings.Contains(err.Error(), "offers.offers.1 field 40 (varint)") {
+		t.Errorf("an offer with a field Mesos 1.11 does not define: %v", err)
+	}
+}
