@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/e2e/javapeer"
 	"github.com/recordio-bridge/bridge/recordio"
 )
 
@@ -291,6 +292,33 @@ streams:
 		_ = cons.Ack(msg)
 	}
 	cons.Close()
+
+	// The schema the broker registered is the API's: the Java client's AUTO_CONSUME
+	// reads the inverse offer's agent and framework where they are, and the offers'
+	// resources.
+	seen := map[any]bool{}
+	for _, m := range javapeer.AutoConsume(t, b.URL, topic, len(recs), 30*time.Second) {
+		var v map[string]any
+		if m.Error != "" || json.Unmarshal(m.Value, &v) != nil {
+			t.Fatalf("AUTO_CONSUME: %+v", m)
+		}
+		seen[v["type"]] = true
+		switch v["type"] {
+		case "INVERSE_OFFERS":
+			io, _ := v["inverse_offers"].(map[string]any)["inverse_offers"].([]any)[0].(map[string]any)
+			if io["agent_id"].(map[string]any)["value"] != "agent-9" || io["framework_id"].(map[string]any)["value"] != "fw-1" {
+				t.Errorf("AUTO_CONSUME reads the inverse offer as %s", m.Value)
+			}
+		case "OFFERS":
+			o, _ := v["offers"].(map[string]any)["offers"].([]any)[0].(map[string]any)
+			if res, _ := o["resources"].([]any); len(res) != 3 {
+				t.Errorf("AUTO_CONSUME reads the offer as %s", m.Value)
+			}
+		}
+	}
+	if !seen["OFFERS"] || !seen["INVERSE_OFFERS"] || !seen["UPDATE_OPERATION_STATUS"] {
+		t.Errorf("AUTO_CONSUME read the events %v", seen)
+	}
 
 	// Read back as JSON through egress.
 	set, err := os.ReadFile("../internal/schema/mesos.pb")
