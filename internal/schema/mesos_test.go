@@ -12,7 +12,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/recordio-bridge/bridge/config"
 )
@@ -218,4 +221,41 @@ func TestConverterRefusesFieldsTheSchemaDoesNotDefineNamingThem(t *testing.T) {
 	if _, err := builtInConverter(t, "mesos.v1.scheduler.Event").JSON(offers); err == nil || !strings.Contains(err.Error(), "offers.offers.1 field 40 (varint)") {
 		t.Errorf("an offer with a field Mesos 1.11 does not define: %v", err)
 	}
+}
+
+// FuzzConverterJSONLosesNothing: whatever the bytes, converting them as a scheduler
+// event either fails or gives JSON that parses back into the same message: nothing
+// the record held is left out.
+func FuzzConverterJSONLosesNothing(f *testing.F) {
+	f.Add([]byte(updateEvent("t-1", 1)))
+	f.Add([]byte(wire(nil).varint(1, 9).msg(9, wire(nil).msg(1, wire(nil).msg(1, id("io")).msg(3, id("fw")).msg(4, id("a")).msg(5, wire(nil).msg(1, wire(nil).varint(1, 5)))))))
+	f.Add([]byte(wire(nil).varint(1, 2).msg(3, wire(nil).msg(1, wire(nil).msg(1, id("o")).msg(2, id("f")).msg(3, id("a")).str(4, "h").msg(5, wire(nil).str(1, "cpus").varint(2, 0).msg(3, wire(nil).double(1, 1)))))))
+	s, err := Compile(&config.Schema{Type: "protobuf_native", Message: "mesos.v1.scheduler.Event"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	conv, err := NewConverter(s.Info())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, rec []byte) {
+		out, err := conv.JSON(rec)
+		if err != nil {
+			if !errors.Is(err, ErrNotConvertible) {
+				t.Fatalf("%v: not ErrNotConvertible", err)
+			}
+			return
+		}
+		orig := dynamicpb.NewMessage(s.Message())
+		if err := proto.Unmarshal(rec, orig); err != nil {
+			t.Fatalf("converted %x, which does not decode: %v", rec, err)
+		}
+		back := dynamicpb.NewMessage(s.Message())
+		if err := protojson.Unmarshal(out, back); err != nil {
+			t.Fatalf("the JSON %s does not parse back: %v", out, err)
+		}
+		if !proto.Equal(orig, back) {
+			t.Fatalf("the JSON %s holds less or other than the record %x", out, rec)
+		}
+	})
 }
