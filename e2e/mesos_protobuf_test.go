@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,7 +206,8 @@ streams:
 // bridge under the built-in mesos.v1.scheduler.Event schema and read back from the real
 // broker as JSON, carry every field sent: each JSON record, parsed back into protobuf by
 // the Mesos 1.11 types the bridge embeds, is bytes mesos-go decodes equal to the event it
-// sent; and the inverse offer's agent is routed by its path.
+// sent; the inverse offer's agent is routed by its path; and an event carrying a field
+// Mesos 1.11 does not define is not served without it: the stream ends naming it.
 func TestMesosOffersReadBackAsJSONLoseNoField(t *testing.T) {
 	b := broker.Get(t)
 	ns := b.Namespace(t, "mesosjson")
@@ -264,6 +267,8 @@ streams:
 		}
 		recs = append(recs, raw)
 	}
+	// Last, an event of a newer API: a field 99 Mesos 1.11 does not define (tag 99<<3|varint, 1).
+	recs = append(recs, append(append([]byte(nil), recs[0]...), 0x98, 0x06, 0x01))
 	st := openStream(t, h1Client, p.DataURL+"/v1/publish/mesos", map[string]string{"Message-Content-Type": "application/x-protobuf"})
 	if err := st.send(recs...); err != nil {
 		t.Fatal(err)
@@ -373,5 +378,12 @@ streams:
 		if !got.Equal(sent) {
 			t.Errorf("record %d: the JSON %s holds %v, want %v", i, rec, &got, sent)
 		}
+	}
+	// The newer event is not served without its field 99: the stream ends naming it.
+	if rec, err := r.Next(); err != io.EOF {
+		t.Fatalf("the event with a field Mesos 1.11 does not define: %s, %v; want the stream's end", rec, err)
+	}
+	if got := resp.Trailer.Get("Stream-Error"); !strings.Contains(got, "field 99 (varint)") || !strings.Contains(got, "does not define") {
+		t.Errorf("Stream-Error %q, want it to name field 99", got)
 	}
 }
