@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
@@ -62,17 +66,39 @@ func NewConverter(s *pulsar.Schema) (*Converter, error) {
 }
 
 // JSON gives a record as JSON: a protobuf record as protojson (the .proto's field names,
-// enums by name), a JSON or Avro topic's record as stored.
+// enums by name), a JSON topic's record as stored, a string topic's as a JSON string.
+// Nothing is dropped on the way: a protobuf record carrying fields (or enum values) its
+// schema does not define, which protojson would leave out, is not convertible, and the
+// error names where they are; so is a JSON record that is not JSON and a string record
+// that is not UTF-8.
 func (c *Converter) JSON(payload []byte) ([]byte, error) {
 	if c.message == nil {
-		if c.typ == pulsar.SchemaAvro {
+		switch c.typ {
+		case pulsar.SchemaAvro:
 			return nil, fmt.Errorf("%w: the topic's records are Avro binary", ErrNotConvertible)
+		case pulsar.SchemaString:
+			if !utf8.Valid(payload) {
+				return nil, fmt.Errorf("%w: the record of the string schema is not UTF-8", ErrNotConvertible)
+			}
+			return json.Marshal(string(payload))
+		}
+		if !utf8.Valid(payload) || !json.Valid(payload) {
+			return nil, fmt.Errorf("%w: the record of the JSON schema is not JSON in UTF-8", ErrNotConvertible)
 		}
 		return payload, nil
 	}
 	m := dynamicpb.NewMessage(c.message)
 	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(payload, m); err != nil {
 		return nil, fmt.Errorf("%w: not a %s: %w", ErrNotConvertible, c.message.FullName(), err)
+	}
+	if unknown := unknownFields(m, "", nil); len(unknown) > 0 {
+		more := ""
+		if len(unknown) > maxUnknownNamed {
+			more = fmt.Sprintf(" and %d more", len(unknown)-maxUnknownNamed)
+			unknown = unknown[:maxUnknownNamed]
+		}
+		return nil, fmt.Errorf("%w: the %s carries fields its schema does not define, which JSON cannot hold (a newer or a different definition?): %s%s",
+			ErrNotConvertible, c.message.FullName(), strings.Join(unknown, ", "), more)
 	}
 	out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
 	if err != nil {
@@ -81,4 +107,74 @@ func (c *Converter) JSON(payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: not a whole %s: %w", ErrNotConvertible, c.message.FullName(), err)
 	}
 	return out, nil
+}
+
+// maxUnknownNamed bounds the unknown fields an error names.
+const maxUnknownNamed = 8
+
+// unknownFields lists, depth first, the fields of m and the messages it holds that m's
+// type does not define, each as "PATH field N (wire type)": PATH is the field path from
+// the record's root ("" for the root itself, list items by index, map values by key).
+func unknownFields(m protoreflect.Message, path string, out []string) []string {
+	for b := m.GetUnknown(); len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			break
+		}
+		b = b[n:]
+		v := protowire.ConsumeFieldValue(num, typ, b)
+		if v < 0 {
+			break
+		}
+		b = b[v:]
+		where := "field"
+		if path != "" {
+			where = path + " field"
+		}
+		out = append(out, fmt.Sprintf("%s %d (%s)", where, num, wireTypeName(typ)))
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		name := string(fd.Name())
+		if path != "" {
+			name = path + "." + name
+		}
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() == nil {
+				return true
+			}
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				out = unknownFields(mv.Message(), fmt.Sprintf("%s[%v]", name, k.Interface()), out)
+				return true
+			})
+		case fd.IsList():
+			if fd.Message() == nil {
+				return true
+			}
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				out = unknownFields(l.Get(i).Message(), name+"."+strconv.Itoa(i), out)
+			}
+		case fd.Message() != nil:
+			out = unknownFields(v.Message(), name, out)
+		}
+		return true
+	})
+	return out
+}
+
+func wireTypeName(t protowire.Type) string {
+	switch t {
+	case protowire.VarintType:
+		return "varint"
+	case protowire.Fixed32Type:
+		return "fixed32"
+	case protowire.Fixed64Type:
+		return "fixed64"
+	case protowire.BytesType:
+		return "length-delimited"
+	case protowire.StartGroupType:
+		return "group"
+	}
+	return "wire type " + strconv.Itoa(int(t))
 }

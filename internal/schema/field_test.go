@@ -34,11 +34,11 @@ func id(v string) wire { return wire(nil).str(1, v) }
 
 // updateEvent is a scheduler UPDATE: type 1 = UPDATE (4), update 5 > status 1 with
 // task_id 1, state 2, message 4, agent_id 5, timestamp 6, healthy 8, uuid 11; fields
-// the bridge does not define (a container_status, 13, and a field 99 of a newer API)
+// Mesos 1.11 does not define (a status field 50 and an event field 99 of a newer API)
 // in between.
 func updateEvent(task string, state uint64) []byte {
 	status := wire(nil).msg(1, id(task)).varint(2, state).str(4, "ok").msg(5, id("agent-7")).
-		msg(13, wire(nil).str(1, "unknown to the bridge")).double(6, 1.5e9).varint(8, 1).str(11, "\x00\x01\xfe")
+		msg(50, wire(nil).str(1, "unknown to the bridge")).double(6, 1.5e9).varint(8, 1).str(11, "\x00\x01\xfe")
 	ev := wire(nil).varint(99, 12345).varint(1, 4).msg(5, wire(nil).msg(1, status))
 	return ev
 }

@@ -12,15 +12,19 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 )
 
-// Regenerate mesos.pb after editing mesosproto (needs protoc).
-//go:generate protoc -I mesosproto --include_imports --descriptor_set_out=mesos.pb mesos/v1/scheduler.proto mesos/v1/executor.proto mesos/v1/master.proto
+// mesos.pb is Apache Mesos 1.11.0's own v1 definitions (mesosproto, kept verbatim with
+// their license; see mesosproto/README.md), compiled with their imports. Regenerate it
+// after changing mesosproto (tools/mesospb: a parser in a module of its own, so it never
+// reaches the binary; protoc -I mesosproto --include_imports --descriptor_set_out gives
+// the same types):
+//go:generate go run -C ../../tools/mesospb . -I ../../internal/schema/mesosproto -o ../../internal/schema/mesos.pb mesos/v1/scheduler/scheduler.proto mesos/v1/executor/executor.proto mesos/v1/master/master.proto
 
 //go:embed mesos.pb
 var mesosSet []byte
 
-// BuiltIn are the message types a protobuf_native schema may name without a
+// BuiltIn are the message types a protobuf_native schema is meant to name without a
 // descriptorSet: the Mesos v1 scheduler, executor and operator API's events and the
-// scheduler's calls.
+// scheduler's calls, complete (every message and field of Mesos 1.11's API they reach).
 var BuiltIn = []string{"mesos.v1.scheduler.Event", "mesos.v1.scheduler.Call", "mesos.v1.executor.Event", "mesos.v1.master.Event"}
 
 // builtIn holds the Mesos files; a registry of its own, so nothing linked into the

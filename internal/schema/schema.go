@@ -214,8 +214,8 @@ func (s *Schema) Message() protoreflect.MessageDescriptor {
 func (s *Schema) Validates() bool { return s != nil && s.validate }
 
 // Check reports, when the schema validates, whether a record decodes as the schema:
-// protobuf_native records as the message type, json records as a JSON object, string
-// records as UTF-8.
+// protobuf_native records as the message type, json records as one JSON object in UTF-8
+// (null is none), string records as UTF-8.
 func (s *Schema) Check(data []byte) error {
 	if !s.Validates() {
 		return nil
@@ -234,6 +234,14 @@ func (s *Schema) Check(data []byte) error {
 				err = errors.New("more than one JSON value")
 			}
 			return fmt.Errorf("%w %s: not a JSON object: %w", ErrInvalidRecord, s.desc, err)
+		}
+		if obj == nil {
+			// encoding/json decodes null into a map as no map at all.
+			return fmt.Errorf("%w %s: not a JSON object: null", ErrInvalidRecord, s.desc)
+		}
+		if !utf8.Valid(data) {
+			// encoding/json reads invalid UTF-8 in strings as U+FFFD; JSON is UTF-8.
+			return fmt.Errorf("%w %s: not UTF-8", ErrInvalidRecord, s.desc)
 		}
 	case "string":
 		if !utf8.Valid(data) {

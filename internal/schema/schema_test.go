@@ -30,7 +30,7 @@ func TestProtobufNativeSchemaIsTheJavaClientsDocument(t *testing.T) {
 	if err := json.Unmarshal(info.Data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(doc) != 3 || doc["rootMessageTypeName"] != "mesos.v1.scheduler.Event" || doc["rootFileDescriptorName"] != "mesos/v1/scheduler.proto" {
+	if len(doc) != 3 || doc["rootMessageTypeName"] != "mesos.v1.scheduler.Event" || doc["rootFileDescriptorName"] != "mesos/v1/scheduler/scheduler.proto" {
 		t.Fatalf("document %v", doc)
 	}
 	raw, err := base64.StdEncoding.DecodeString(doc["fileDescriptorSet"])
@@ -41,14 +41,14 @@ func TestProtobufNativeSchemaIsTheJavaClientsDocument(t *testing.T) {
 	if err := proto.Unmarshal(raw, &set); err != nil {
 		t.Fatal(err)
 	}
-	if len(set.File) != 2 || set.File[0].GetName() != "mesos/v1/mesos.proto" || set.File[1].GetName() != "mesos/v1/scheduler.proto" {
+	if len(set.File) != 2 || set.File[0].GetName() != "mesos/v1/mesos.proto" || set.File[1].GetName() != "mesos/v1/scheduler/scheduler.proto" {
 		t.Fatalf("files %v, want mesos.proto then scheduler.proto", set.File)
 	}
 	conv, err := NewConverter(info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := conv.JSON(updateEvent("t-1", 1))
+	out, err := conv.JSON(wire(nil).varint(1, 4).msg(5, wire(nil).msg(1, wire(nil).msg(1, id("t-1")).varint(2, 1))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,5 +87,57 @@ func TestConverterRefusesARecordMissingARequiredFieldAsNotConvertible(t *testing
 	partial := wire(nil).varint(1, 4).msg(5, wire(nil).msg(1, wire(nil).varint(2, 1)))
 	if out, err := conv.JSON(partial); !errors.Is(err, ErrNotConvertible) {
 		t.Fatalf("a record without a required field: %s, %v; want ErrNotConvertible", out, err)
+	}
+}
+
+// TestJSONSchemaValidationRefusesNullAndInvalidUTF8: a json schema that validates takes
+// one JSON object in UTF-8; null (which encoding/json decodes into a map as no map) and
+// a string holding bytes that are not UTF-8 (which it reads as U+FFFD) are refused.
+func TestJSONSchemaValidationRefusesNullAndInvalidUTF8(t *testing.T) {
+	s, err := Compile(&config.Schema{Type: "json", Definition: `{"type":"record","name":"E","fields":[{"name":"a","type":"string"}]}`, Validate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check([]byte(`{"a":"é"}`)); err != nil {
+		t.Fatalf("a JSON object: %v", err)
+	}
+	for _, rec := range []string{"null", " null ", "{\"a\":\"\xff\xfe\"}", "{\"\xc3\":1}"} {
+		if err := s.Check([]byte(rec)); !errors.Is(err, ErrInvalidRecord) {
+			t.Errorf("%q: %v, want ErrInvalidRecord", rec, err)
+		}
+	}
+}
+
+// TestConverterGivesStringAndJSONRecordsAsJSON: converted to JSON, a string topic's
+// record is a JSON string (quotes, escapes), not its bare text; a JSON topic's record is
+// served as stored when it is JSON in UTF-8; records that are neither are not
+// convertible.
+func TestConverterGivesStringAndJSONRecordsAsJSON(t *testing.T) {
+	str, err := NewConverter(&pulsar.Schema{Type: pulsar.SchemaString})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := str.JSON([]byte("task \"t-1\" failed\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	if err := json.Unmarshal(out, &got); err != nil || got != "task \"t-1\" failed\n" {
+		t.Fatalf("a string record as JSON: %s (%v)", out, err)
+	}
+	if out, err := str.JSON([]byte("\xff")); !errors.Is(err, ErrNotConvertible) {
+		t.Errorf("a string record that is not UTF-8: %q, %v; want ErrNotConvertible", out, err)
+	}
+	js, err := NewConverter(&pulsar.Schema{Type: pulsar.SchemaJSON})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := js.JSON([]byte(`{"a":1}`)); err != nil || string(out) != `{"a":1}` {
+		t.Errorf("a JSON record: %s, %v", out, err)
+	}
+	for _, rec := range []string{"not json", "{\"a\":\"\xff\"}"} {
+		if out, err := js.JSON([]byte(rec)); !errors.Is(err, ErrNotConvertible) {
+			t.Errorf("%q: %q, %v; want ErrNotConvertible", rec, out, err)
+		}
 	}
 }
