@@ -7,7 +7,7 @@ E2E_RACE ?= ^(TestIngressDrainsOnSIGTERMUnderLoad|TestSIGTERMDoesNotWaitForAClie
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
-MODULES := . e2e bench k8s tools/mesospb
+MODULES := . e2e bench k8s internal/schema/mesospb
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
@@ -33,7 +33,7 @@ vet:
 unit:
 	$(GO) test -race -count=1 ./...
 	@# The built-in Mesos types held field by field to Mesos 1.11 and to mesos-go (a module of its own).
-	cd tools/mesospb && $(GO) test -race -count=1 ./...
+	cd internal/schema/mesospb && $(GO) test -race -count=1 ./...
 
 ## k8s-test: every kustomization rendered (kustomize API), decoded strictly into the Kubernetes API types and checked against the binary.
 k8s-test:

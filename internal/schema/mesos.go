@@ -14,10 +14,10 @@ import (
 
 // mesos.pb is Apache Mesos 1.11.0's own v1 definitions (mesosproto, kept verbatim with
 // their license; see mesosproto/README.md), compiled with their imports. Regenerate it
-// after changing mesosproto (tools/mesospb: a parser in a module of its own, so it never
+// after changing mesosproto (mesospb: a parser in a module of its own, so it never
 // reaches the binary; protoc -I mesosproto --include_imports --descriptor_set_out gives
 // the same types):
-//go:generate go run -C ../../tools/mesospb . -I ../../internal/schema/mesosproto -o ../../internal/schema/mesos.pb mesos/v1/scheduler/scheduler.proto mesos/v1/executor/executor.proto mesos/v1/master/master.proto
+//go:generate go run -C mesospb . -I ../mesosproto -o ../mesos.pb mesos/v1/scheduler/scheduler.proto mesos/v1/executor/executor.proto mesos/v1/master/master.proto
 
 //go:embed mesos.pb
 var mesosSet []byte

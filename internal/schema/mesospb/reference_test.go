@@ -26,8 +26,8 @@ import (
 
 // The paths the bridge's built-in types and their sources live at, from this module.
 const (
-	include  = "../../internal/schema/mesosproto"
-	embedded = "../../internal/schema/mesos.pb"
+	include  = "../mesosproto"
+	embedded = "../mesos.pb"
 )
 
 var roots = []string{"mesos.v1.scheduler.Event", "mesos.v1.scheduler.Call", "mesos.v1.executor.Event", "mesos.v1.master.Event"}

@@ -4,7 +4,7 @@
 // --descriptor_set_out would, without needing protoc. It lives in a module of its own so
 // the parser never reaches the bridge's binary.
 //
-//	go run . -I ../../internal/schema/mesosproto -o ../../internal/schema/mesos.pb \
+//	go run . -I ../mesosproto -o ../mesos.pb \
 //		mesos/v1/scheduler/scheduler.proto mesos/v1/executor/executor.proto mesos/v1/master/master.proto
 package main
 

@@ -1,4 +1,4 @@
-module github.com/recordio-bridge/bridge/tools/mesospb
+module github.com/recordio-bridge/bridge/internal/schema/mesospb
 
 go 1.26.0
 
