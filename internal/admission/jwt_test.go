@@ -441,3 +441,45 @@ func TestTokensOfANewKeyAreAProviderErrorWhileItsRefreshFails(t *testing.T) {
 		t.Fatalf("IdentityProviders after the provider is back: %v", down)
 	}
 }
+
+// A provider may publish a new key under a key id it used before (key ids are names,
+// not fingerprints: RFC 7517 leaves them to the provider). A token the key of its id
+// does not verify fetches the key set again, within the refresh interval as an unknown
+// key id does (as go-oidc's own RemoteKeySet fetches on any failure), so such a rotation
+// is in effect with its first token after the interval; a token a held key refused was
+// never fetched for, and the issuer's tokens were 401 until the bridge restarted.
+func TestANewKeyUnderAKnownKeyIDIsFetchedAfterTheInterval(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "      keyRefreshInterval: 1s\n")
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
+		t.Fatal(err)
+	}
+	kid := p.KeyID()
+	if err := p.RotateKeepingKeyID(); err != nil {
+		t.Fatal(err)
+	}
+	if p.KeyID() != kid {
+		t.Fatalf("kid %s, want %s kept", p.KeyID(), kid)
+	}
+	time.Sleep(1100 * time.Millisecond) // past the interval
+	fetched := p.JWKSCalls()
+	tok := sign(t, p, c)
+	if _, err := tab.Authorize(tok, Write, "r"); err != nil {
+		t.Fatalf("a token of the new key under kid %s: %v", kid, err)
+	}
+	if got := p.JWKSCalls() - fetched; got != 1 {
+		t.Fatalf("JWKS fetched %d times, want once", got)
+	}
+	// A forged signature under the held kid fetches no more often than the interval.
+	forged := tok[:strings.LastIndex(tok, ".")+1] + base64.RawURLEncoding.EncodeToString(make([]byte, 256))
+	for range 20 {
+		if _, err := tab.Authorize(forged, Write, "r"); err == nil {
+			t.Fatal("a forged signature was accepted")
+		}
+	}
+	if got := p.JWKSCalls() - fetched; got != 1 {
+		t.Fatalf("20 forged signatures under a held kid fetched the JWKS %d more times, want none within the interval", got-1)
+	}
+}

@@ -303,13 +303,15 @@ func (ks *keySource) VerifySignature(ctx context.Context, raw string) ([]byte, e
 	if ok {
 		return payload, nil
 	}
-	if known {
-		// A key of that id is held and does not verify it: a rotation does not reuse
-		// key ids, so fetching again would not help.
-		return nil, errSignature
-	}
+	// No key held verifies it: the key set is fetched again, as for a key id it does not
+	// hold, since a provider may publish a new key under a key id it used before (go-oidc's
+	// RemoteKeySet fetches on any failure too). The refresh interval bounds what forged
+	// signatures cost either way.
 	keys, err = ks.get(ctx, true)
 	if errors.Is(err, errRefreshLimited) {
+		if known {
+			return nil, fmt.Errorf("%w: the key %q does not verify it, and the key set was fetched less than %s ago", errSignature, kid, ks.interval)
+		}
 		return nil, fmt.Errorf("%w: the key set holds no key %q, and was fetched less than %s ago", errSignature, kid, ks.interval)
 	}
 	if err != nil {
