@@ -373,7 +373,7 @@ func (m *Metrics) ObserveMemory(stats func() MemoryStats) error {
 type JWKSStats struct {
 	Issuer               string
 	Fetches, FetchErrors int64 // fetches of the JWKS (with discovery first when needed), and the failed ones
-	RefreshesRefused     int64 // unknown key ids that did not fetch it again: the last fetch was too recent
+	RefreshesRefused     int64 // unknown key ids (or held ones that did not verify) that did not fetch it again: the last fetch was too recent
 	Verifications        int64 // tokens whose signature was checked
 }
 
@@ -383,7 +383,7 @@ type JWKSStats struct {
 func (m *Metrics) ObserveJWKS(stats func() []JWKSStats) error {
 	mt := m.provider.Meter("github.com/recordio-bridge/bridge")
 	fetches, err1 := mt.Int64ObservableCounter("bridge.auth.jwks.fetches", metric.WithDescription("Fetches of a JWT issuer's key set (auth.jwt; with its discovery document while its jwks_uri is not known), by issuer and result: ok, error (the identity provider could not be reached or answered wrong; its tokens are answered 503)."))
-	refused, err2 := mt.Int64ObservableCounter("bridge.auth.jwks.refresh.refused", metric.WithDescription("Tokens naming a key id their issuer's key set does not hold that did not fetch the set again, because its last fetch was less than the issuer's keyRefreshInterval (10s by default) ago; they are refused 401. Forged tokens count here."))
+	refused, err2 := mt.Int64ObservableCounter("bridge.auth.jwks.refresh.refused", metric.WithDescription("Tokens naming a key id their issuer's key set does not hold (or whose held key of that id does not verify them) that did not fetch the set again, because its last fetch was less than the issuer's keyRefreshInterval (10s by default) ago; they are refused 401. Forged tokens count here."))
 	verified, err3 := mt.Int64ObservableCounter("bridge.auth.jwt.verifications", metric.WithDescription("JWTs whose signature was checked against their issuer's keys, by issuer: one per request carrying a JWT."))
 	if err := errors.Join(err1, err2, err3); err != nil {
 		return err

@@ -396,3 +396,90 @@ func TestAnUnreachableIdentityProviderIsAProviderErrorUntilItIsBack(t *testing.T
 		t.Fatalf("IdentityProviders after the provider is back: %v", down)
 	}
 }
+
+// A key rotation reaching the bridge while its identity provider cannot be reached: the
+// new key's tokens cannot be judged, so every one is the provider's unavailability (503),
+// not only the one that tried the fetch; the others must not be told their valid token
+// does not verify (401: a client does not retry that). Once the provider is back, a
+// token of the new key is accepted after keyRetryInterval, not the whole refresh interval.
+func TestTokensOfANewKeyAreAProviderErrorWhileItsRefreshFails(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "      keyRefreshInterval: 1s\n")
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Rotate(false); err != nil {
+		t.Fatal(err)
+	}
+	tok := sign(t, p, c)
+	p.Stop()
+	time.Sleep(1100 * time.Millisecond) // past the interval: the new key id may fetch
+	for i := range 3 {
+		_, err := tab.Authorize(tok, Write, "r")
+		var pe *ProviderError
+		if !errors.As(err, &pe) || errors.Is(err, ErrUnauthenticated) {
+			t.Fatalf("token %d of the new key while the provider is down: %v, want a ProviderError", i, err)
+		}
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := tab.Authorize(tok, Write, "r")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a token of the new key once the provider is back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if down := tab.IdentityProviders(); len(down) != 0 {
+		t.Fatalf("IdentityProviders after the provider is back: %v", down)
+	}
+}
+
+// A provider may publish a new key under a key id it used before (key ids are names,
+// not fingerprints: RFC 7517 leaves them to the provider). A token the key of its id
+// does not verify fetches the key set again, within the refresh interval as an unknown
+// key id does (as go-oidc's own RemoteKeySet fetches on any failure), so such a rotation
+// is in effect with its first token after the interval; a token a held key refused was
+// never fetched for, and the issuer's tokens were 401 until the bridge restarted.
+func TestANewKeyUnderAKnownKeyIDIsFetchedAfterTheInterval(t *testing.T) {
+	p := jwtProvider(t)
+	tab := jwtTable(t, p, "      keyRefreshInterval: 1s\n")
+	c := p.Claims("svc", "recordio-bridge", time.Minute)
+	c["scope"] = "publish:r"
+	if _, err := tab.Authorize(sign(t, p, c), Write, "r"); err != nil {
+		t.Fatal(err)
+	}
+	kid := p.KeyID()
+	if err := p.RotateKeepingKeyID(); err != nil {
+		t.Fatal(err)
+	}
+	if p.KeyID() != kid {
+		t.Fatalf("kid %s, want %s kept", p.KeyID(), kid)
+	}
+	time.Sleep(1100 * time.Millisecond) // past the interval
+	fetched := p.JWKSCalls()
+	tok := sign(t, p, c)
+	if _, err := tab.Authorize(tok, Write, "r"); err != nil {
+		t.Fatalf("a token of the new key under kid %s: %v", kid, err)
+	}
+	if got := p.JWKSCalls() - fetched; got != 1 {
+		t.Fatalf("JWKS fetched %d times, want once", got)
+	}
+	// A forged signature under the held kid fetches no more often than the interval.
+	forged := tok[:strings.LastIndex(tok, ".")+1] + base64.RawURLEncoding.EncodeToString(make([]byte, 256))
+	for range 20 {
+		if _, err := tab.Authorize(forged, Write, "r"); err == nil {
+			t.Fatal("a forged signature was accepted")
+		}
+	}
+	if got := p.JWKSCalls() - fetched; got != 1 {
+		t.Fatalf("20 forged signatures under a held kid fetched the JWKS %d more times, want none within the interval", got-1)
+	}
+}

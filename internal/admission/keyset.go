@@ -153,7 +153,8 @@ func (ks *keySource) httpClient() (*http.Client, error) {
 
 // get returns the keys, fetching them when none were fetched yet (at most every
 // keyRetryInterval while that fails) or, with refresh, when the last fetch is older
-// than its interval (errRefreshLimited otherwise). A fetch under way is joined,
+// than its interval (errRefreshLimited otherwise; after a failed refresh, the failure,
+// and a new attempt every keyRetryInterval). A fetch under way is joined,
 // never doubled. Its other errors are the fetch's.
 func (ks *keySource) get(ctx context.Context, refresh bool) ([]jose.JSONWebKey, error) {
 	ks.mu.Lock()
@@ -181,7 +182,15 @@ func (ks *keySource) get(ctx context.Context, refresh bool) ([]jose.JSONWebKey, 
 		keys := ks.keys
 		ks.mu.Unlock()
 		return keys, nil
-	case ks.fetched && since < ks.interval:
+	case ks.fetched && ks.err != nil && since < min(ks.interval, keyRetryInterval):
+		// The last refresh failed: the key set may lack the token's key, so it cannot be
+		// judged (the provider's unavailability, not the token's fault), and the next
+		// attempt comes as soon as it does while no keys could be had at all.
+		err := ks.err
+		ks.mu.Unlock()
+		ks.refused.Add(1)
+		return nil, fmt.Errorf("%w (tried %s ago)", err, since.Round(time.Millisecond))
+	case ks.fetched && ks.err == nil && since < ks.interval:
 		ks.mu.Unlock()
 		ks.refused.Add(1)
 		return nil, errRefreshLimited
@@ -294,13 +303,15 @@ func (ks *keySource) VerifySignature(ctx context.Context, raw string) ([]byte, e
 	if ok {
 		return payload, nil
 	}
-	if known {
-		// A key of that id is held and does not verify it: a rotation does not reuse
-		// key ids, so fetching again would not help.
-		return nil, errSignature
-	}
+	// No key held verifies it: the key set is fetched again, as for a key id it does not
+	// hold, since a provider may publish a new key under a key id it used before (go-oidc's
+	// RemoteKeySet fetches on any failure too). The refresh interval bounds what forged
+	// signatures cost either way.
 	keys, err = ks.get(ctx, true)
 	if errors.Is(err, errRefreshLimited) {
+		if known {
+			return nil, fmt.Errorf("%w: the key %q does not verify it, and the key set was fetched less than %s ago", errSignature, kid, ks.interval)
+		}
 		return nil, fmt.Errorf("%w: the key set holds no key %q, and was fetched less than %s ago", errSignature, kid, ks.interval)
 	}
 	if err != nil {

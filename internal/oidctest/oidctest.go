@@ -271,6 +271,20 @@ func (p *Provider) Rotate(keepOld bool) error {
 	return nil
 }
 
+// RotateKeepingKeyID replaces the signing key with a new RSA key published under the
+// same kid, as a provider that names its keys by slot rather than by content does.
+func (p *Provider) RotateKeepingKeyID() error {
+	priv, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kid := p.keys[len(p.keys)-1].kid
+	p.keys = []*key{{kid: kid, priv: priv}}
+	return nil
+}
+
 // KeyID is the kid of the current signing key.
 func (p *Provider) KeyID() string {
 	p.mu.Lock()

@@ -147,17 +147,25 @@ func Parse(metadata, payload []byte, ackSet []int64, lim Limits) (Entry, error) 
 		e.Kind, e.Payload = Single, out
 		return e, nil
 	}
-	return e, parseBatch(&e, md, out, ackSet)
+	return e, parseBatch(&e, md, out, ackSet, lim)
 }
 
 // batchEntryMin is the smallest batch entry: a 4-byte metadata size, empty metadata
 // and an empty payload. It bounds a believable num_messages_in_batch by the payload.
 const batchEntryMin = 4
 
-func parseBatch(e *Entry, md *pb.MessageMetadata, payload []byte, ackSet []int64) error {
+// parseBatch splits a batch into its messages. Their number is bounded by the broker's
+// limit (one per batchEntryMin bytes of it), not only by the batch decompressed: each
+// costs the consumer its parsed metadata and a message, far more than its bytes and
+// charged to no budget when its payload is empty, and a few kilobytes of a compressed
+// batch may announce MaxChunkedMessageSize of empty messages.
+func parseBatch(e *Entry, md *pb.MessageMetadata, payload []byte, ackSet []int64, lim Limits) error {
 	n := int(md.GetNumMessagesInBatch())
 	if n < 1 || n > len(payload)/batchEntryMin {
 		return malformed(pb.CommandAck_BatchDeSerializeError, "num_messages_in_batch %d does not fit a %d-byte batch", n, len(payload))
+	}
+	if most := lim.MaxMessageSize / batchEntryMin; n > most {
+		return malformed(pb.CommandAck_BatchDeSerializeError, "num_messages_in_batch %d is above the %d a batch within the broker's limit %d can hold", n, most, lim.MaxMessageSize)
 	}
 	if words := (n + 63) / 64; len(ackSet) > words {
 		return malformed(pb.CommandAck_BatchDeSerializeError, "ack_set has %d words for a batch of %d", len(ackSet), n)

@@ -215,3 +215,41 @@ func TestParseDecompressesBeyondTheBrokerLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestACompressedBatchHoldsNoMoreMessagesThanTheBrokerLimitAllows: a batch's messages cost
+// the consumer far more than their bytes (each is parsed metadata and a message, a few
+// hundred bytes, charged to no budget for an empty payload), so their number is bounded
+// by what the broker's limit allows an entry (one per 4 bytes), as it was while the
+// decompressed batch was: else a few kilobytes of ZSTD announcing 256 MiB of six-byte
+// messages made the connection's reader parse 44 million of them (8 million cost 1.7 GB
+// in Parse alone). A batch above the limit once decompressed, with as many messages as
+// the limit allows, is still delivered.
+func TestACompressedBatchHoldsNoMoreMessagesThanTheBrokerLimitAllows(t *testing.T) {
+	lim := Limits{MaxMessageSize: 16 << 10, MaxChunkedMessageSize: 1 << 20}
+	entries := func(n int) []byte {
+		b := make([]byte, 0, 6*n)
+		for range n {
+			b = append(b, 0, 0, 0, 2, 0x18, 0) // metadata {payload_size: 0}, empty payload
+		}
+		return b
+	}
+	parse := func(n int) (Entry, error) {
+		raw := entries(n)
+		z, err := compress.Compress(pb.CompressionType_ZSTD, nil, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md := &pb.MessageMetadata{Compression: pb.CompressionType_ZSTD.Enum(), UncompressedSize: proto.Uint32(uint32(len(raw))),
+			NumMessagesInBatch: proto.Int32(int32(n))}
+		return Parse(marshal(md), z, nil, lim)
+	}
+	most := lim.MaxMessageSize / batchEntryMin
+	if e, err := parse(most); err != nil || e.Kind != Batch || len(e.Messages) != most {
+		t.Fatalf("a batch of %d messages, %d bytes decompressed: kind %d, %d messages, %v", most, 6*most, e.Kind, len(e.Messages), err)
+	}
+	_, err := parse(most + 1)
+	var de *Error
+	if !errors.As(err, &de) || de.Reason != pb.CommandAck_BatchDeSerializeError {
+		t.Fatalf("a batch of %d messages: %v, want BatchDeSerializeError", most+1, err)
+	}
+}
