@@ -55,27 +55,42 @@ type watched struct {
 	refused [32]byte // hash of the content last refused (reported once)
 }
 
-// read returns the files' content, concatenated with a separator, read again when a
-// file changed while the others were read (a symlink swap between two reads).
+// errChanging: the files changed on every read; they are read again on next use.
+var errChanging = errors.New("the files changed while they were read")
+
+// read returns the files' content, concatenated with a separator. A Secret volume's
+// update swaps ..data between two reads, or removes the old generation while a path
+// through it is resolved: the files are read again when the first one changed while the
+// others were read, or one could not be read, a few times before an error is returned
+// (errChanging when the reads never agreed).
 func (w *watched) read() ([][]byte, []byte, error) {
-	var parts [][]byte
+	err := errChanging
 	for range 3 {
-		parts = parts[:0]
-		for _, f := range w.files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				return nil, nil, err
+		var parts [][]byte
+		if parts, err = w.readOnce(); err != nil {
+			continue
+		}
+		if len(w.files) > 1 {
+			if again, err2 := os.ReadFile(w.files[0]); err2 != nil || !bytes.Equal(again, parts[0]) {
+				err = errChanging
+				continue
 			}
-			parts = append(parts, b)
 		}
-		if len(w.files) == 1 {
-			break
-		}
-		if again, err := os.ReadFile(w.files[0]); err != nil || bytes.Equal(again, parts[0]) {
-			break
-		}
+		return parts, bytes.Join(parts, []byte{0}), nil
 	}
-	return parts, bytes.Join(parts, []byte{0}), nil
+	return nil, nil, err
+}
+
+func (w *watched) readOnce() ([][]byte, error) {
+	parts := make([][]byte, 0, len(w.files))
+	for _, f := range w.files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, b)
+	}
+	return parts, nil
 }
 
 // fail reports err for content unless that content was reported already.
@@ -119,6 +134,9 @@ func NewPair(certFile, keyFile string, o Options) (*Pair, error) {
 
 func (p *Pair) load() (*tls.Certificate, error) {
 	parts, content, err := p.w.read()
+	if errors.Is(err, errChanging) {
+		return nil, err // an update under way: the last pair is kept, read again on next use
+	}
 	if err != nil {
 		return nil, p.w.fail([]byte(err.Error()), err)
 	}

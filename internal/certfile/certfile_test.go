@@ -8,10 +8,12 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,23 +65,90 @@ func (s *secretDir) path(name string) string { return filepath.Join(s.dir, name)
 
 func (s *secretDir) swap(files map[string][]byte) {
 	s.t.Helper()
-	s.gen++
-	gen := filepath.Join(s.dir, "..gen"+string(rune('0'+s.gen)))
-	if err := os.Mkdir(gen, 0o700); err != nil {
+	if err := s.update(files); err != nil {
 		s.t.Fatal(err)
+	}
+}
+
+// update writes a new generation, swaps ..data to it and removes the previous one, as
+// the kubelet does.
+func (s *secretDir) update(files map[string][]byte) error {
+	s.gen++
+	gen := fmt.Sprintf("..gen%d", s.gen)
+	if err := os.Mkdir(filepath.Join(s.dir, gen), 0o700); err != nil {
+		return err
 	}
 	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(gen, name), b, 0o600); err != nil {
-			s.t.Fatal(err)
+		if err := os.WriteFile(filepath.Join(s.dir, gen, name), b, 0o600); err != nil {
+			return err
 		}
 	}
+	old, _ := os.Readlink(filepath.Join(s.dir, "..data"))
 	tmp := filepath.Join(s.dir, "..data_tmp")
-	if err := os.Symlink(filepath.Base(gen), tmp); err != nil {
-		s.t.Fatal(err)
+	if err := os.Symlink(gen, tmp); err != nil {
+		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(s.dir, "..data")); err != nil {
-		s.t.Fatal(err)
+		return err
 	}
+	if old != "" {
+		return os.RemoveAll(filepath.Join(s.dir, old))
+	}
+	return nil
+}
+
+// Reads racing the kubelet's updates (..data swapped between reading the certificate
+// and the key, the old generation removed meanwhile) never take or report a
+// mismatched pair: the files are read again.
+func TestAPairReadWhileTheSecretIsUpdatedIsNeverMismatched(t *testing.T) {
+	var pairs []map[string][]byte
+	for i := range 16 {
+		c, k := issue(t, fmt.Sprint("gen-", i), false)
+		pairs = append(pairs, map[string][]byte{"tls.crt": c, "tls.key": k})
+	}
+	s := newSecretDir(t, pairs[0])
+	var refused atomic.Int32
+	var last atomic.Value
+	p, err := NewPair(s.path("tls.crt"), s.path("tls.key"), Options{Every: time.Nanosecond, Refused: func(err error) {
+		refused.Add(1)
+		last.Store(err)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan error, 1)
+	updates := 0
+	go func() {
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := s.update(pairs[i%len(pairs)]); err != nil {
+				done <- err
+				return
+			}
+			updates++
+			time.Sleep(100 * time.Microsecond) // updates are never back to back
+		}
+	}()
+	seen := map[string]bool{}
+	for range 3000 {
+		seen[p.Certificate().Leaf.Subject.CommonName] = true
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := refused.Load(); n != 0 {
+		t.Fatalf("%d refusals while %d updates of good pairs raced the reads; the last: %v", n, updates, last.Load())
+	}
+	if len(seen) < 2 {
+		t.Fatalf("only %v served over %d updates: the reads did not race them", seen, updates)
+	}
+	t.Logf("%d updates, %d distinct pairs served, none refused", updates, len(seen))
 }
 
 // A renewed pair behind a Secret's symlink swap is served once the interval has
