@@ -104,7 +104,8 @@ interop: build
 
 ## auth: the authentication proof's full form (e2e/auth_broker_test.go, AUTH_FULL=1) on a broker of its own
 ## (OpenID, TLS and token providers, authorisation on, the tests' identity provider): one OAuth2 stream for
-## 5 minutes with 60-second tokens, then the identity provider stopped for 2 minutes; mutual TLS; a search of
+## 5 minutes with 60-second tokens, then the identity provider stopped for 2 minutes; mutual TLS; a client
+## certificate renewed twice during a 5-minute stream, each old one expired before a forced reconnection; a search of
 ## everything the bridges said for the secrets they were given. `make e2e` runs its short form (15-second
 ## tokens, a 40 s stream, a 30 s outage).
 auth: build

@@ -177,6 +177,7 @@ func TestAuthenticatedBroker(t *testing.T) {
 	leaks.secret("the superuser's token", ab.superuser)
 	t.Run("OAuth2StreamOutlivesShortLivedTokensAKeyRotationAndAProviderOutageWithoutLosingARecord", func(t *testing.T) { testOAuth2Stream(t, ab, leaks) })
 	t.Run("ClientCertificateIsTheIdentityGrantedOneNamespaceOnly", func(t *testing.T) { testMutualTLS(t, ab, leaks) })
+	t.Run("ClientCertificateRenewedTwiceDuringAStreamEachOldOneExpiredBeforeTheReconnection", func(t *testing.T) { testClientCertificateRotation(t, ab, leaks) })
 	t.Run("NothingSecretInTheBridgesOutputAnswersOrMetrics", func(t *testing.T) {
 		n, secrets := leaks.check(t)
 		if n == 0 || secrets < 4 {

@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/recordio-bridge/bridge/internal/certfile"
 	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
@@ -25,12 +26,19 @@ type ClientOptions struct {
 	// URL of the cluster: pulsar://host:port or pulsar+ssl://host:port.
 	URL string
 	// TLS settings for pulsar+ssl:// (hostname verification is always on unless
-	// TLSAllowInsecure).
+	// TLSAllowInsecure). The files are read again when they change (checked at most once
+	// a second, when a connection is opened): a renewed client certificate is presented,
+	// and a changed CA bundle trusted, from the next connection on; open connections keep
+	// theirs. Changed files that do not make a usable certificate and key (half-written,
+	// mismatched) or bundle are refused and the last good ones stay in use.
 	TLSCAFile        string // PEM bundle of trusted CAs; the system pool when empty
 	TLSCertFile      string // client certificate (PEM), optional
 	TLSKeyFile       string // its key (PEM)
 	TLSAllowInsecure bool   // skip certificate verification (tests only)
 	TLSServerName    string // the name verified in every broker's certificate; empty: the host dialled
+	// TLSFileRefused, when set, is called once for each changed content of the TLS files
+	// that was refused (wrapping certfile's reason; logged too), to count it.
+	TLSFileRefused func(error)
 	// Token authentication: a token, or a file holding one (re-read to answer AUTH_CHALLENGE).
 	Token     string
 	TokenFile string
@@ -107,11 +115,11 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		Dial:           opts.Dialer,
 	}
 	if useTLS {
-		cfg, err := tlsConfig(opts, u.Hostname())
+		cfg, roots, err := tlsConfig(opts, u.Hostname())
 		if err != nil {
 			return nil, err
 		}
-		base.TLS = cfg
+		base.TLS, base.TLSRoots = cfg, roots
 		// Each broker of a cluster has its own certificate: verify the host dialled
 		// (the lookup's broker, or the service URL's when proxied), unless configured.
 		base.TLSNameFromAddr = opts.TLSServerName == ""
@@ -147,30 +155,33 @@ func hostPort(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), "6650")
 }
 
-func tlsConfig(opts ClientOptions, host string) (*tls.Config, error) {
+// tlsFilesEvery is how often the TLS files are checked for a change, on dial.
+var tlsFilesEvery = time.Second
+
+// tlsConfig is the configuration every TLS dial starts from; roots, when not nil, gives
+// the CA bundle as of each dial.
+func tlsConfig(opts ClientOptions, host string) (*tls.Config, func() *x509.CertPool, error) {
 	cfg := &tls.Config{ServerName: host, InsecureSkipVerify: opts.TLSAllowInsecure, MinVersion: tls.VersionTLS12}
 	if opts.TLSServerName != "" {
 		cfg.ServerName = opts.TLSServerName
 	}
+	fo := certfile.Options{Every: tlsFilesEvery, Logger: opts.Logger.With("component", "tls"), Refused: opts.TLSFileRefused}
+	var roots func() *x509.CertPool
 	if opts.TLSCAFile != "" {
-		pem, err := os.ReadFile(opts.TLSCAFile)
+		r, err := certfile.NewRoots(opts.TLSCAFile, fo)
 		if err != nil {
-			return nil, fmt.Errorf("%w: TLS CA file: %v", ErrInvalidOptions, err)
+			return nil, nil, fmt.Errorf("%w: TLS CA file: %v", ErrInvalidOptions, err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: TLS CA file %s holds no PEM certificate", ErrInvalidOptions, opts.TLSCAFile)
-		}
-		cfg.RootCAs = pool
+		roots = r.Pool
 	}
 	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
-		cert, err := tls.LoadX509KeyPair(opts.TLSCertFile, opts.TLSKeyFile)
+		pair, err := certfile.NewPair(opts.TLSCertFile, opts.TLSKeyFile, fo)
 		if err != nil {
-			return nil, fmt.Errorf("%w: TLS client certificate: %v", ErrInvalidOptions, err)
+			return nil, nil, fmt.Errorf("%w: TLS client certificate: %v", ErrInvalidOptions, err)
 		}
-		cfg.Certificates = []tls.Certificate{cert}
+		cfg.GetClientCertificate = pair.GetClientCertificate
 	}
-	return cfg, nil
+	return cfg, roots, nil
 }
 
 // Authentication supplies the credentials sent on CONNECT and in answer to every

@@ -34,3 +34,11 @@ func HandedBack(c *Consumer) int {
 	}
 	return n
 }
+
+// SetTLSFilesEvery shortens how often the TLS files are checked for a test; the
+// returned func restores it.
+func SetTLSFilesEvery(d time.Duration) (restore func()) {
+	old := tlsFilesEvery
+	tlsFilesEvery = d
+	return func() { tlsFilesEvery = old }
+}

@@ -37,6 +37,7 @@ type Metrics struct {
 	decodeErrors   metric.Int64Counter
 	publishLatency metric.Float64Histogram
 	reloads        metric.Int64Counter
+	credsRefused   metric.Int64Counter
 	egressActive   metric.Int64UpDownCounter
 	egressStreams  metric.Int64Counter
 	egressRecords  metric.Int64Counter
@@ -149,6 +150,8 @@ func NewMetrics(build Build) (*Metrics, error) {
 	must(err)
 	m.ackLatency, err = mt.Float64Histogram("bridge.egress.ack.duration", metric.WithUnit("s"), metric.WithDescription("Time from delivery to the client's acknowledgement (ack=client)."))
 	must(err)
+	m.credsRefused, err = mt.Int64Counter("bridge.credentials.refused", metric.WithDescription("Changed credential files refused, the last good ones staying in use, by file: listen_tls (listen.tls), pulsar_tls (pulsar.tls: a half-written or mismatched certificate and key, a CA bundle without a certificate), pulsar_oauth2 (pulsar.oauth2.privateKey, counted at each token request that found it unusable)."))
+	must(err)
 	m.reloadOK, err = mt.Int64Gauge("bridge.config.reload.success", metric.WithDescription("1 when the running configuration is the file's (its last load or reload was applied, or found it unchanged), 0 after a refused reload until one succeeds."))
 	must(err)
 	m.reloadAt, err = mt.Float64Gauge("bridge.config.reload.timestamp", metric.WithUnit("s"), metric.WithDescription("When the running configuration was last loaded or reloaded successfully (Unix time)."))
@@ -234,6 +237,12 @@ func (m *Metrics) Reload(result string) {
 	case "applied":
 		m.Loaded(time.Now())
 	}
+}
+
+// CredentialsRefused counts changed credential files refused (the last good ones stay
+// in use); file is listen_tls, pulsar_tls or pulsar_oauth2.
+func (m *Metrics) CredentialsRefused(file string) {
+	m.credsRefused.Add(bg, 1, metric.WithAttributes(attribute.String("file", file)))
 }
 
 // Loaded says the running configuration was loaded from the file at t.

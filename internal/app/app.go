@@ -27,6 +27,7 @@ import (
 	"github.com/recordio-bridge/bridge/ingress"
 	"github.com/recordio-bridge/bridge/internal/admission"
 	"github.com/recordio-bridge/bridge/internal/budget"
+	"github.com/recordio-bridge/bridge/internal/certfile"
 	"github.com/recordio-bridge/bridge/internal/pulsarpool"
 	"github.com/recordio-bridge/bridge/pulsar"
 	"github.com/recordio-bridge/bridge/pulsar/oauth2"
@@ -111,8 +112,9 @@ func New(o Options) (_ *App, err error) {
 	undo = append(undo, func() { _ = a.metrics.Shutdown(context.Background()) })
 	copts := pulsar.ClientOptions{URL: cfg.Pulsar.URL, TLSCAFile: cfg.Pulsar.TLS.CAFile, TLSCertFile: cfg.Pulsar.TLS.CertFile,
 		TLSKeyFile: cfg.Pulsar.TLS.KeyFile, TLSServerName: cfg.Pulsar.TLS.ServerName, OperationTimeout: cfg.Pulsar.OperationTimeout.D(),
-		KeepAlive: cfg.Pulsar.KeepAlive.D(), WriteTimeout: cfg.Pulsar.WriteTimeout.D(), Logger: log.With("component", "pulsar")}
-	if a.oauth2, err = pulsarAuth(cfg.Pulsar, &copts, log.With("component", "oauth2")); err != nil {
+		KeepAlive: cfg.Pulsar.KeepAlive.D(), WriteTimeout: cfg.Pulsar.WriteTimeout.D(), Logger: log.With("component", "pulsar"),
+		TLSFileRefused: func(error) { a.metrics.CredentialsRefused("pulsar_tls") }}
+	if a.oauth2, err = pulsarAuth(cfg.Pulsar, &copts, log.With("component", "oauth2"), func(error) { a.metrics.CredentialsRefused("pulsar_oauth2") }); err != nil {
 		return nil, err
 	}
 	if a.oauth2 != nil {
@@ -223,9 +225,11 @@ func (a *App) dataServer(cfg config.Config) (*http.Server, error) {
 	data := &http.Server{Handler: e, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
 	if cfg.Listen.TLS.CertFile != "" {
-		certs, err := newCertReloader(cfg.Listen.TLS.CertFile, cfg.Listen.TLS.KeyFile, a.log.With("component", "tls"))
+		// Renewed files (a cert-manager Secret) are served from the next handshake on.
+		certs, err := certfile.NewPair(cfg.Listen.TLS.CertFile, cfg.Listen.TLS.KeyFile, certfile.Options{Logger: a.log.With("component", "tls"),
+			Refused: func(error) { a.metrics.CredentialsRefused("listen_tls") }})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("listen.tls: %w", err)
 		}
 		protocols.SetHTTP2(true) // negotiated by ALPN
 		data.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/recordio-bridge/bridge/config"
@@ -18,8 +19,9 @@ const oauth2StartTimeout = 30 * time.Second
 
 // pulsarAuth sets the client's credentials from pulsar.token, pulsar.oauth2 or
 // pulsar.tls.authenticate, and returns the OAuth2 token source when there is one (nil
-// otherwise).
-func pulsarAuth(cfg config.Pulsar, copts *pulsar.ClientOptions, log *slog.Logger) (*oauth2.Source, error) {
+// otherwise). A credentials file (pulsar.oauth2.privateKey: file:) is read again before
+// every token request; refused is called when it no longer holds credentials.
+func pulsarAuth(cfg config.Pulsar, copts *pulsar.ClientOptions, log *slog.Logger, refused func(error)) (*oauth2.Source, error) {
 	if cfg.TLS.Authenticate {
 		copts.Auth = pulsar.TLSAuthentication()
 		return nil, nil
@@ -45,8 +47,13 @@ func pulsarAuth(cfg config.Pulsar, copts *pulsar.ClientOptions, log *slog.Logger
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), oauth2StartTimeout)
 		defer cancel()
-		src, err := oauth2.New(ctx, oauth2.Options{IssuerURL: cfg.OAuth2.IssuerURL, ClientID: kf.ClientID, ClientSecret: kf.ClientSecret,
-			Audience: cfg.OAuth2.Audience, Scope: cfg.OAuth2.Scope, HTTPClient: hc, Logger: log})
+		o := oauth2.Options{IssuerURL: cfg.OAuth2.IssuerURL, ClientID: kf.ClientID, ClientSecret: kf.ClientSecret,
+			Audience: cfg.OAuth2.Audience, Scope: cfg.OAuth2.Scope, HTTPClient: hc, Logger: log}
+		if f := cfg.OAuth2.PrivateKey.File(); f != "" {
+			o.Credentials = func() (oauth2.KeyFile, error) { return readKeyFile(f) }
+			o.CredentialsRefused = refused
+		}
+		src, err := oauth2.New(ctx, o)
 		if err != nil {
 			return nil, fmt.Errorf("pulsar.oauth2: %w", err)
 		}
@@ -63,6 +70,20 @@ func pulsarAuth(cfg config.Pulsar, copts *pulsar.ClientOptions, log *slog.Logger
 		copts.Token = token
 	}
 	return nil, nil
+}
+
+// readKeyFile reads an OAuth2 credentials file; its errors name the key and the file,
+// never the content.
+func readKeyFile(path string) (oauth2.KeyFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return oauth2.KeyFile{}, fmt.Errorf("pulsar.oauth2.privateKey: %w", err)
+	}
+	k, err := oauth2.ParseKeyFile(b)
+	if err != nil {
+		return k, fmt.Errorf("pulsar.oauth2.privateKey %s: %w", path, err)
+	}
+	return k, nil
 }
 
 // authReady adds the state of the Pulsar credentials to /readyz's detail and reports

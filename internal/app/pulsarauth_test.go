@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,5 +147,67 @@ func TestAnOAuth2IssuerOverHTTPSWithAPrivateCAIsTrustedThroughItsCAFile(t *testi
 	}
 	if p.TokenCalls() != 1 {
 		t.Fatalf("%d tokens issued, want 1", p.TokenCalls())
+	}
+}
+
+// TestARotatedOAuth2CredentialsFileIsUsedOnTheNextTokenRequest: the client secret is
+// rotated (the provider refuses the old one; the privateKey file holds the new one):
+// the bridge's next token request sends the new secret and its token stays valid. A
+// file then left unusable is refused, counted in bridge_credentials_refused_total and
+// logged without its content, and the last credentials keep working.
+func TestARotatedOAuth2CredentialsFileIsUsedOnTheNextTokenRequest(t *testing.T) {
+	const secret, rotated = "app-s3cr3t-41", "app-r0tated-s3cret-97"
+	p, err := oidctest.New(oidctest.Options{Lifetime: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.AddClient("bridge", oidctest.Client{Secret: secret})
+	var logs syncBuffer
+	a, err := oauth2App(t, p, secret, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := a.snap.Load().cfg.Pulsar.OAuth2.PrivateKey.File()
+	replace := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(key+".tmp", []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(key+".tmp", key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.AddClient("bridge", oidctest.Client{Secret: rotated})
+	replace(fmt.Sprintf(`{"client_id": "bridge", "client_secret": %q}`, rotated))
+	failed := p.FailedCalls()
+	waitIssued := func(what string) {
+		t.Helper()
+		n := len(p.Issued())
+		deadline := time.Now().Add(5 * time.Second)
+		for len(p.Issued()) < n+2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("not two tokens issued within 5 s %s (%d requests refused)", what, p.FailedCalls()-failed)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitIssued("after the secret was rotated")
+	const half = `{"client_id": "bridge", "client_sec`
+	replace(half)
+	waitIssued("with the file half-written")
+	if n := p.FailedCalls() - failed; n != 0 {
+		t.Fatalf("%d token requests refused: the rotated secret was not the one sent", n)
+	}
+	if _, err := a.oauth2.Status(); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	a.opsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), `bridge_credentials_refused_total{file="pulsar_oauth2"}`) {
+		t.Fatalf("the refused file is not counted:\n%s", rec.Body.String())
+	}
+	if l := logs.String(); !strings.Contains(l, "OAuth2 credentials not reloaded") || strings.Contains(l, half) || strings.Contains(l, rotated) {
+		t.Fatalf("the refusal is not logged, or the log shows the file:\n%s", l)
 	}
 }

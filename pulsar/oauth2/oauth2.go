@@ -63,6 +63,13 @@ type Options struct {
 	IssuerURL    string
 	ClientID     string
 	ClientSecret string
+	// Credentials, when set, gives the client id and secret before every token request
+	// instead of ClientID and ClientSecret: a credentials file read again, so a rotated
+	// secret is used from the next request on. New's first call failing is New's error;
+	// a later one keeps the credentials last given (logged, and reported to
+	// CredentialsRefused when set).
+	Credentials        func() (KeyFile, error)
+	CredentialsRefused func(error)
 	// Audience and Scope are sent when not empty.
 	Audience string
 	Scope    string
@@ -101,6 +108,13 @@ type Source struct {
 // error naming the issuer and the provider's answer (never the secret). Then a
 // goroutine keeps the token fresh until Close.
 func New(ctx context.Context, o Options) (*Source, error) {
+	if o.Credentials != nil {
+		k, err := o.Credentials()
+		if err != nil {
+			return nil, fmt.Errorf("oauth2: the client credentials: %w", err)
+		}
+		o.ClientID, o.ClientSecret = k.ClientID, k.ClientSecret
+	}
 	if o.IssuerURL == "" || o.ClientID == "" || o.ClientSecret == "" {
 		return nil, errors.New("oauth2: IssuerURL, ClientID and ClientSecret are required")
 	}
@@ -236,8 +250,30 @@ func (s *Source) nextWait() time.Duration {
 	return max(0, at.Sub(s.o.Now()))
 }
 
+// rereadCredentials takes the credentials Options.Credentials gives now, keeping the
+// last ones when it fails. Only refresh calls it (one at a time).
+func (s *Source) rereadCredentials() {
+	if s.o.Credentials == nil {
+		return
+	}
+	k, err := s.o.Credentials()
+	if err != nil {
+		err = fmt.Errorf("oauth2: the client credentials were not read again; the last ones stay in use: %w", err)
+		s.log.Error("OAuth2 credentials not reloaded; the previous ones stay in use", "error", err.Error())
+		if s.o.CredentialsRefused != nil {
+			s.o.CredentialsRefused(err)
+		}
+		return
+	}
+	if k.ClientID != s.cfg.ClientID || k.ClientSecret != s.cfg.ClientSecret {
+		s.cfg.ClientID, s.cfg.ClientSecret = k.ClientID, k.ClientSecret
+		s.log.Info("OAuth2 credentials reloaded", "clientId", k.ClientID)
+	}
+}
+
 // refresh fetches a token and keeps it, or records the failure.
 func (s *Source) refresh(ctx context.Context) error {
+	s.rereadCredentials()
 	ctx = context.WithValue(ctx, xoauth2.HTTPClient, s.o.HTTPClient)
 	now := s.o.Now()
 	tok, err := s.cfg.Token(ctx)
@@ -290,6 +326,7 @@ func (s *Source) describe(err error) error {
 	default:
 		msg = err.Error()
 	}
+	msg = strings.ReplaceAll(msg, s.cfg.ClientSecret, "[secret]")
 	msg = strings.ReplaceAll(msg, s.o.ClientSecret, "[secret]")
 	if sentinel != nil {
 		return fmt.Errorf("%w: issuer %s: %s", sentinel, s.o.IssuerURL, msg)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -44,7 +45,10 @@ type Options struct {
 	// TLSNameFromAddr verifies the broker's certificate against the host dialled (each
 	// physical broker of a cluster, or the proxy) instead of TLS.ServerName; off when
 	// a server name was configured.
-	TLSNameFromAddr  bool
+	TLSNameFromAddr bool
+	// TLSRoots, when set, gives the CAs each dial verifies the broker against (a bundle
+	// re-read when its file changes) instead of TLS.RootCAs.
+	TLSRoots         func() *x509.CertPool
 	Auth             Auth   // nil for none
 	ProxyToBrokerURL string // set when Addr is a proxy for this logical broker
 	ClientVersion    string
@@ -171,6 +175,12 @@ func Dial(ctx context.Context, opts Options) (*Conn, error) {
 		if host, _, err := net.SplitHostPort(opts.Addr); err == nil && opts.TLSNameFromAddr && host != cfg.ServerName {
 			cfg = cfg.Clone()
 			cfg.ServerName = host
+		}
+		if opts.TLSRoots != nil {
+			if cfg == opts.TLS {
+				cfg = cfg.Clone()
+			}
+			cfg.RootCAs = opts.TLSRoots()
 		}
 		tlsConn := tls.Client(nc, cfg)
 		if err := tlsConn.HandshakeContext(ctx); err != nil {
