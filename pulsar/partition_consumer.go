@@ -298,7 +298,7 @@ func (p *partitionConsumer) run() {
 			p.expireHandedBackLocked(now)
 			p.releaseIdleLocked(now)
 			p.undecodableLog.flush(p.log, now)
-			p.wakeDrainLocked() // the application settled what it held (Consumer.Settled)
+			p.wakeDrainLocked() // room may have come, or the application settled what it held
 			reassembling := len(p.chunkOrder) > 0
 			for len(p.chunkOrder) > 0 && now.Sub(p.chunks[p.chunkOrder[0]].created) > p.opts.ChunkExpiry {
 				p.dropChunksLocked(p.chunkOrder[0], "expired")

@@ -19,13 +19,12 @@ import (
 // nothing else is held (the budget's rule for every request). Entries within the
 // broker's limit take the reader's path as before, without waiting.
 
-// waitLimiter is a MemoryLimiter that can also be waited on (internal/budget's Budget):
-// TryAcquire admits a request larger than the limit when nothing is held, and yields to
-// those waiting; Acquire waits in line. With a MemoryLimiter that cannot, a large entry
-// is decompressed as it arrives and charged beyond the limit, as before.
+// waitLimiter is a MemoryLimiter that can admit a request fairly (internal/budget's
+// Budget): TryAcquire takes room only when it fits (or nothing is held at all) and
+// nobody waits for it. With a MemoryLimiter that cannot, a large entry is decompressed
+// as it arrives and charged beyond the limit, as before.
 type waitLimiter interface {
 	TryAcquire(n int64) bool
-	Acquire(ctx context.Context, n int64) error
 }
 
 func (p *partitionConsumer) waitLimiter() waitLimiter {
@@ -51,10 +50,10 @@ func (p *partitionConsumer) parkLocked(h *consumerHandle, cmd *pb.CommandMessage
 	pf := &parkedFrame{h: h, cmd: cmd, f: f, frameErr: frameErr, held: len(f.Metadata) + len(f.Payload), permits: permits}
 	p.parked = append(p.parked, pf)
 	p.heldBytes += pf.held
-	p.wakeDrainLocked() // its landing may have returned the partition's last reservation
+	p.wakeDrainLocked() // its landing may have returned the partition's reservation
 	if p.drain == nil {
 		ctx, cancel := contextUntil(p.done)
-		p.drain = &drainer{cancel: cancel}
+		p.drain = &drainer{cancel: cancel, wake: make(chan struct{}, 1)}
 		p.wg.Add(1)
 		go p.drainParked(ctx, p.drain)
 	}
@@ -115,8 +114,7 @@ func (p *partitionConsumer) drainParked(ctx context.Context, d *drainer) {
 		if pf.frameErr == nil && err == nil && e.Kind == delivery.Deferred {
 			if !p.roomForParkedLocked(ctx, d, wl, need) {
 				// Closing, or the registration was lost (dropParkedLocked): the
-				// entries come again, if ever, on the next one. (Or the budget
-				// closed: the process is stopping.)
+				// entries come again, if ever, on the next one.
 				if p.drain == d {
 					p.drain = nil
 				}
@@ -146,41 +144,40 @@ func (p *partitionConsumer) drainParked(ctx context.Context, d *drainer) {
 	}
 }
 
-// drainer is the running drainParked of a partition; wake, while it waits for room,
-// ends that wait (see wakeDrainLocked).
+// drainer is the running drainParked of a partition; wake ends its wait for room
+// (wakeDrainLocked).
 type drainer struct {
 	cancel context.CancelFunc
-	wake   context.CancelFunc
+	wake   chan struct{}
 }
 
-// roomForParkedLocked takes need bytes for the first parked entry, waiting in line for
-// them (p.mu released meanwhile). As a partition reassembling a chunked message does,
-// a partition that holds nothing else of the budget (aloneLocked) takes them at once,
-// beyond the budget if need be: else an
-// entry larger than the budget would wait for the whole process to hold nothing, which
-// other streams' traffic may never allow. So the budget is exceeded by at most one
-// entry per partition. It reports false when ctx ended or the budget closed.
+// roomForParkedLocked takes need bytes of the budget for the first parked entry (p.mu
+// released while it waits): as soon as the budget has room for them, or at once,
+// beyond the budget if need be, when the partition holds nothing else of it
+// (aloneLocked), as a partition reassembling a chunked message does. So an entry larger
+// than the budget is not starved by other streams' traffic, and a partition exceeds the
+// budget by one entry at most. It does not wait in the budget's line (Acquire): there
+// it would hold up every stream's acquisitions behind an entry that only its own
+// application's reading can make room for. It is tried again whenever the partition's
+// application takes a message, an entry lands, and every tick of the run loop; it
+// reports false when ctx ended.
 func (p *partitionConsumer) roomForParkedLocked(ctx context.Context, d *drainer, wl waitLimiter, need int) bool {
 	for {
+		if wl.TryAcquire(int64(need)) {
+			return true
+		}
 		if p.aloneLocked() {
-			if !wl.TryAcquire(int64(need)) {
-				p.opts.MemoryLimiter.Charge(int64(need))
-			}
+			p.opts.MemoryLimiter.Charge(int64(need))
 			return true
 		}
-		wait, wake := context.WithCancel(ctx)
-		d.wake = wake
 		p.mu.Unlock()
-		err := wl.Acquire(wait, int64(need))
-		woken := wait.Err() != nil && ctx.Err() == nil
-		wake()
-		p.mu.Lock()
-		d.wake = nil
-		if err == nil {
-			return true
+		select {
+		case <-d.wake:
+		case <-ctx.Done():
 		}
-		if !woken {
-			return false // ended, or the budget closed
+		p.mu.Lock()
+		if ctx.Err() != nil {
+			return false
 		}
 	}
 }
@@ -196,11 +193,13 @@ func (p *partitionConsumer) aloneLocked() bool {
 	return p.heldBytes-parked <= 0 && p.reserved == 0 && !p.c.holding()
 }
 
-// wakeDrainLocked ends the drainer's wait for room once the partition holds nothing
-// else, so it takes its entry at once (see roomForParkedLocked).
+// wakeDrainLocked has the drainer, if it waits for room, look again.
 func (p *partitionConsumer) wakeDrainLocked() {
-	if d := p.drain; d != nil && d.wake != nil && p.aloneLocked() {
-		d.wake()
+	if d := p.drain; d != nil {
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
