@@ -216,3 +216,48 @@ func TestAnEntryLargerThanTheBudgetIsNotStarvedByOtherUsers(t *testing.T) {
 		cons.Settled(m)
 	}
 }
+
+// TestRedeliveringEverythingDropsTheParkedEntries: RedeliverUnacknowledged drops the
+// parked entries with the queued messages (the broker sends them all again, and their
+// permits return with the queued messages'); delivered again, they come in order, once
+// each.
+func TestRedeliveringEverythingDropsTheParkedEntries(t *testing.T) {
+	const large = 8 << 20
+	b := fakeBroker(t)
+	bud := budget.New(4 << 20)
+	cons := subscribe(t, client(t, b.URL()), pulsar.ConsumerOptions{ReceiverQueueSize: 4, ReceiverQueueBytes: 1 << 20,
+		MemoryLimiter: bud})
+	b.Deliver(faultTopic, single("first"))
+	receiveAll(t, cons, 1)
+	var want [][]byte
+	var entries []pulsartest.Outgoing
+	for i := range 3 {
+		want = append(want, largeBody(i, large))
+		entries = append(entries, compressedOutgoing(t, pb.CompressionType_ZSTD, want[i], 0))
+	}
+	b.Deliver(faultTopic, entries...)
+	// The window's four permits: one went to a message taken, three brought the
+	// entries; the first is queued, the two after it parked.
+	waitFor(t, "two entries parked", func() bool { return cons.Buffered() == 1 && cons.Stats().Parked == 2 })
+	cons.RedeliverUnacknowledged()
+	if s := cons.Stats(); s.Parked != 0 || cons.Buffered() != 0 {
+		t.Fatalf("after RedeliverUnacknowledged: %d parked, %d queued, want none", s.Parked, cons.Buffered())
+	}
+	b.Deliver(faultTopic, entries...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i, w := range want {
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			_, avail := b.Permits(faultTopic)
+			t.Fatalf("message %d: %v (%d permits available on the broker, stats %+v)", i, err, avail, cons.Stats())
+		}
+		if !bytes.Equal(m.Payload(), w) {
+			t.Fatalf("message %d: %d bytes starting %q, want %d starting %q", i, len(m.Payload()), head(m.Payload()), len(w), head(w))
+		}
+		if err := cons.Ack(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nothingMore(t, cons)
+}
