@@ -108,6 +108,7 @@ func TestLargeCompressedEntriesWaitForTheBudget(t *testing.T) {
 	if s := bud.Stats(); s.Peak > budgetBytes+large {
 		t.Fatalf("the consumer held %d bytes of the budget at most: want at most %d", s.Peak, budgetBytes+large)
 	}
+	t.Logf("%d messages delivered byte-exact and in order; the budget's peak was %d bytes", len(want), bud.Stats().Peak)
 	if s := cons.Stats(); s.Parked != 0 || s.Malformed != 0 {
 		t.Fatalf("after the backlog: %d parked, %d malformed, want none", s.Parked, s.Malformed)
 	}
