@@ -461,6 +461,10 @@ type ConsumerStats struct {
 	// out by MaxPendingChunkedMessages or MaxChunkedMessageSize, broken off by a chunk
 	// out of order); their chunks were acknowledged and are counted in Discarded.
 	ChunkedDropped int
+	// Parked: entries kept as stored, not yet decompressed, until the MemoryLimiter has
+	// room for what they decompress to beyond the broker's limit (or behind such an
+	// entry, in order); ParkedBytes is their stored size.
+	Parked, ParkedBytes int
 	// Undecodable counts the entries the consumer could not decode, by reason, each
 	// time one arrived (a redelivered one counts again), whatever became of it:
 	// acknowledged with a validation error, delivered as stored (DeliverUndecodable,
@@ -483,6 +487,12 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.ReservedBytes += pc.reserved
 		s.ReassemblyBytes += pc.chunkBytes
 		s.ChunkedDropped += pc.chunkedDropped
+		for _, pf := range pc.parked {
+			if !pf.delivering {
+				s.Parked++
+				s.ParkedBytes += pf.held
+			}
+		}
 		for r, n := range pc.undecodable {
 			if n > 0 {
 				if s.Undecodable == nil {

@@ -67,6 +67,11 @@ type partitionConsumer struct {
 	undecodable      [numReasons]int
 	undecodableLog   reasonLog
 	halted           bool // an encrypted message stopped the partition (CryptoFail)
+	// parked: entries kept as stored until the MemoryLimiter has room for what they
+	// decompress to, in arrival order; drain is the goroutine delivering them (see
+	// partition_consumer_park.go).
+	parked []*parkedFrame
+	drain  *drainer
 
 	reconnectCh chan struct{}
 	done        chan struct{}
@@ -258,6 +263,7 @@ func (p *partitionConsumer) connectionLost(h *consumerHandle, reason error) {
 	// Whatever was buffered or half reassembled comes again on the next subscription;
 	// the permits in flight went with the connection.
 	p.dropAllChunksLocked()
+	p.dropParkedLocked()
 	p.unreserveLocked()
 	// Every unacknowledged entry is delivered again (on a shared subscription perhaps to
 	// another consumer): its batch tracker goes, or it would stay for ever.
@@ -292,6 +298,7 @@ func (p *partitionConsumer) run() {
 			p.expireHandedBackLocked(now)
 			p.releaseIdleLocked(now)
 			p.undecodableLog.flush(p.log, now)
+			p.wakeDrainLocked() // room may have come, or the application settled what it held
 			reassembling := len(p.chunkOrder) > 0
 			for len(p.chunkOrder) > 0 && now.Sub(p.chunks[p.chunkOrder[0]].created) > p.opts.ChunkExpiry {
 				p.dropChunksLocked(p.chunkOrder[0], "expired")
@@ -362,6 +369,7 @@ func (p *partitionConsumer) fail(err error) {
 	}
 	p.unreserveLocked()
 	p.dropAllChunksLocked()
+	p.dropParkedLocked()
 	p.mu.Unlock()
 	p.log.Error("consumer failed", "error", err)
 	p.c.partitionFailed(fmt.Errorf("%w: %s: %w", ErrConsumerFailed, p.topic, err))
@@ -378,6 +386,7 @@ func (p *partitionConsumer) close(ctx context.Context) {
 	p.state = stateClosed
 	p.unreserveLocked()
 	p.dropAllChunksLocked()
+	p.dropParkedLocked()
 	cn := p.cn // set only when ready
 	if p.reg != nil {
 		p.detachLocked(p.reg)

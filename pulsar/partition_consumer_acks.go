@@ -328,7 +328,9 @@ func (p *partitionConsumer) redeliverAll() {
 	freed, bytes := p.c.removeFrom(p)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.heldBytes = max(0, p.heldBytes-bytes)
+	parkedPermits, parkedBytes := p.unparkLocked()
+	freed += parkedPermits
+	p.heldBytes = max(0, p.heldBytes-bytes-parkedBytes)
 	if p.cn == nil {
 		return
 	}

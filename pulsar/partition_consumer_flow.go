@@ -32,6 +32,7 @@ func (p *partitionConsumer) taken(m *Message) {
 		p.heldBytes = max(0, p.heldBytes-m.size)
 	}
 	p.returnPermitsLocked(m.permits)
+	p.wakeDrainLocked()
 	p.mu.Unlock()
 }
 

@@ -26,7 +26,10 @@ func (p *partitionConsumer) discardLocked(cn *conn.Conn, id *pb.MessageIdData, p
 }
 
 // message decodes one MESSAGE frame on the connection's reader goroutine. Whatever the
-// frame holds, it costs at most one discarded message: delivery.Parse validates it.
+// frame holds, it costs at most one discarded message: delivery.Parse validates it. An
+// entry that decompresses to more than the broker's limit is decompressed here only if
+// the MemoryLimiter has room for it now; otherwise it is parked as stored, and so is
+// everything after it on the partition, until parkedDrain delivers them in order.
 func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f *frame.Frame, frameErr error) {
 	p.mu.Lock()
 	if p.reg != h || p.state != stateReady {
@@ -38,32 +41,63 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		return // stopped by an encrypted message: nothing after it is delivered
 	}
 	p.progressed = true
+	lim := p.limitsLocked()
+	lim.DeferAll = len(p.parked) > 0
+	admitted := 0
+	if wl := p.waitLimiter(); wl != nil && !lim.DeferAll {
+		lim.Admit = func(n int) bool {
+			if wl.TryAcquire(int64(n)) {
+				admitted = n
+				return true
+			}
+			return false
+		}
+	}
+	e, err := delivery.Parse(f.Metadata, f.Payload, cmd.GetAckSet(), lim)
+	share := p.landedLocked(max(e.Permits, 1))
+	if lim.DeferAll || frameErr == nil && err == nil && e.Kind == delivery.Deferred {
+		p.unreserveShareLocked(share)
+		p.parkLocked(h, cmd, f, frameErr, max(e.Permits, 1))
+		p.mu.Unlock()
+		return
+	}
+	a := p.arrivalLocked(h, cmd, f, &e, share, admitted)
+	p.deliverUnlock(a, cmd, frameErr, err)
+	p.releaseLocked(a.admitted) // what the messages were not charged from it
+}
+
+// arrivalLocked makes the arrival of a parsed entry.
+func (p *partitionConsumer) arrivalLocked(h *consumerHandle, cmd *pb.CommandMessage, f *frame.Frame, e *delivery.Entry, share, admitted int) *arrival {
 	id := cmd.GetMessageId()
-	e, err := delivery.Parse(f.Metadata, f.Payload, cmd.GetAckSet(), p.limitsLocked())
 	md := e.Metadata
-	a := arrival{
-		cn: h.cn, id: id, mid: messageIDFromPB(id, p.partition), e: &e, f: f,
-		share: p.landedLocked(max(e.Permits, 1)),
+	return &arrival{
+		cn: h.cn, id: id, mid: messageIDFromPB(id, p.partition), e: e, f: f,
+		share: share, admitted: admitted,
 		base: Message{
 			Topic: p.topic, ProducerName: md.GetProducerName(), RedeliveryCount: cmd.GetRedeliveryCount(),
 			PublishTime: time.UnixMilli(int64(md.GetPublishTime())), SchemaVersion: md.GetSchemaVersion(), pc: p,
 		},
 	}
+}
+
+// deliverUnlock hands up (or acknowledges as undecodable) a parsed arrival; p.mu is
+// released when it returns.
+func (p *partitionConsumer) deliverUnlock(a *arrival, cmd *pb.CommandMessage, frameErr, err error) {
 	de := (*delivery.Error)(nil)
 	if frameErr != nil || errors.As(err, &de) {
-		p.undecodableUnlock(&a, frameErr, err, de)
+		p.undecodableUnlock(a, frameErr, err, de)
 		return
 	}
 	p.midChunk = false
-	switch e.Kind {
+	switch a.e.Kind {
 	case delivery.Encrypted:
-		p.encryptedUnlock(&a)
+		p.encryptedUnlock(a)
 	case delivery.Chunk:
-		p.chunkUnlock(&a)
+		p.chunkUnlock(a)
 	case delivery.Single:
-		p.singleUnlock(&a)
+		p.singleUnlock(a)
 	default:
-		p.batchUnlock(&a, cmd.GetAckSet())
+		p.batchUnlock(a, cmd.GetAckSet())
 	}
 }
 
@@ -74,8 +108,12 @@ type arrival struct {
 	mid   MessageID
 	e     *delivery.Entry
 	f     *frame.Frame
-	share int     // the memory reservation's share landedLocked gave it
-	base  Message // the fields every message of the entry shares
+	share int // the memory reservation's share landedLocked gave it
+	// admitted: bytes taken from the MemoryLimiter for the entry decompressed beyond the
+	// broker's limit; its messages' charge comes out of them (chargeLocked), and the
+	// rest goes back once the arrival is handled.
+	admitted int
+	base     Message // the fields every message of the entry shares
 }
 
 // The ...Unlock methods below finish an arrival with p.mu held and release it before
@@ -171,6 +209,7 @@ func (p *partitionConsumer) singleUnlock(a *arrival) {
 	setFromMetadata(&m, a.e.Metadata)
 	m.payload, m.size, m.permits = a.e.Payload, len(a.e.Payload), 1
 	m.gen = p.gen
+	a.admitted = chargeFrom(a.admitted, &m)
 	p.chargeLocked(&m)
 	p.unreserveShareLocked(a.share)
 	p.arrivedLocked(m.size, max(m.size, 1))
@@ -187,6 +226,7 @@ func (p *partitionConsumer) batchUnlock(a *arrival, ackSet []int64) {
 		m.gen = p.gen
 		held += m.size
 	}
+	a.admitted = chargeFrom(a.admitted, msgs...)
 	p.chargeLocked(msgs...)
 	p.unreserveShareLocked(a.share)
 	p.arrivedLocked(held, max(held/max(a.e.Permits, 1), 1))

@@ -73,11 +73,8 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 	if kind == pb.CompressionType_NONE {
 		return src, nil
 	}
-	if size < 0 || size > limit {
-		return nil, fmt.Errorf("%w: announced uncompressed size %d is out of range (the limit is %d)", ErrCorrupt, size, limit)
-	}
-	if err := checkExpansion(kind, src, size); err != nil {
-		return nil, fmt.Errorf("%w (%s): %v", ErrCorrupt, kind, err)
+	if err := Check(kind, src, size, limit); err != nil {
+		return nil, err
 	}
 	out := make([]byte, size)
 	var n int
@@ -109,6 +106,22 @@ func Decompress(kind pb.CompressionType, src []byte, size, limit int) ([]byte, e
 		return nil, fmt.Errorf("%w (%s): %d bytes, metadata says %d", ErrCorrupt, kind, n, size)
 	}
 	return out, nil
+}
+
+// Check does what Decompress checks before it allocates: that size is within limit and
+// that src can decompress to it under its codec's format and its header. A consumer
+// checks it before it waits for budget to decompress src.
+func Check(kind pb.CompressionType, src []byte, size, limit int) error {
+	if kind == pb.CompressionType_NONE {
+		return nil
+	}
+	if size < 0 || size > limit {
+		return fmt.Errorf("%w: announced uncompressed size %d is out of range (the limit is %d)", ErrCorrupt, size, limit)
+	}
+	if err := checkExpansion(kind, src, size); err != nil {
+		return fmt.Errorf("%w (%s): %v", ErrCorrupt, kind, err)
+	}
+	return nil
 }
 
 // The most each codec's format can expand one byte of payload to, so that an announced

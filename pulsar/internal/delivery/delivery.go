@@ -52,6 +52,15 @@ type Limits struct {
 	// uncompressed_size). Each codec's expansion bound (compress.Decompress) refuses an
 	// uncompressed_size the payload cannot reach before anything is allocated.
 	MaxChunkedMessageSize int
+	// Admit, when set, is asked before an entry is decompressed to more than
+	// MaxMessageSize (the only entries the broker's limit does not bound once
+	// decompressed), with that uncompressed size: false leaves the entry Deferred,
+	// validated as far as it can be without decompressing it. Nil admits every entry.
+	Admit func(uncompressed int) bool
+	// DeferAll leaves every entry whose metadata parses Deferred, neither decompressed
+	// nor split (its Permits set): for the consumer to keep an entry in order behind
+	// one deferred before it.
+	DeferAll bool
 }
 
 // Kind says how to deliver an Entry.
@@ -65,6 +74,9 @@ const (
 	// Chunk is one chunk of a larger message; Entry.Payload is the chunk as sent
 	// (a compressed message is decompressed once reassembled: see Decompress).
 	Chunk
+	// Deferred is an entry left as stored (see Limits.Admit and Limits.DeferAll):
+	// Entry.Payload is the payload as stored; Parse it again to deliver it.
+	Deferred
 	// Encrypted is an entry whose metadata lists encryption keys: Entry.Payload is the
 	// payload as stored (producers compress, then encrypt), neither decrypted nor
 	// decompressed nor split into its batch's messages.
@@ -123,6 +135,10 @@ func Parse(metadata, payload []byte, ackSet []int64, lim Limits) (Entry, error) 
 	if md.NumMessagesInBatch != nil {
 		e.Permits = max(1, int(md.GetNumMessagesInBatch()))
 	}
+	if lim.DeferAll {
+		e.Kind, e.Payload = Deferred, payload
+		return e, nil
+	}
 	if len(md.GetEncryptionKeys()) > 0 {
 		// Nothing past the metadata can be read without the private key.
 		e.Kind, e.Payload = Encrypted, payload
@@ -138,6 +154,17 @@ func Parse(metadata, payload []byte, ackSet []int64, lim Limits) (Entry, error) 
 	}
 	if md.GetCompression() != pb.CompressionType_NONE && int64(md.GetUncompressedSize()) > int64(lim.MaxChunkedMessageSize) {
 		return e, malformed(pb.CommandAck_UncompressedSizeCorruption, "uncompressed size %d is above the limit %d", md.GetUncompressedSize(), lim.MaxChunkedMessageSize)
+	}
+	if n := int(md.GetUncompressedSize()); md.GetCompression() != pb.CompressionType_NONE && n > lim.MaxMessageSize && lim.Admit != nil {
+		// What can be refused without decompressing is refused before the consumer
+		// waits for room for it.
+		if err := compress.Check(md.GetCompression(), payload, n, lim.MaxChunkedMessageSize); err != nil {
+			return e, malformed(pb.CommandAck_DecompressionError, "%v", err)
+		}
+		if !lim.Admit(n) {
+			e.Kind, e.Payload = Deferred, payload
+			return e, nil
+		}
 	}
 	out, err := compress.Decompress(md.GetCompression(), payload, int(md.GetUncompressedSize()), lim.MaxChunkedMessageSize)
 	if err != nil {

@@ -253,3 +253,64 @@ func TestACompressedBatchHoldsNoMoreMessagesThanTheBrokerLimitAllows(t *testing.
 		t.Fatalf("a batch of %d messages: %v, want BatchDeSerializeError", most+1, err)
 	}
 }
+
+// TestParseAsksBeforeDecompressingBeyondTheBrokerLimit: an entry that decompresses to
+// more than the broker's limit is decompressed only once Admit allows its size; refused,
+// it is Deferred as stored with its permits, so the consumer can park it and decompress
+// it once its budget has room. Entries within the limit are never asked about, and
+// DeferAll defers any entry whose metadata parses.
+func TestParseAsksBeforeDecompressingBeyondTheBrokerLimit(t *testing.T) {
+	lim := Limits{MaxMessageSize: 16 << 10, MaxChunkedMessageSize: 1 << 20}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 4<<10)
+	bigBatch := batch(string(big[:40<<10]), string(big[:30<<10]))
+	zstd := func(b []byte) []byte {
+		out, err := compress.Compress(pb.CompressionType_ZSTD, nil, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	var asked []int
+	refuse, admit := lim, lim
+	refuse.Admit = func(n int) bool { asked = append(asked, n); return false }
+	admit.Admit = func(n int) bool { asked = append(asked, n); return true }
+
+	md := marshal(&pb.MessageMetadata{Compression: pb.CompressionType_ZSTD.Enum(), UncompressedSize: proto.Uint32(uint32(len(bigBatch))), NumMessagesInBatch: proto.Int32(2)})
+	e, err := Parse(md, zstd(bigBatch), nil, refuse)
+	if err != nil || e.Kind != Deferred || e.Permits != 2 || len(asked) != 1 || asked[0] != len(bigBatch) {
+		t.Fatalf("refused: kind %d, %d permits, asked %v, %v; want Deferred, 2 permits, asked for %d", e.Kind, e.Permits, asked, err, len(bigBatch))
+	}
+	e, err = Parse(md, zstd(bigBatch), nil, admit)
+	if err != nil || e.Kind != Batch || len(e.Messages) != 2 || !bytes.Equal(e.Messages[1].Payload, big[:30<<10]) {
+		t.Fatalf("admitted: kind %d, %d messages, %v", e.Kind, len(e.Messages), err)
+	}
+
+	asked = nil
+	small := []byte("within the broker's limit")
+	md = marshal(&pb.MessageMetadata{Compression: pb.CompressionType_ZSTD.Enum(), UncompressedSize: proto.Uint32(uint32(len(small)))})
+	if e, err := Parse(md, zstd(small), nil, refuse); err != nil || e.Kind != Single || !bytes.Equal(e.Payload, small) || len(asked) != 0 {
+		t.Fatalf("within the limit: kind %d, %q, asked %v, %v; want it decompressed without asking", e.Kind, e.Payload, asked, err)
+	}
+	all := lim
+	all.DeferAll = true
+	if e, err := Parse(md, zstd(small), nil, all); err != nil || e.Kind != Deferred || e.Permits != 1 {
+		t.Fatalf("DeferAll: kind %d, %d permits, %v; want Deferred", e.Kind, e.Permits, err)
+	}
+	// A size the payload cannot expand to is refused without asking (nobody waits for
+	// room for it); what only decompression finds is an error once admitted.
+	asked = nil
+	md = marshal(&pb.MessageMetadata{Compression: pb.CompressionType_LZ4.Enum(), UncompressedSize: proto.Uint32(uint32(lim.MaxChunkedMessageSize))})
+	var de *Error
+	if _, err := Parse(md, []byte("tiny"), nil, refuse); !errors.As(err, &de) || de.Reason != pb.CommandAck_DecompressionError || len(asked) != 0 {
+		t.Fatalf("a size 4 bytes cannot expand to: %v, asked %v; want DecompressionError without asking", err, asked)
+	}
+	garbage := zstd(big)
+	garbage = append(garbage[:len(garbage)-8:len(garbage)-8], make([]byte, 8)...)
+	md = marshal(&pb.MessageMetadata{Compression: pb.CompressionType_ZSTD.Enum(), UncompressedSize: proto.Uint32(uint32(len(big)))})
+	if e, _ := Parse(md, garbage, nil, refuse); e.Kind != Deferred {
+		t.Fatalf("refused: kind %d, want Deferred", e.Kind)
+	}
+	if _, err := Parse(md, garbage, nil, admit); !errors.As(err, &de) || de.Reason != pb.CommandAck_DecompressionError {
+		t.Fatalf("admitted: %v, want DecompressionError", err)
+	}
+}
