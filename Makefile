@@ -4,6 +4,12 @@ GO ?= go
 BIN := bin/bridge
 RACE_BIN := bin/bridge-race
 E2E_RACE ?= ^(TestIngressDrainsOnSIGTERMUnderLoad|TestSIGTERMDoesNotWaitForAClientThatStoppedReading|TestIngressRoutesMesosEventsByType|TestIngressErrorsAreClearAndLoseNothingBefore|TestEgressDeliversOfficialMessagesAsRecordIO|TestEgressResumesAfterTheClientIsKilled|TestEgressClientAcks|TestSharedKeySharedAndFailoverOnTheRealBroker)$$
+# The tests about acknowledgements inside batches that also run on a broker with Pulsar's default
+# acknowledgmentAtBatchIndexLevelEnabled=false (e2e/pulsar/default-batch-acks.conf): make e2e's short
+# form (the egress nack/dead-letter test on every subscription type, the interop matrix's batch-ack
+# and nack/DLQ rows); make interop runs them with the matrix's full form.
+E2E_DEFAULT_ACKS ?= ^(TestEgressRetriesAndDeadLettersMessagesInsideBatches|TestInteropWithTheJavaClient)$$/^(shared|key_shared|exclusive|failover|batch-index-ack|nack-dlq)$$
+DEFAULT_ACKS_BROKER = PULSAR_EXTRA_CONF=$(CURDIR)/e2e/pulsar/default-batch-acks.conf PULSAR_HEAP=384m PULSAR_DIRECT_MEMORY=384m $(WITH_BROKER)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
@@ -59,10 +65,13 @@ build-race:
 	CGO_ENABLED=1 $(GO) build -race -trimpath -ldflags '-X main.version=$(VERSION)-race -X main.commit=$(COMMIT)' -o $(RACE_BIN) ./cmd/bridge
 
 ## e2e: black-box tests against one real Apache Pulsar standalone broker for the whole run:
-## the whole suite on the release binary, then E2E_RACE on the -race binary.
+## the whole suite on the release binary, then E2E_RACE on the -race binary; then E2E_DEFAULT_ACKS
+## on a second broker with Pulsar's default for batch-index acknowledgements (off: whole batches
+## come back; about 3 minutes).
 e2e: build build-race
 	e2e/jaeger/jaeger.sh build
 	BRIDGE_BIN=$(CURDIR)/$(BIN) BRIDGE_E2E_REQUIRE_TLS=1 $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 35m $$($(GO) list ./... | grep -v /e2e/chaos$$) && BRIDGE_BIN=$(CURDIR)/$(RACE_BIN) $(GO) test -count=1 -p 1 -timeout 20m -run "$(E2E_RACE)" .'
+	BRIDGE_BIN=$(CURDIR)/$(BIN) $(DEFAULT_ACKS_BROKER) bash -c 'cd e2e && $(GO) test -count=1 -p 1 -timeout 10m -run "$(E2E_DEFAULT_ACKS)" .'
 	@# The fault suite's short form, on its own production-shaped cluster (one of each fault).
 	cd e2e && BRIDGE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m ./chaos
 
@@ -97,10 +106,14 @@ soak: build
 ## peer e2e/javapeer, compiled against the fetched distribution): both directions, every compression,
 ## batching, chunking, keys and partitions, batch-index acks, nacks and dead letters, encryption, a JSON
 ## schema; prints the table (also written to bin/interop.md). `make e2e` runs its short form (one row of each kind).
+## Then E2E_DEFAULT_ACKS in full form on a broker with Pulsar's default acknowledgmentAtBatchIndexLevelEnabled=false
+## (the table in bin/interop-default-acks.md): duplicates of acknowledged batch-mates are counted there, loss fails.
 interop: build
 	@mkdir -p bin
 	BRIDGE_BIN=$(CURDIR)/$(BIN) INTEROP_FULL=1 INTEROP_TABLE=$(CURDIR)/bin/interop.md $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -count=1 -p 1 -timeout 30m -run "^TestInteropWithTheJavaClient$$" .'; \
-	status=$$?; cat $(CURDIR)/bin/interop.md 2>/dev/null; exit $$status
+	status=$$?; cat $(CURDIR)/bin/interop.md 2>/dev/null; \
+	BRIDGE_BIN=$(CURDIR)/$(BIN) INTEROP_FULL=1 INTEROP_TABLE=$(CURDIR)/bin/interop-default-acks.md $(DEFAULT_ACKS_BROKER) bash -c 'cd e2e && $(GO) test -count=1 -p 1 -timeout 15m -v -run "$(E2E_DEFAULT_ACKS)" .' || status=1; \
+	cat $(CURDIR)/bin/interop-default-acks.md 2>/dev/null; exit $$status
 
 ## auth: the authentication proof's full form (e2e/auth_broker_test.go, AUTH_FULL=1) on a broker of its own
 ## (OpenID, TLS and token providers, authorisation on, the tests' identity provider): one OAuth2 stream for

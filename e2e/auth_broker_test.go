@@ -51,36 +51,87 @@ const authAudience = "urn:pulsar:e2e"
 // state, when the test ends. Start it only in the tests that need it: it costs CPU.
 func startAuthBroker(t *testing.T) *authBroker {
 	t.Helper()
-	ports, err := broker.FreePorts(6)
-	if err != nil {
-		t.Fatal(err)
-	}
 	state, err := os.MkdirTemp("", "bridge-auth-pulsar-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ab := &authBroker{url: fmt.Sprintf("pulsar://127.0.0.1:%d", ports[0]), adminURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+	// Another broker started at the same moment may take a port chosen here (pulsar.sh
+	// then exits 75), or the identity provider's: the start is tried again on other ports,
+	// all of them, since the provider's address is in the broker's configuration.
+	var ab *authBroker
+	var script func(arg string) error
+	t.Cleanup(func() {
+		if script != nil {
+			if err := script("stop"); err != nil {
+				t.Log(err)
+			}
+		}
+		if ab != nil && ab.idp != nil {
+			ab.idp.Close()
+		}
+		if os.Getenv("KEEP_PULSAR_STATE") == "" {
+			_ = os.RemoveAll(state)
+		}
+	})
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		var retry bool
+		ab, script, retry, err = startAuthBrokerOn(state)
+		if err == nil {
+			break
+		}
+		if !retry || attempt == 5 {
+			t.Fatal(err)
+		}
+		t.Logf("ports taken by another process; starting again on other ports (attempt %d of 5): %v", attempt+1, err)
+		if script != nil {
+			_ = script("stop")
+		}
+		if ab.idp != nil {
+			ab.idp.Close()
+		}
+		ab, script = nil, nil
+		_ = os.RemoveAll(filepath.Join(state, "data"))
+	}
+	ab.ctl = script
+	t.Logf("authenticating broker healthy after %s: %s, %s, admin %s, issuer %s", time.Since(start).Round(time.Second), ab.url, ab.tlsURL, ab.adminURL, ab.idp.Issuer())
+	ab.admin(t, http.MethodPut, "/admin/v2/tenants/auth", `{"allowedClusters":["standalone"]}`)
+	ab.admin(t, http.MethodPut, "/admin/v2/namespaces/auth/allowed", "")
+	// Kept until read back, subscription or not.
+	ab.admin(t, http.MethodPost, "/admin/v2/namespaces/auth/allowed/retention", `{"retentionTimeInMinutes":-1,"retentionSizeInMB":-1}`)
+	ab.admin(t, http.MethodPut, "/admin/v2/namespaces/auth/forbidden", "")
+	return ab
+}
+
+// startAuthBrokerOn starts the authenticating broker in state on ports chosen now; retry
+// says that a port was taken by another process and a start on other ports may work.
+func startAuthBrokerOn(state string) (ab *authBroker, script func(arg string) error, retry bool, err error) {
+	ports, err := broker.FreePorts(6)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	ab = &authBroker{url: fmt.Sprintf("pulsar://127.0.0.1:%d", ports[0]), adminURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
 		tlsURL: fmt.Sprintf("pulsar+ssl://127.0.0.1:%d", ports[3]), state: state,
 		caFile: filepath.Join(state, "tls", "ca.crt"), caKey: filepath.Join(state, "tls", "ca.key")}
 	// The issuer's address is in the broker's configuration: the provider listens on a
 	// port chosen now and lives as long as the broker.
 	ab.idp, err = oidctest.New(oidctest.Options{Addr: fmt.Sprintf("127.0.0.1:%d", ports[5]), Lifetime: oauth2Scale().lifetime})
 	if err != nil {
-		t.Fatal(err)
+		return ab, nil, true, fmt.Errorf("the identity provider on port %d: %w", ports[5], err)
 	}
 	secretKey := make([]byte, 32)
 	_, _ = rand.Read(secretKey)
 	authDir := filepath.Join(state, "auth")
 	if err := os.MkdirAll(authDir, 0o700); err != nil {
-		t.Fatal(err)
+		return ab, nil, false, err
 	}
 	if ab.superuser, err = oidctest.SignWith(secretKey, "", jose.HS256, map[string]any{"sub": "superuser"}); err != nil {
-		t.Fatal(err)
+		return ab, nil, false, err
 	}
 	write := func(name string, b []byte) string {
 		p := filepath.Join(authDir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
+		if werr := os.WriteFile(p, b, 0o600); werr != nil && err == nil {
+			err = werr
 		}
 		return p
 	}
@@ -116,36 +167,20 @@ func startAuthBroker(t *testing.T) *authBroker {
 		fmt.Sprintf("PULSAR_ZOOKEEPER_PORT=%d", ports[4]),
 		"PULSAR_EXTRA_CONF="+conf, "PULSAR_ADMIN_TOKEN_FILE="+superFile,
 		"PULSAR_HEAP=384m", "PULSAR_DIRECT_MEMORY=384m")
-	script := func(arg string) error {
+	script = func(arg string) error {
 		cmd := exec.Command(broker.ScriptPath(), arg)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("pulsar.sh %s: %v\n%s", arg, err, out)
+			return fmt.Errorf("pulsar.sh %s: %w\n%s", arg, err, out)
 		}
 		return nil
 	}
-	ab.ctl = script
-	t.Cleanup(func() {
-		if err := script("stop"); err != nil {
-			t.Log(err)
-		}
-		ab.idp.Close()
-		if os.Getenv("KEEP_PULSAR_STATE") == "" {
-			_ = os.RemoveAll(state)
-		}
-	})
-	start := time.Now()
-	if err := script("start"); err != nil {
-		t.Fatal(err)
+	if err != nil {
+		return ab, nil, false, err
 	}
-	t.Logf("authenticating broker healthy after %s: %s, %s, admin %s, issuer %s", time.Since(start).Round(time.Second), ab.url, ab.tlsURL, ab.adminURL, ab.idp.Issuer())
-	ab.admin(t, http.MethodPut, "/admin/v2/tenants/auth", `{"allowedClusters":["standalone"]}`)
-	ab.admin(t, http.MethodPut, "/admin/v2/namespaces/auth/allowed", "")
-	// Kept until read back, subscription or not.
-	ab.admin(t, http.MethodPost, "/admin/v2/namespaces/auth/allowed/retention", `{"retentionTimeInMinutes":-1,"retentionSizeInMB":-1}`)
-	ab.admin(t, http.MethodPut, "/admin/v2/namespaces/auth/forbidden", "")
-	return ab
+	err = script("start")
+	return ab, script, broker.PortsTaken(err), err
 }
 
 // grant gives role produce and consume on auth/allowed.

@@ -48,6 +48,10 @@ type interopRow struct {
 	Row, Direction                      string
 	Sent, Received, Lost, Dup, Mismatch int
 	Verdict, Note                       string
+	// wholeBatches: the row ran on a broker without batch-index acknowledgements
+	// (Pulsar's default), which redelivers whole batches: its duplicates are acknowledged
+	// batch-mates sent again by the broker, counted and noted, not failed. Loss still fails.
+	wholeBatches bool
 }
 
 func addInteropRow(r interopRow) {
@@ -117,10 +121,42 @@ func (r *interopRow) tallyHashes(sent, got []string) {
 	}
 }
 
-// check fails t unless nothing was lost, duplicated or different.
+// batchMates marks a row about acknowledgements inside batches: on a broker without
+// batch-index acknowledgements its duplicates are the broker's whole-batch redelivery.
+func (r *interopRow) batchMates(t *testing.T, b *broker.Broker) {
+	t.Helper()
+	r.wholeBatches = !b.BatchIndexAcks(t)
+}
+
+// ackedAgain moves the received messages that had been acknowledged (acked, by hash) from
+// the mismatches a tally against the unacknowledged ones counted to the duplicates: on a
+// broker that redelivers whole batches they are acknowledged batch-mates sent again.
+func (r *interopRow) ackedAgain(acked, got []string) {
+	if !r.wholeBatches {
+		return
+	}
+	was := map[string]bool{}
+	for _, h := range acked {
+		was[h] = true
+	}
+	for _, h := range got {
+		if was[h] {
+			r.Mismatch--
+			r.Dup++
+		}
+	}
+}
+
+// check fails t unless nothing was lost, duplicated or different; on a broker that
+// redelivers whole batches (see batchMates) duplicates are noted, not failed.
 func (r *interopRow) check(t *testing.T) {
 	t.Helper()
-	if r.Lost != 0 || r.Dup != 0 || r.Mismatch != 0 {
+	dup := r.Dup
+	if r.wholeBatches {
+		r.Note += fmt.Sprintf("; broker without batch-index acks: %d duplicates (acknowledged batch-mates redelivered with their batch)", r.Dup)
+		dup = 0
+	}
+	if r.Lost != 0 || dup != 0 || r.Mismatch != 0 {
 		t.Errorf("%s: sent %d, received %d: lost %d, duplicated %d, mismatched %d (%s)", r.Row, r.Sent, r.Received, r.Lost, r.Dup, r.Mismatch, r.Note)
 	}
 }
@@ -755,6 +791,7 @@ func keys2(m map[int]bool) []int {
 // the subscription gets exactly the others.
 func interopJavaAcksPartOfABridgeBatch(t *testing.T, r *interopRow) {
 	b := broker.Get(t)
+	r.batchMates(t, b)
 	topic := b.Topic(t, "interop-bia")
 	p := ingressBridge(t, b, topic, "", "")
 	const n = 20
@@ -784,6 +821,7 @@ func interopJavaAcksPartOfABridgeBatch(t *testing.T, r *interopRow) {
 		again = append(again, m.SHA256)
 	}
 	r.tallyHashes(rest, again)
+	r.ackedAgain(acked, again)
 	r.Sent = n
 	r.Received = len(first) + len(second)
 	r.Lost += n - len(first)
@@ -796,6 +834,7 @@ func interopJavaAcksPartOfABridgeBatch(t *testing.T, r *interopRow) {
 // exactly the others.
 func interopEgressAcksPartOfAJavaBatch(t *testing.T, r *interopRow) {
 	b := broker.Get(t)
+	r.batchMates(t, b)
 	const n = 20
 	spec := javapeer.Spec{URL: b.URL, Topic: b.Topic(t, "interop-bia"), Count: n, Size: 60, BatchMaxMessages: n, BatchDelayMs: 200}
 	sent := mustProduce(t, spec)
@@ -805,11 +844,12 @@ func interopEgressAcksPartOfAJavaBatch(t *testing.T, r *interopRow) {
 	p := egressBridge(t, b, spec.Topic, "    envelope: json\n    ack: client\n    type: shared\n    ackTimeout: 10m", "")
 	rd := openEgressReader(t, p.DataURL+"/v1/streams/out", true)
 	recs := rd.readAll(t, n, 15*time.Second, 500*time.Millisecond, true)
-	var ids []string
+	var ids, ackedH []string
 	var rest []string
 	for i, e := range recs {
 		if i%2 == 0 {
 			ids = append(ids, e.MessageID)
+			ackedH = append(ackedH, hashOf(e.bytes()))
 		} else {
 			rest = append(rest, hashOf(e.bytes()))
 		}
@@ -826,6 +866,7 @@ func interopEgressAcksPartOfAJavaBatch(t *testing.T, r *interopRow) {
 		again = append(again, hashOf(e.bytes()))
 	}
 	r.tallyHashes(rest, again)
+	r.ackedAgain(ackedH, again)
 	r.Sent, r.Received = n, len(recs)+len(recs2)
 	r.Lost += n - len(recs)
 	r.Note = fmt.Sprintf("first GET: %d received, %d acked; second GET: %d", len(recs), len(ids), len(recs2))
@@ -838,6 +879,7 @@ func interopEgressAcksPartOfAJavaBatch(t *testing.T, r *interopRow) {
 // ORIGIN_MESSAGE_ID.
 func interopJavaNacksInsideABridgeBatch(t *testing.T, r *interopRow) {
 	b := broker.Get(t)
+	r.batchMates(t, b)
 	topic := b.Topic(t, "interop-nack")
 	p := ingressBridge(t, b, topic, "", "")
 	const n = 10
@@ -854,9 +896,19 @@ func interopJavaNacksInsideABridgeBatch(t *testing.T, r *interopRow) {
 	// batch, acknowledged neighbours too (the Java client's own behaviour with its own batches).
 	// It reads until nothing came for 4 s: the dead letters are written when the last nack's
 	// redelivery comes due, after every delivery was seen.
+	// On a broker without them, the Java consumer runs with its default (off), as its users
+	// there would: with them on it acknowledges indexes the broker ignores, and the
+	// dead-lettered messages' batches came back for ever (12 795 deliveries of 10 messages
+	// in three minutes, seen with the reference client 4.0.8).
 	got, _ := javapeer.Consume(t, javapeer.Spec{URL: b.URL, Topic: topic, Subscription: "check", Type: "Shared", TimeoutMs: 4000,
-		BatchIndexAck: true, NackSHA256: poison, NegativeAckDelayMs: 100, DLQMaxRedeliver: 1, DLQSubscription: "dlq-check"})
-	dead, _ := javapeer.Consume(t, javapeer.Spec{URL: b.URL, Topic: dlq, Subscription: "dlq-check", Count: len(poison), TimeoutMs: 10000})
+		BatchIndexAck: !r.wholeBatches, NackSHA256: poison, NegativeAckDelayMs: 100, DLQMaxRedeliver: 1, DLQSubscription: "dlq-check"})
+	// On a broker that redelivers whole batches the Java client dead-letters the batch-mates
+	// that came back with a poison message too: the dead-letter topic is read until quiet.
+	want := len(poison)
+	if r.wholeBatches {
+		want = 0
+	}
+	dead, _ := javapeer.Consume(t, javapeer.Spec{URL: b.URL, Topic: dlq, Subscription: "dlq-check", Count: want, TimeoutMs: 10000})
 	interopDLQTally(t, r, topic, recs, poison, got, dead, 2)
 }
 
@@ -899,11 +951,25 @@ func interopDLQTally(t *testing.T, r *interopRow, topic string, recs [][]byte, p
 	}
 	var dl dlqCounts
 	dl.tally(poison, dh)
+	if r.wholeBatches {
+		// Dead letters that are sent messages but not poison ones are batch-mates the
+		// broker sent again with a poison one: duplicates, not strangers.
+		sentH := map[string]bool{}
+		for _, rec := range recs {
+			sentH[hashOf(rec)] = true
+		}
+		for _, h := range dh {
+			if !isPoison[h] && sentH[h] {
+				dl.mismatch--
+				dl.dup++
+			}
+		}
+	}
 	r.Mismatch = badProps + dl.mismatch
 	r.Note += fmt.Sprintf("poison %d: delivered fewer than %d times %d; dead letters %d (missing %d, extra %d)", len(poison), deliveries, short, len(dead), dl.lost, dl.dup)
-	if short > 0 || dl.lost > 0 || dl.dup > 0 {
-		r.Lost += dl.lost
-		r.Dup += dl.dup
+	r.Lost += dl.lost
+	r.Dup += dl.dup
+	if short > 0 || dl.lost > 0 || dl.dup > 0 && !r.wholeBatches {
 		t.Errorf("%s", r.Note)
 	}
 	r.check(t)
@@ -923,6 +989,7 @@ func (d *dlqCounts) tally(want, got []string) {
 // topic, read by a Java consumer, with REAL_TOPIC and ORIGIN_MESSAGE_ID.
 func interopEgressNacksInsideAJavaBatch(t *testing.T, r *interopRow) {
 	b := broker.Get(t)
+	r.batchMates(t, b)
 	const n = 10
 	spec := javapeer.Spec{URL: b.URL, Topic: b.Topic(t, "interop-nack"), Count: n, Size: 60, BatchMaxMessages: n, BatchDelayMs: 200}
 	sent := mustProduce(t, spec)

@@ -111,7 +111,9 @@ type ConsumerOptions struct {
 	AckGroupTime time.Duration
 	AckGroupMax  int
 	// BatchIndexAck sends PIP-54 batch-index acknowledgements (ack_set) for partly
-	// acknowledged batches; the broker must run with acknowledgmentAtBatchIndexLevelEnabled.
+	// acknowledged batches; the broker must run with acknowledgmentAtBatchIndexLevelEnabled
+	// (Pulsar's default is off: it ignores the ack_set and redelivers whole batches, whose
+	// acknowledged members the consumer filters out while it lives, not after a reconnect).
 	// Off, a batch is acknowledged when all its messages are [off].
 	BatchIndexAck bool
 	// NackRedeliveryDelay is how long a negatively acknowledged message waits [1 min].

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -382,4 +383,23 @@ func PortsTaken(err error) bool {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// BatchIndexAcks reports whether the broker keeps batch-index acknowledgements (PIP-54,
+// acknowledgmentAtBatchIndexLevelEnabled; the suite's brokers turn it on, Pulsar's default
+// is off). Off, the broker ignores a partial ack_set and redelivers whole batches:
+// acknowledged batch-mates come again after a reconnect or a redelivery (duplicates, never
+// loss), so the tests that count them say which broker they ran on.
+func (b *Broker) BatchIndexAcks(t testing.TB) bool {
+	t.Helper()
+	out := b.MustAdmin(t, http.MethodGet, "/admin/v2/brokers/configuration/runtime", nil)
+	var conf map[string]string
+	if err := json.Unmarshal(out, &conf); err != nil {
+		t.Fatalf("the broker's runtime configuration: %v: %.200s", err, out)
+	}
+	v, ok := conf["acknowledgmentAtBatchIndexLevelEnabled"]
+	if !ok {
+		t.Fatalf("the broker's runtime configuration has no acknowledgmentAtBatchIndexLevelEnabled: %.200s", out)
+	}
+	return v == "true"
 }

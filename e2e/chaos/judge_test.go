@@ -3,6 +3,8 @@ package chaos
 import (
 	"testing"
 	"time"
+
+	"github.com/recordio-bridge/bridge/e2e/faultproxy"
 )
 
 // receiptsEvery makes an ingress client that had one receipt every step in [from, to),
@@ -163,5 +165,108 @@ func TestASoakIsNotMovedByStreamsReconnectingButFailsALeak(t *testing.T) {
 	perStream := mk(func(_ time.Duration, k int) int { return k / 6 }) // a stream reconnects every 30 s, every other leaks
 	if j := judgeSoak(perStream, start, warm); !j.judged || j.ok {
 		t.Errorf("a replica leaking a goroutine every other reconnection passes: %+v", j)
+	}
+}
+
+// loadedBaseline makes four ingress clients with one receipt every 20 ms, each 7 ms after its
+// send, over [warm, t0), but for one stall of the whole machine of length stall from
+// warm+1 s: every record sent during it is receipted only when it ends (as on a busy machine
+// where the suite shares two cores with other builds).
+func loadedBaseline(warm, t0 time.Time, stall time.Duration) []*ingressClient {
+	var ics []*ingressClient
+	stop := warm.Add(time.Second)
+	resume := stop.Add(stall)
+	for range 4 {
+		ic := newIngressClient("", "", "", 0)
+		for at := warm; at.Before(t0); at = at.Add(20 * time.Millisecond) {
+			got := at.Add(7 * time.Millisecond)
+			if !at.Before(stop) && at.Before(resume) {
+				got = resume.Add(7 * time.Millisecond)
+			}
+			ic.receipts = append(ic.receipts, receiptTimes{sent: at.UnixNano(), got: got.UnixNano()})
+		}
+		ics = append(ics, ic)
+	}
+	return ics
+}
+
+// TestALoadedBaselineStillSeesTheFault: a stall of the machine during the baseline (a
+// second in which nothing ran, which lifts the baseline's 90th percentile to 700 ms and its
+// longest gap to a second) does not hide a fault: records receipted after 100 ms ± 100 ms
+// each way (a median of 364 ms, as the suite measured) are delayed, and four seconds without
+// a receipt are a stall. A fault that changed nothing (receipts as quick as before, even with
+// the machine stalling again during it) is still no effect, and so is a fault proxy that met
+// only a few keep-alives; one that acted on the bridge's traffic is an effect whatever the
+// receipts show.
+func TestALoadedBaselineStillSeesTheFault(t *testing.T) {
+	warm := time.Unix(1000, 0)
+	t0 := warm.Add(baseline)
+	over := t0.Add(8 * time.Second)
+	judge := func(fault func(ic *ingressClient), k tally) disturbance {
+		ics := loadedBaseline(warm, t0, time.Second)
+		for _, ic := range ics {
+			fault(ic)
+		}
+		e := &env{ins: ics}
+		return e.disturbance(tally{}, k, warm, t0, over)
+	}
+	latency := func(ic *ingressClient) {
+		// 100 ms ± 100 ms on the way out and on the way back, and the bridge's batching:
+		// spread evenly from 164 ms to 564 ms.
+		i := 0
+		for at := t0; at.Before(over); at = at.Add(20 * time.Millisecond) {
+			l := 164*time.Millisecond + time.Duration(i%100)*4*time.Millisecond
+			ic.receipts = append(ic.receipts, receiptTimes{sent: at.UnixNano(), got: at.Add(l).UnixNano()})
+			i++
+		}
+	}
+	d := judge(latency, tally{})
+	if d.baseP90 < 500*time.Millisecond || d.baseStall < time.Second {
+		t.Fatalf("the made-up baseline is not loaded (p90 %s, longest stall %s): the case proves nothing", d.baseP90, d.baseStall)
+	}
+	if d.faultMedian < d.baseMedian*10 || d.faultMedian > d.baseP90 {
+		t.Fatalf("the made-up fault's median %s is not between ten baseline medians and the baseline's p90 %s: the case proves nothing", d.faultMedian, d.baseP90)
+	}
+	if !d.delayed() || !d.any() {
+		t.Errorf("100 ms ± 100 ms each way after a loaded baseline is no effect: %s", d)
+	}
+	stall := func(ic *ingressClient) { // nothing from t0+1 s for 4 s, then all at once
+		stop, resume := t0.Add(time.Second), t0.Add(5*time.Second)
+		for at := t0; at.Before(over); at = at.Add(20 * time.Millisecond) {
+			got := at.Add(7 * time.Millisecond)
+			if !at.Before(stop) && at.Before(resume) {
+				got = resume.Add(7 * time.Millisecond)
+			}
+			ic.receipts = append(ic.receipts, receiptTimes{sent: at.UnixNano(), got: got.UnixNano()})
+		}
+	}
+	if d := judge(stall, tally{}); !d.stalled() || !d.any() {
+		t.Errorf("4 s without receipts after a loaded baseline is no effect: %s", d)
+	}
+
+	nothing := func(ic *ingressClient) { receiptsEvery(ic, t0, over, 20*time.Millisecond, 7*time.Millisecond) }
+	if d := judge(nothing, tally{}); d.any() {
+		t.Errorf("receipts as before the fault, after a loaded baseline, count as an effect: %s", d)
+	}
+	stalledAgain := func(ic *ingressClient) { // the machine stalls for a second during the fault too
+		stop, resume := t0.Add(2*time.Second), t0.Add(3*time.Second)
+		for at := t0; at.Before(over); at = at.Add(20 * time.Millisecond) {
+			got := at.Add(7 * time.Millisecond)
+			if !at.Before(stop) && at.Before(resume) {
+				got = resume.Add(7 * time.Millisecond)
+			}
+			ic.receipts = append(ic.receipts, receiptTimes{sent: at.UnixNano(), got: got.UnixNano()})
+		}
+	}
+	if d := judge(stalledAgain, tally{}); d.any() {
+		t.Errorf("a fault that changed nothing while the machine stalled a second again counts as an effect: %s", d)
+	}
+	keepAlives := tally{proxy: faultproxy.Stats{Chunks: 8, Faulted: 4, Held: 800 * time.Millisecond}}
+	if d := judge(nothing, keepAlives); d.any() {
+		t.Errorf("a fault proxy that delayed 4 keep-alive chunks and receipts as before count as an effect: %s", d)
+	}
+	traffic := tally{proxy: faultproxy.Stats{Chunks: 3200, Faulted: 3200, Held: 480 * time.Second}}
+	if d := judge(nothing, traffic); !d.acted() || !d.any() {
+		t.Errorf("a fault proxy that delayed 3200 chunks of the bridge's traffic is no effect: %s", d)
 	}
 }

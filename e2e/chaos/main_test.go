@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -39,11 +41,16 @@ type cluster struct {
 }
 
 var (
-	theCluster *cluster
-	full       = os.Getenv("CHAOS_FULL") != "" // make chaos: the whole matrix
-	rowsMu     sync.Mutex
-	rows       []row
-	adminHTTP  = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 60 * time.Second,
+	// The cluster is started by the first test that needs it (the judges' unit tests do
+	// not), and stopped after the last test.
+	theCluster  *cluster
+	clusterErr  error
+	clusterStop func()
+	clusterOnce sync.Once
+	full        = os.Getenv("CHAOS_FULL") != "" // make chaos: the whole matrix
+	rowsMu      sync.Mutex
+	rows        []row
+	adminHTTP   = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 60 * time.Second,
 		// Admin calls redirect between the brokers (127.0.0.1 and 127.0.0.2); the token goes along.
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 10 {
@@ -95,12 +102,6 @@ func TestMain(m *testing.M) {
 }
 
 func mainCode(m *testing.M) int {
-	c, stop, err := startCluster()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "chaos: no cluster: %v\n", err)
-		return 1
-	}
-	theCluster = c
 	code := m.Run()
 	if len(rows) > 0 {
 		t := table()
@@ -109,8 +110,8 @@ func mainCode(m *testing.M) int {
 			_ = os.WriteFile(f, []byte(t), 0o644)
 		}
 	}
-	if stop != nil {
-		stop()
+	if clusterStop != nil {
+		clusterStop()
 	}
 	adminHTTP.CloseIdleConnections()
 	ingressHTTP.CloseIdleConnections()
@@ -142,18 +143,36 @@ func startCluster() (*cluster, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		base := os.Getenv("CLUSTER_PORT_BASE")
-		if base == "" {
-			b, err := freeRange(17600, 23)
-			if err != nil {
+		// Without CLUSTER_PORT_BASE the ports are chosen here, from a random base, so two
+		// suites started at once rarely choose the same ones; when they did, a member
+		// finds its port held by the other's and cluster.sh exits 75: the start is tried
+		// again from another base.
+		fixed := os.Getenv("CLUSTER_PORT_BASE")
+		for attempt := 1; ; attempt++ {
+			base := fixed
+			if base == "" {
+				b, err := freeRange(17600+100*mathrand.IntN(20), 23)
+				if err != nil {
+					return nil, nil, err
+				}
+				base = strconv.Itoa(b)
+			}
+			env = append(os.Environ(), "CLUSTER_STATE_DIR="+dir, "CLUSTER_PORT_BASE="+base)
+			out, err := run(env, scriptPath(), "start")
+			if err == nil {
+				break
+			}
+			_, _ = run(env, scriptPath(), "stop")
+			if !portsTaken(err) || fixed != "" || attempt == 5 {
+				return nil, nil, fmt.Errorf("cluster.sh start: %v\n%s", err, out)
+			}
+			fmt.Fprintf(os.Stderr, "chaos: ports from %s taken by another process; starting the cluster again on others (attempt %d of 5)\n", base, attempt+1)
+			if err := os.RemoveAll(dir); err != nil {
 				return nil, nil, err
 			}
-			base = strconv.Itoa(b)
-		}
-		env = append(env, "CLUSTER_STATE_DIR="+dir, "CLUSTER_PORT_BASE="+base)
-		if out, err := run(env, scriptPath(), "start"); err != nil {
-			_, _ = run(env, scriptPath(), "stop")
-			return nil, nil, fmt.Errorf("cluster.sh start: %v\n%s", err, out)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, nil, err
+			}
 		}
 		stop = func() {
 			if out, err := run(env, scriptPath(), "stop"); err != nil {
@@ -233,6 +252,10 @@ func (c *cluster) heal() ([]string, error) {
 // serve: what the test left broken is repaired and the test fails, naming it.
 func useCluster(t testing.TB) *cluster {
 	t.Helper()
+	clusterOnce.Do(func() { theCluster, clusterStop, clusterErr = startCluster() })
+	if clusterErr != nil {
+		t.Fatalf("no cluster: %v", clusterErr)
+	}
 	c := theCluster
 	repaired, err := c.heal()
 	if err != nil {
@@ -342,6 +365,13 @@ func freePort(t testing.TB) int {
 	}
 	t.Fatal("no free port")
 	return 0
+}
+
+// portsTaken reports whether cluster.sh failed because another process holds one of its
+// ports (exit status 75).
+func portsTaken(err error) bool {
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.ExitCode() == 75
 }
 
 // freeRange finds n consecutive free ports from start on, in steps of 100.

@@ -414,12 +414,16 @@ func (e *env) owned(t testing.TB, name string) []string {
 type tally struct {
 	reconnects                int64 // the bridge's, -1 when it did not answer
 	requests, failed, egressE int
+	proxy                     faultproxy.Stats // the fault proxy's (viaFault only)
 }
 
 func (e *env) disturbanceCounts() tally {
 	k := tally{reconnects: -1}
 	if e.b != nil {
 		k.reconnects = e.b.reconnects()
+	}
+	if e.fp != nil {
+		k.proxy = e.fp.Stats()
 	}
 	for _, ic := range e.ins {
 		rq, f := ic.counts()
@@ -434,31 +438,54 @@ func (e *env) disturbanceCounts() tally {
 
 // disturbance is what a fault did to the load, from its injection until the load recovered,
 // against the baseline just before.
+//
+// The baseline's figures are robust to the machine's own stalls: on a busy machine (the
+// suite shares its cores with other builds) a second in which nothing ran inflates the
+// baseline's tail and its longest gap, and a judge against those would call a real fault
+// no effect. So the baseline's spread is its median absolute deviation and its usual quiet
+// the 99th percentile of the gaps between receipts, which a stall or two barely move.
 type disturbance struct {
 	reconnects int64 // the bridge's to the brokers
 	failed     int   // failed receipts and stalled requests
 	broken     int   // ingress requests that ended and were made again
 	egressEnds int   // egress streams that ended and were opened again
-	// Receipt latency (send to receipt) of the records sent before and during the fault.
-	baseMedian, baseP90, faultMedian time.Duration
-	// The longest time a stream went without a receipt, before and during the fault.
-	baseStall, faultStall time.Duration
+	// Receipt latency (send to receipt) of the records sent before and during the fault;
+	// baseSpread is the baseline's median absolute deviation, scaled to a standard
+	// deviation (×1.4826).
+	baseMedian, baseP90, baseSpread, faultMedian time.Duration
+	// The longest time a stream went without a receipt, before and during the fault, and
+	// the 99th percentile of the baseline's gaps between a stream's receipts.
+	baseStall, faultStall, baseGap time.Duration
+	// What the fault proxy did to the bridge's traffic during the fault: chunks it delayed,
+	// throttled, sliced or held, and for how long in all (viaFault only).
+	proxied   int64
+	proxyHeld time.Duration
 }
 
+// proxyActed is the least number of chunks the fault proxy must have acted on for its
+// fault to count as one on the load: the load's records cross it by the hundred a
+// second, while a fault on a proxy the bridge's traffic bypassed meets a few keep-alives.
+const proxyActed = 20
+
 // delayed: the typical record sent during the fault waited for its receipt more than twice
-// as long as the typical record before it, and longer than nine in ten of those.
+// as long as the typical record before it, and beyond the baseline's usual spread (three
+// of its standard deviations, estimated robustly, above its median).
 func (d disturbance) delayed() bool {
-	return d.faultMedian > 2*d.baseMedian && d.faultMedian > d.baseP90
+	return d.faultMedian > 2*d.baseMedian && d.faultMedian > d.baseMedian+3*d.baseSpread
 }
 
 // stalled: some stream went without a receipt during the fault for longer than the whole
-// baseline, and four times as long as any stream did before it.
+// baseline, and four times as long as streams usually went between receipts before it.
 func (d disturbance) stalled() bool {
-	return d.faultStall > baseline && d.faultStall > 4*d.baseStall
+	return d.faultStall > baseline && d.faultStall > 4*d.baseGap
 }
 
+// acted: the fault proxy acted on the bridge's traffic (delayed, throttled, sliced or
+// held it), which the machine's load cannot fake or hide.
+func (d disturbance) acted() bool { return d.proxied >= proxyActed }
+
 func (d disturbance) any() bool {
-	return d.reconnects > 0 || d.failed > 0 || d.broken > 0 || d.egressEnds > 0 || d.delayed() || d.stalled()
+	return d.reconnects > 0 || d.failed > 0 || d.broken > 0 || d.egressEnds > 0 || d.delayed() || d.stalled() || d.acted()
 }
 
 func (d disturbance) String() string {
@@ -481,12 +508,16 @@ func (d disturbance) String() string {
 		stall += " (stalled)"
 	}
 	parts = append(parts, lat, stall)
+	if d.proxied > 0 {
+		parts = append(parts, fmt.Sprintf("fault proxy acted on %d chunks, held %s in all", d.proxied, d.proxyHeld.Round(100*time.Millisecond)))
+	}
 	return strings.Join(parts, ", ")
 }
 
 // disturbance compares the counts and receipts of the fault [t0, over) with the baseline [warm, t0).
 func (e *env) disturbance(before, after tally, warm, t0, over time.Time) disturbance {
-	d := disturbance{failed: after.failed - before.failed, broken: after.requests - before.requests, egressEnds: after.egressE - before.egressE}
+	d := disturbance{failed: after.failed - before.failed, broken: after.requests - before.requests, egressEnds: after.egressE - before.egressE,
+		proxied: after.proxy.Faulted - before.proxy.Faulted, proxyHeld: after.proxy.Held - before.proxy.Held}
 	switch {
 	case after.reconnects < 0 || before.reconnects < 0:
 	case after.reconnects < before.reconnects: // a new bridge process counts from 0
@@ -494,7 +525,7 @@ func (e *env) disturbance(before, after tally, warm, t0, over time.Time) disturb
 	default:
 		d.reconnects = after.reconnects - before.reconnects
 	}
-	var baseLat, faultLat []time.Duration
+	var baseLat, faultLat, baseGaps []time.Duration
 	for _, ic := range e.ins {
 		ic.mu.Lock()
 		rs := slices.Clone(ic.receipts)
@@ -507,12 +538,37 @@ func (e *env) disturbance(before, after tally, warm, t0, over time.Time) disturb
 				faultLat = append(faultLat, time.Duration(x.got-x.sent))
 			}
 		}
+		baseGaps = append(baseGaps, gaps(rs, warm, t0)...)
 		d.baseStall = max(d.baseStall, longestGap(rs, warm, t0))
 		d.faultStall = max(d.faultStall, longestGap(rs, t0, over))
 	}
 	d.baseMedian, d.baseP90 = quantile(baseLat, 0.5), quantile(baseLat, 0.9)
+	dev := make([]time.Duration, len(baseLat))
+	for i, l := range baseLat {
+		dev[i] = max(l-d.baseMedian, d.baseMedian-l)
+	}
+	d.baseSpread = time.Duration(1.4826 * float64(quantile(dev, 0.5)))
+	d.baseGap = quantile(baseGaps, 0.99)
 	d.faultMedian = quantile(faultLat, 0.5)
 	return d
+}
+
+// gaps is the times between consecutive receipts in [from, to), the first counted from from.
+func gaps(rs []receiptTimes, from, to time.Time) []time.Duration {
+	got := make([]int64, 0, len(rs))
+	for _, x := range rs {
+		if x.got >= from.UnixNano() && x.got < to.UnixNano() {
+			got = append(got, x.got)
+		}
+	}
+	slices.Sort(got)
+	out := make([]time.Duration, 0, len(got))
+	prev := from.UnixNano()
+	for _, g := range got {
+		out = append(out, time.Duration(g-prev))
+		prev = g
+	}
+	return out
 }
 
 // longestGap is the longest time in [from, to) without a receipt.

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,6 +43,24 @@ type Proxy struct {
 	closed chan struct{}
 	wg     sync.WaitGroup
 	once   sync.Once
+
+	chunks, faulted, held atomic.Int64 // for Stats
+}
+
+// Stats is what the proxy did to the bytes it passed since it started, in both directions.
+// A judge of a fault reads it before and after: the faults acted on the traffic when
+// Faulted grew, whatever the machine's load did to the timing of the peers.
+type Stats struct {
+	Chunks int64 // chunks delivered (what one read brought)
+	// Faulted is how many of them a fault acted on: delivered late (latency, jitter),
+	// throttled, sliced into several segments or held by a black hole.
+	Faulted int64
+	Held    time.Duration // how long the faulted chunks were held in all, from read until written
+}
+
+// Stats returns the counts so far.
+func (p *Proxy) Stats() Stats {
+	return Stats{Chunks: p.chunks.Load(), Faulted: p.faulted.Load(), Held: time.Duration(p.held.Load())}
 }
 
 type link struct{ a, b net.Conn }
@@ -221,16 +240,24 @@ func (p *Proxy) pipe(dst, src net.Conn, l *link) {
 			due = lastDue // jitter never reorders bytes
 		}
 		lastDue = due
+		faulted := delay > 0
 		if !p.waitUntil(due) {
 			return
 		}
 		for f.Blackhole {
+			faulted = true
 			select {
 			case <-wake:
 			case <-p.closed:
 				return
 			}
 			f, wake = p.current()
+		}
+		// Counted as its writing begins, so a peer that got the bytes sees them counted.
+		p.chunks.Add(1)
+		if faulted || f.BytesPerSecond > 0 || f.SliceBytes > 0 && f.SliceBytes < len(c.b) {
+			p.faulted.Add(1)
+			p.held.Add(int64(time.Since(c.at)))
 		}
 		if err := p.write(dst, c.b, f); err != nil {
 			return

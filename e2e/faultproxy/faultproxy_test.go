@@ -159,3 +159,65 @@ func TestResetAndRefuse(t *testing.T) {
 		t.Fatal("a refused connection answered")
 	}
 }
+
+// Stats counts the chunks a fault acted on, and only those: traffic without a fault adds
+// chunks but no faulted ones; under latency, a bandwidth cap, slicing or a black hole each
+// round trip adds faulted chunks held at least as long as the fault says.
+func TestStatsCountWhatTheFaultsActedOn(t *testing.T) {
+	p, err := New("127.0.0.1:0", echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := dial(t, p)
+	defer c.Close()
+	roundTrip(t, c, []byte("clean"))
+	s0 := p.Stats()
+	if s0.Chunks < 2 || s0.Faulted != 0 || s0.Held != 0 {
+		t.Fatalf("after a round trip without faults: %+v, want 2 chunks or more and none faulted", s0)
+	}
+	for _, f := range []Faults{
+		{Latency: 30 * time.Millisecond},
+		{BytesPerSecond: 1 << 10},
+		{SliceBytes: 3, SliceDelay: time.Millisecond},
+	} {
+		p.Set(f)
+		before := p.Stats()
+		roundTrip(t, c, []byte("0123456789"))
+		after := p.Stats()
+		// One chunk each way; sliced, the echo comes back in segments no longer than the
+		// slice, which the fault leaves as they are.
+		want := int64(2)
+		if f.SliceBytes > 0 {
+			want = 1
+		}
+		if n := after.Faulted - before.Faulted; n < want {
+			t.Errorf("%+v: %d chunks faulted in a round trip, want %d", f, n, want)
+		}
+		if f.Latency > 0 && after.Held-before.Held < 2*f.Latency {
+			t.Errorf("%+v: held %s in a round trip, want %s at least", f, after.Held-before.Held, 2*f.Latency)
+		}
+	}
+	p.Set(Faults{Blackhole: true})
+	before := p.Stats()
+	if _, err := c.Write([]byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	p.Heal()
+	got := make([]byte, 4)
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if after := p.Stats(); after.Faulted-before.Faulted < 1 || after.Held-before.Held < 50*time.Millisecond {
+		t.Errorf("black hole of 50 ms: %d chunks faulted, held %s; want 1 chunk or more held 50 ms or more",
+			after.Faulted-before.Faulted, after.Held-before.Held)
+	}
+	p.Heal()
+	before = p.Stats()
+	roundTrip(t, c, []byte("healed"))
+	if after := p.Stats(); after.Faulted != before.Faulted {
+		t.Errorf("after healing a round trip counted %d faulted chunks, want none", after.Faulted-before.Faulted)
+	}
+}

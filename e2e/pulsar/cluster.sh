@@ -25,6 +25,10 @@
 # (pulsar), +22 (web). CLUSTER_HEAP (default 384m) is each JVM's heap and direct memory.
 # A (re)started proxy counts as up once a lookup through it works: CLUSTER_PROXY_TIMEOUT
 # (default 120 s) per start, CLUSTER_PROXY_ATTEMPTS (default 4) starts.
+#
+# Exit status of start: 0 up; 75 (EX_TEMPFAIL) when a port of the cluster is held by another
+# process (another suite's cluster on the same base, say): the caller chooses another
+# CLUSTER_PORT_BASE and starts again (the fault suite does); 1 otherwise.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -355,8 +359,23 @@ setup_namespaces() {
   admin POST "$w/admin/v2/namespaces/chaos/allowed/retention" '{"retentionTimeInMinutes":240,"retentionSizeInMB":4096}'
 }
 
+# ports_taken: exit 75 when a port of a member not running yet has a listener (another
+# process's; ours would be alive). Broker 1's own are checked by pulsar.sh, which exits 75 too,
+# also when another broker takes one during its start.
+ports_taken() {
+  local p
+  alive broker2 || for p in "$b2_port" "$b2_tls" "$b2_web"; do
+    listening "$p" && { say "port $p is held by another process ($(ss -Htlnp "( sport = :$p )" 2>/dev/null | grep -o 'users:.*' | head -n1)): choose another CLUSTER_PORT_BASE"; exit 75; }
+  done
+  alive proxy || for p in "$px_port" "$px_web"; do
+    listening "$p" && { say "port $p is held by another process ($(ss -Htlnp "( sport = :$p )" 2>/dev/null | grep -o 'users:.*' | head -n1)): choose another CLUSTER_PORT_BASE"; exit 75; }
+  done
+  return 0
+}
+
 start() {
   mkdir -p "$state"
+  ports_taken
   make_auth
   auth_conf >"$state/auth.conf"
   b1env "$here/pulsar.sh" start

@@ -130,8 +130,10 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		NackRedeliveryDelay: time.Second,
 		// Acknowledge single messages of a batch (PIP-54), so a redelivered batch brings
 		// back only what was not acknowledged. A broker without
-		// acknowledgmentAtBatchIndexLevelEnabled ignores the ack_set and redelivers whole
-		// batches (duplicates, never loss).
+		// acknowledgmentAtBatchIndexLevelEnabled (Pulsar's default) ignores the ack_set and
+		// redelivers whole batches: the consumer still filters acknowledged members out of
+		// the redeliveries it asks for (nacks, ack timeouts), but once the stream's consumer
+		// is gone they come again (duplicates, never loss; docs/http-api.md).
 		BatchIndexAck: true})
 	if err != nil {
 		var se *pulsar.ServerError
