@@ -588,8 +588,22 @@ func testOAuth2ProviderOutage(t *testing.T, ab *authBroker, p *bridgeProc, pub *
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	issued := ab.idp.Issued()
-	last := issued[len(issued)-1]
+	// The provider counts a token request when it arrives and records the token before
+	// its answer is written: stopping it at once could cut that answer, leaving the
+	// bridge with the token before (which expires sooner). Stop it only once the bridge
+	// holds the newest token, as its /readyz says.
+	var last oidctest.Issued
+	for held := ""; ; time.Sleep(50 * time.Millisecond) {
+		issued := ab.idp.Issued()
+		last = issued[len(issued)-1]
+		m, _ := waitReadyz(t, p, leaks, true, 10*time.Second)
+		if held = fmt.Sprint(m["pulsarAuth"]); held == "OAuth2 token valid until "+last.Expiry.UTC().Format(time.RFC3339) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bridge does not hold the newest token (valid until %s): /readyz says %q", last.Expiry.UTC().Format(time.RFC3339), held)
+		}
+	}
 	ab.idp.Stop()
 	stopped := time.Now()
 	t.Logf("identity provider stopped; the bridge's token expires at %s (in %s)", last.Expiry.Format(time.RFC3339), time.Until(last.Expiry).Round(time.Second))
