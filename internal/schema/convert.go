@@ -26,7 +26,10 @@ var ErrNotConvertible = errors.New("cannot convert the record")
 // concurrent use.
 type Converter struct {
 	message protoreflect.MessageDescriptor // protobuf_native; nil: records are JSON as stored
-	typ     pulsar.SchemaType
+	// types resolves the extensions the schema's descriptor set declares: their fields
+	// are the schema's, decoded and given in JSON ("[pkg.name]") like any other.
+	types *dynamicpb.Types
+	typ   pulsar.SchemaType
 }
 
 // NewConverter reads a schema as the broker gives it (GET_SCHEMA): a PROTOBUF_NATIVE
@@ -62,7 +65,7 @@ func NewConverter(s *pulsar.Schema) (*Converter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotConvertible, err)
 	}
-	return &Converter{message: md, typ: s.Type}, nil
+	return &Converter{message: md, types: dynamicpb.NewTypes(files), typ: s.Type}, nil
 }
 
 // JSON gives a record as JSON: a protobuf record as protojson (the .proto's field names,
@@ -88,7 +91,7 @@ func (c *Converter) JSON(payload []byte) ([]byte, error) {
 		return payload, nil
 	}
 	m := dynamicpb.NewMessage(c.message)
-	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(payload, m); err != nil {
+	if err := (proto.UnmarshalOptions{AllowPartial: true, Resolver: c.types}).Unmarshal(payload, m); err != nil {
 		return nil, fmt.Errorf("%w: not a %s: %w", ErrNotConvertible, c.message.FullName(), err)
 	}
 	if unknown := unknownFields(m, "", nil); len(unknown) > 0 {
@@ -100,7 +103,7 @@ func (c *Converter) JSON(payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: the %s carries fields its schema does not define, which JSON cannot hold (a newer or a different definition?): %s%s",
 			ErrNotConvertible, c.message.FullName(), strings.Join(unknown, ", "), more)
 	}
-	out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	out, err := protojson.MarshalOptions{UseProtoNames: true, Resolver: c.types}.Marshal(m)
 	if err != nil {
 		// A record that decodes but lacks a required field (proto2), which protojson
 		// (like the Java client's parser) refuses.
