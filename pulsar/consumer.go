@@ -179,6 +179,9 @@ func (c *Consumer) enqueue(msgs []*Message) {
 	if len(msgs) == 0 {
 		return
 	}
+	if enqueueHook != nil {
+		enqueueHook()
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.uncharge(msgs) // Close returned the queue's charge: these are not counted either
@@ -211,6 +214,9 @@ func (c *Consumer) signal() {
 	default:
 	}
 }
+
+// enqueueHook, set by tests only, runs as messages are about to be queued.
+var enqueueHook func()
 
 // removeFrom drops the queued messages of one partition consumer (after a reconnect or
 // a redelivery of everything) and returns how many permits and bytes (of the current

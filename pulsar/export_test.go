@@ -42,3 +42,10 @@ func SetTLSFilesEvery(d time.Duration) (restore func()) {
 	tlsFilesEvery = d
 	return func() { tlsFilesEvery = old }
 }
+
+// SetEnqueueHook has fn run whenever messages are about to be queued for the
+// application; the returned func removes it.
+func SetEnqueueHook(fn func()) (restore func()) {
+	enqueueHook = fn
+	return func() { enqueueHook = nil }
+}

@@ -116,8 +116,13 @@ type arrival struct {
 	base     Message // the fields every message of the entry shares
 }
 
-// The ...Unlock methods below finish an arrival with p.mu held and release it before
-// they hand messages to the application's queue (or fail the partition).
+// The ...Unlock methods below finish an arrival with p.mu held and release it once
+// they handed its messages to the application's queue (or before they fail the
+// partition). Queued under p.mu, the messages cannot reach the queue after a loss of
+// their registration emptied it (connectionLost takes p.mu before Consumer.removeFrom):
+// the partition's drainer hands parked entries up on a goroutine
+// of its own, beside the connection's reader that handles CLOSE_CONSUMER. The lock
+// order is p.mu, then Consumer.mu; Consumer.mu is never held while p.mu is taken.
 
 // undecodableUnlock handles an entry that failed its checksum or did not decode: it is
 // delivered as stored (DeliverUndecodable) or acknowledged with the validation error.
@@ -153,8 +158,8 @@ func (p *partitionConsumer) deliverStoredUnlock(a *arrival, ue, noted *Undecodab
 	p.chargeLocked(m)
 	p.unreserveShareLocked(a.share)
 	p.arrivedLocked(m.size, max(m.size/m.permits, 1))
-	p.mu.Unlock()
 	p.c.enqueue([]*Message{m})
+	p.mu.Unlock()
 }
 
 // encryptedUnlock handles an encrypted entry by CryptoFailureAction.
@@ -195,10 +200,10 @@ func (p *partitionConsumer) chunkUnlock(a *arrival) {
 		p.arrivedLocked(msg.size, 0)
 	}
 	p.arrivedLocked(0, len(a.f.Payload))
-	p.mu.Unlock()
 	if msg != nil {
 		p.c.enqueue([]*Message{msg})
 	}
+	p.mu.Unlock()
 }
 
 // singleUnlock hands up an entry that holds one message, not batched.
@@ -213,8 +218,8 @@ func (p *partitionConsumer) singleUnlock(a *arrival) {
 	p.chargeLocked(&m)
 	p.unreserveShareLocked(a.share)
 	p.arrivedLocked(m.size, max(m.size, 1))
-	p.mu.Unlock()
 	p.c.enqueue([]*Message{&m})
+	p.mu.Unlock()
 }
 
 // batchUnlock hands up the messages of a batch that are not acknowledged already (by
@@ -236,8 +241,8 @@ func (p *partitionConsumer) batchUnlock(a *arrival, ackSet []int64) {
 	if filtered > 0 {
 		p.returnPermitsLocked(filtered)
 	}
-	p.mu.Unlock()
 	p.c.enqueue(msgs)
+	p.mu.Unlock()
 }
 
 // storedLocked makes the message of an entry delivered as stored, not decoded: its

@@ -26,7 +26,10 @@ var ErrNotConvertible = errors.New("cannot convert the record")
 // concurrent use.
 type Converter struct {
 	message protoreflect.MessageDescriptor // protobuf_native; nil: records are JSON as stored
-	typ     pulsar.SchemaType
+	// types resolves the extensions the schema's descriptor set declares: their fields
+	// are the schema's, decoded and given in JSON ("[pkg.name]") like any other.
+	types *dynamicpb.Types
+	typ   pulsar.SchemaType
 }
 
 // NewConverter reads a schema as the broker gives it (GET_SCHEMA): a PROTOBUF_NATIVE
@@ -62,7 +65,7 @@ func NewConverter(s *pulsar.Schema) (*Converter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotConvertible, err)
 	}
-	return &Converter{message: md, typ: s.Type}, nil
+	return &Converter{message: md, types: dynamicpb.NewTypes(files), typ: s.Type}, nil
 }
 
 // JSON gives a record as JSON: a protobuf record as protojson (the .proto's field names,
@@ -88,10 +91,10 @@ func (c *Converter) JSON(payload []byte) ([]byte, error) {
 		return payload, nil
 	}
 	m := dynamicpb.NewMessage(c.message)
-	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(payload, m); err != nil {
+	if err := (proto.UnmarshalOptions{AllowPartial: true, Resolver: c.types}).Unmarshal(payload, m); err != nil {
 		return nil, fmt.Errorf("%w: not a %s: %w", ErrNotConvertible, c.message.FullName(), err)
 	}
-	if unknown := unknownFields(m, "", nil); len(unknown) > 0 {
+	if unknown := c.unknownFields(m, "", nil); len(unknown) > 0 {
 		more := ""
 		if len(unknown) > maxUnknownNamed {
 			more = fmt.Sprintf(" and %d more", len(unknown)-maxUnknownNamed)
@@ -100,7 +103,7 @@ func (c *Converter) JSON(payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: the %s carries fields its schema does not define, which JSON cannot hold (a newer or a different definition?): %s%s",
 			ErrNotConvertible, c.message.FullName(), strings.Join(unknown, ", "), more)
 	}
-	out, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	out, err := protojson.MarshalOptions{UseProtoNames: true, Resolver: c.types}.Marshal(m)
 	if err != nil {
 		// A record that decodes but lacks a required field (proto2), which protojson
 		// (like the Java client's parser) refuses.
@@ -115,7 +118,14 @@ const maxUnknownNamed = 8
 // unknownFields lists, depth first, the fields of m and the messages it holds that m's
 // type does not define, each as "PATH field N (wire type)": PATH is the field path from
 // the record's root ("" for the root itself, list items by index, map values by key).
-func unknownFields(m protoreflect.Message, path string, out []string) []string {
+// The value of a google.protobuf.Any is looked into as its type (protojson gives it
+// expanded, and would leave out what its type does not define), at the Any's path.
+func (c *Converter) unknownFields(m protoreflect.Message, path string, out []string) []string {
+	if m.Descriptor().FullName() == "google.protobuf.Any" {
+		if v := c.anyValue(m); v != nil {
+			out = c.unknownFields(v, path, out)
+		}
+	}
 	for b := m.GetUnknown(); len(b) > 0; {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -144,7 +154,7 @@ func unknownFields(m protoreflect.Message, path string, out []string) []string {
 				return true
 			}
 			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				out = unknownFields(mv.Message(), fmt.Sprintf("%s[%v]", name, k.Interface()), out)
+				out = c.unknownFields(mv.Message(), fmt.Sprintf("%s[%v]", name, k.Interface()), out)
 				return true
 			})
 		case fd.IsList():
@@ -153,14 +163,33 @@ func unknownFields(m protoreflect.Message, path string, out []string) []string {
 			}
 			l := v.List()
 			for i := 0; i < l.Len(); i++ {
-				out = unknownFields(l.Get(i).Message(), name+"."+strconv.Itoa(i), out)
+				out = c.unknownFields(l.Get(i).Message(), name+"."+strconv.Itoa(i), out)
 			}
 		case fd.Message() != nil:
-			out = unknownFields(v.Message(), name, out)
+			out = c.unknownFields(v.Message(), name, out)
 		}
 		return true
 	})
 	return out
+}
+
+// anyValue decodes the value of an Any as the type its type_url names, as protojson
+// does; nil when that cannot be done (protojson then refuses the record itself).
+func (c *Converter) anyValue(m protoreflect.Message) protoreflect.Message {
+	fields := m.Descriptor().Fields()
+	url, value := fields.ByNumber(1), fields.ByNumber(2)
+	if url == nil || value == nil || url.Kind() != protoreflect.StringKind || value.Kind() != protoreflect.BytesKind {
+		return nil
+	}
+	mt, err := c.types.FindMessageByURL(m.Get(url).String())
+	if err != nil {
+		return nil
+	}
+	v := mt.New()
+	if err := (proto.UnmarshalOptions{AllowPartial: true, Resolver: c.types}).Unmarshal(m.Get(value).Bytes(), v.Interface()); err != nil {
+		return nil
+	}
+	return v
 }
 
 func wireTypeName(t protowire.Type) string {

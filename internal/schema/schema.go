@@ -227,12 +227,10 @@ func (s *Schema) Check(data []byte) error {
 			return fmt.Errorf("%w %s: %w", ErrInvalidRecord, s.desc, err)
 		}
 	case "json":
-		d := json.NewDecoder(bytes.NewReader(data))
+		// json.Unmarshal refuses anything after the value but white space; a Decoder's
+		// More does not see a stray ']' or '}' after it.
 		var obj map[string]json.RawMessage
-		if err := d.Decode(&obj); err != nil || d.More() {
-			if err == nil {
-				err = errors.New("more than one JSON value")
-			}
+		if err := json.Unmarshal(data, &obj); err != nil {
 			return fmt.Errorf("%w %s: not a JSON object: %w", ErrInvalidRecord, s.desc, err)
 		}
 		if obj == nil {

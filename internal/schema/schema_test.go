@@ -91,8 +91,9 @@ func TestConverterRefusesARecordMissingARequiredFieldAsNotConvertible(t *testing
 }
 
 // TestJSONSchemaValidationRefusesNullAndInvalidUTF8: a json schema that validates takes
-// one JSON object in UTF-8; null (which encoding/json decodes into a map as no map) and
-// a string holding bytes that are not UTF-8 (which it reads as U+FFFD) are refused.
+// one JSON object in UTF-8; null (which encoding/json decodes into a map as no map), a
+// string holding bytes that are not UTF-8 (which it reads as U+FFFD) and an object
+// followed by anything but white space are refused.
 func TestJSONSchemaValidationRefusesNullAndInvalidUTF8(t *testing.T) {
 	s, err := Compile(&config.Schema{Type: "json", Definition: `{"type":"record","name":"E","fields":[{"name":"a","type":"string"}]}`, Validate: true})
 	if err != nil {
@@ -101,7 +102,10 @@ func TestJSONSchemaValidationRefusesNullAndInvalidUTF8(t *testing.T) {
 	if err := s.Check([]byte(`{"a":"é"}`)); err != nil {
 		t.Fatalf("a JSON object: %v", err)
 	}
-	for _, rec := range []string{"null", " null ", "{\"a\":\"\xff\xfe\"}", "{\"\xc3\":1}"} {
+	for _, rec := range []string{"null", " null ", "{\"a\":\"\xff\xfe\"}", "{\"\xc3\":1}",
+		// An object followed by a closing bracket or brace is not JSON (a record cut
+		// from a larger document), nor are two values.
+		`{"a":"x"}}`, `{"a":"x"}]`, `{"a":"x"} {}`} {
 		if err := s.Check([]byte(rec)); !errors.Is(err, ErrInvalidRecord) {
 			t.Errorf("%q: %v, want ErrInvalidRecord", rec, err)
 		}
