@@ -3,6 +3,9 @@ package pulsar_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -205,4 +208,46 @@ func TestCreationRetriesAHandshakeRefusedWithAuthenticationError(t *testing.T) {
 	if rs := short.HandshakeRefusals(); len(rs) != 0 {
 		t.Fatalf("HandshakeRefusals after an accepted handshake: %+v", rs)
 	}
+}
+
+// TestAHandshakeRefusalSpellIsLoggedOnceWhenItBeginsAndWhenItEnds: refusals met only by
+// creations retrying them within their deadline are logged too (an operator sees the
+// broker refusing the bridge's credentials in the log, not only in /readyz), once when
+// the spell begins and once when a handshake is accepted again, not at every refusal.
+func TestAHandshakeRefusalSpellIsLoggedOnceWhenItBeginsAndWhenItEnds(t *testing.T) {
+	b, refuse := refusingBroker(t)
+	var logs syncLog
+	c := client(t, b.URL(), func(o *pulsar.ClientOptions) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	refuse.Store(3)
+	producer(t, c, pulsar.ProducerOptions{})
+	if n := refuse.Load(); n != 0 {
+		t.Fatalf("%d refusals left unused: the creation never met the refused handshake", n)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "the broker refuses the client's handshake"); n != 1 || !strings.Contains(out, "AuthenticationError") {
+		t.Fatalf("three refusals in one spell logged %d times (want once, naming AuthenticationError):\n%s", n, out)
+	}
+	if n := strings.Count(out, "the broker accepts the client's handshake again"); n != 1 || !strings.Contains(out, "refusals=3") {
+		t.Fatalf("the end of the spell logged %d times (want once, with refusals=3):\n%s", n, out)
+	}
+}
+
+// syncLog is a log destination the client's goroutines may write to at once.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -92,9 +92,10 @@ func (p *Pool) Get(ctx context.Context, logicalURL, physicalAddr string, proxied
 // is accepted.
 func (p *Pool) noteHandshake(addr string, err error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	var began, ended *Refusal
 	switch {
 	case err == nil:
+		ended = p.refused[addr]
 		delete(p.refused, addr)
 	case errors.Is(err, ErrHandshake):
 		now := time.Now()
@@ -102,9 +103,22 @@ func (p *Pool) noteHandshake(addr string, err error) {
 		if r == nil || now.Sub(r.Last) > refusalMemory {
 			r = &Refusal{Addr: addr, Since: now}
 			p.refused[addr] = r
+			began = r
 		}
 		r.Last, r.Err = now, err
 		r.Count++
+	}
+	p.mu.Unlock()
+	// The log says when a spell of refusals begins and ends, whichever path met it (a
+	// reconnection, or a creation retrying it within its deadline), not each refusal.
+	if log := p.base.Logger; log != nil {
+		switch {
+		case began != nil:
+			log.Warn("the broker refuses the client's handshake; retried with backoff", "broker", addr, "error", err.Error())
+		case ended != nil:
+			log.Info("the broker accepts the client's handshake again", "broker", addr,
+				"refusals", ended.Count, "for", time.Since(ended.Since).Round(time.Millisecond).String())
+		}
 	}
 }
 
