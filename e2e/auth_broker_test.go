@@ -619,8 +619,18 @@ func testOAuth2ProviderOutage(t *testing.T, ab *authBroker, p *bridgeProc, pub *
 		waitReadyz(t, p, leaks, true, 0)
 		time.Sleep(100 * time.Millisecond)
 	}
-	// Once it has expired /readyz turns unready, naming the issuer and the failure.
+	// Once it has expired /readyz turns unready, naming the issuer and the failure. The
+	// broker may refuse the token a moment before the bridge's own clock expires it (its
+	// exp is in whole seconds): /readyz is then unready first for the broker's refusal of
+	// the credentials, and pulsarAuth says so once the bridge's clock has passed the expiry.
 	m, at := waitReadyz(t, p, leaks, false, 30*time.Second)
+	for until := time.Now().Add(30 * time.Second); !strings.Contains(fmt.Sprint(m["pulsarAuth"]), "no valid OAuth2 token") && time.Now().Before(until); {
+		if b := fmt.Sprint(m["broker"]); !strings.Contains(b, "refusing the bridge's credentials") {
+			t.Fatalf("/readyz unready with pulsarAuth %q and broker %q, want one to say the token is no longer accepted", m["pulsarAuth"], b)
+		}
+		time.Sleep(200 * time.Millisecond)
+		m, at = waitReadyz(t, p, leaks, false, 30*time.Second)
+	}
 	reason := fmt.Sprint(m["pulsarAuth"])
 	if !strings.Contains(reason, "no valid OAuth2 token") || !strings.Contains(reason, ab.idp.Issuer()) || !strings.Contains(reason, "refused") {
 		t.Fatalf("/readyz unready with pulsarAuth %q, want it to say no valid token, the issuer and the failure", reason)
