@@ -61,6 +61,10 @@ type ingressClient struct {
 	failures   map[string]int    // per-record failure texts (status: error), counted
 	requests   int
 	lastOK     atomic.Int64 // unix nanos of the last receipt
+	// sentOK is the unix nanos at which the newest record with a receipt was sent: a receipt
+	// of a record sent before a fault can still arrive after it (the broker answered just
+	// before it froze), so recovery is judged by records sent after the fault.
+	sentOK atomic.Int64
 	// peak is the most records sent and not yet receipted at once since the last
 	// peakSince (records resent after a failure stay unreceipted until their receipt).
 	peak int
@@ -259,6 +263,9 @@ func (c *ingressClient) oneRequest(ctx context.Context, stop <-chan struct{}) bo
 				}
 				c.receipts = append(c.receipts, receiptTimes{sent: sentAt[r.Seq], got: now})
 				c.lastOK.Store(now)
+				if s := sentAt[r.Seq]; s > c.sentOK.Load() {
+					c.sentOK.Store(s)
+				}
 				anyOK = true
 			} else {
 				c.failures[fmt.Sprintf("%d: %s", r.Status, r.Error)]++

@@ -598,10 +598,13 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 	return s[min(len(s)-1, int(q*float64(len(s))))]
 }
 
-// allReceiptedSince reports whether every ingress stream had a receipt after t.
+// allReceiptedSince reports whether every ingress stream had a receipt for a record it sent
+// after t. Receipts of records sent before t do not count: after a fault that lasts for good
+// (a broker frozen and never continued), receipts the broker wrote just before it froze
+// still arrive, and counting them would end the fault's window before the fault did anything.
 func (e *env) allReceiptedSince(t time.Time) bool {
 	for _, ic := range e.ins {
-		last := ic.lastOK.Load()
+		last := ic.sentOK.Load()
 		if last == 0 || (!t.IsZero() && last <= t.UnixNano()) {
 			return false
 		}
