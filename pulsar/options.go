@@ -38,7 +38,9 @@ type ProducerOptions struct {
 	Topic string
 	// Name of the producer; the broker chooses one when empty.
 	Name string
-	// SendTimeout fails a message the broker has not persisted in time [30 s]; negative disables it.
+	// SendTimeout fails a message the broker has not persisted in time [30 s], and with it
+	// every message queued behind it (as the Java client does: resent after a
+	// reconnection, they would be stored out of their callers' order); negative disables it.
 	SendTimeout time.Duration
 	// MaxPendingMessages and MaxPendingBytes bound what waits for the broker, per
 	// partition; a full queue blocks SendAsync [1000, 64 MiB].

@@ -212,17 +212,24 @@ func (p *partitionProducer) failTimedOut(now time.Time) {
 		expired = append(expired, p.pending[0])
 		p.popLocked()
 	}
-	p.mu.Unlock()
 	if len(expired) == 0 {
+		p.mu.Unlock()
 		return
 	}
 	err := fmt.Errorf("%w: %s without a receipt from %s", ErrSendTimeout, p.opts.SendTimeout, p.topic)
 	if p.opts.Deduplication {
+		p.mu.Unlock()
 		// Nothing queued behind a message that may be lost may reach the broker before it
 		// is sent again: the broker would then drop the resent one as a duplicate.
 		p.failAfter(expired, fmt.Errorf("%w; the producer stops, failing what was queued behind it", err))
 		return
 	}
+	// Everything queued behind the message that timed out fails with it, as the Java
+	// client's send timeout fails every pending message and the open batch: kept and
+	// resent after a reconnection, they would be stored after the resends of the failed
+	// ones by their callers, out of the order those callers gave. The producer goes on.
+	expired = append(expired, p.takeAllLocked()...)
+	p.mu.Unlock()
 	p.failItems(expired, err)
 }
 

@@ -524,3 +524,60 @@ func TestCorruptedSendWithCallerSequenceIDsIsNotRetryable(t *testing.T) {
 		t.Log("no refused message was overtaken this run")
 	}
 }
+
+// TestASendTimeoutFailsEverythingQueuedBehindIt: when the oldest pending message times
+// out, every message behind it fails with it, as the Java client's send timeout fails
+// the whole pending queue and the open batch. Kept, they would be resent after the
+// reconnection and stored before their callers' resends of the ones that failed, out of
+// the order the callers gave (seen in the fault suite: a frozen broker's records out of
+// order in their key). The producer goes on with what is sent after.
+func TestASendTimeoutFailsEverythingQueuedBehindIt(t *testing.T) {
+	b := fakeBroker(t)
+	const timeout = time.Second
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{SendTimeout: timeout, DisableBatching: true})
+	b.StopReading() // a frozen broker: nothing sent on this connection is answered
+	type result struct {
+		err     error
+		settled time.Time
+	}
+	send := func(payload string) (time.Time, chan result) {
+		ch := make(chan result, 1)
+		sent := time.Now()
+		p.SendAsync(context.Background(), &pulsar.ProducerMessage{Payload: []byte(payload)}, func(_ pulsar.MessageID, err error) {
+			ch <- result{err, time.Now()}
+		})
+		return sent, ch
+	}
+	_, first := send("first")
+	time.Sleep(timeout * 7 / 10)
+	sentBehind, behind := send("behind")
+	for name, ch := range map[string]chan result{"first": first, "behind": behind} {
+		select {
+		case r := <-ch:
+			if !errors.Is(r.err, pulsar.ErrSendTimeout) {
+				t.Fatalf("%s: err = %v, want ErrSendTimeout", name, r.err)
+			}
+			if name == "behind" {
+				if waited := r.settled.Sub(sentBehind); waited >= timeout {
+					t.Fatalf("the message behind the one that timed out failed %s after it was sent, by its own send timeout: it was kept (and would have been resent) after the first failed", waited.Round(time.Millisecond))
+				}
+			}
+		case <-time.After(10 * timeout):
+			t.Fatalf("%s: not settled %s after its send timeout", name, 10*timeout)
+		}
+	}
+	// The producer goes on: after the frozen connection is dropped, a new message is
+	// stored, and nothing of the failed ones was stored before it.
+	b.DropConnections()
+	if _, err := p.Send(context.Background(), &pulsar.ProducerMessage{Payload: []byte("after")}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := b.Messages("persistent://public/default/fault")
+	if len(msgs) == 0 || string(msgs[0].Payload) != "after" {
+		var got []string
+		for _, m := range msgs {
+			got = append(got, string(m.Payload))
+		}
+		t.Fatalf("stored %q, want the message sent after the timeout first", got)
+	}
+}
