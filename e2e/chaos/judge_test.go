@@ -77,6 +77,26 @@ func TestInFlightAtAFaultCountsTheUnreceipted(t *testing.T) {
 	}
 }
 
+// TestRecoveryCountsOnlyRecordsSentAfterTheFault: a broker that froze for good wrote the
+// receipts of what it had stored just before; they arrive after the fault, yet say nothing of
+// recovery. Only a receipt of a record sent after the fault does.
+func TestRecoveryCountsOnlyRecordsSentAfterTheFault(t *testing.T) {
+	fault := time.Unix(2000, 0)
+	ic := newIngressClient("", "", "", 0)
+	e := &env{ins: []*ingressClient{ic}}
+	ic.noteReceiptLocked(fault.Add(-5*time.Millisecond).UnixNano(), fault.Add(2*time.Millisecond).UnixNano())
+	if e.allReceiptedSince(fault) {
+		t.Error("a receipt that arrived after the fault for a record sent before it counts as recovery")
+	}
+	if !e.allReceiptedSince(time.Time{}) {
+		t.Error("a stream with a receipt has none since the beginning")
+	}
+	ic.noteReceiptLocked(fault.Add(11*time.Second).UnixNano(), fault.Add(12*time.Second).UnixNano())
+	if !e.allReceiptedSince(fault) {
+		t.Error("a receipt of a record sent after the fault does not count as recovery")
+	}
+}
+
 // soakSamples makes one process's samples every 10 s for d from start, RSS and goroutines
 // given by f at each moment.
 func soakSamples(start time.Time, d time.Duration, f func(at time.Duration) (int64, int)) []soakSample {

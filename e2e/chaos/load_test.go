@@ -75,6 +75,15 @@ type ingressClient struct {
 // receiptTimes are unix nanos.
 type receiptTimes struct{ sent, got int64 }
 
+// noteReceiptLocked records a 200 receipt of a record sent at sent (unix nanos), got at got.
+func (c *ingressClient) noteReceiptLocked(sent, got int64) {
+	c.receipts = append(c.receipts, receiptTimes{sent: sent, got: got})
+	c.lastOK.Store(got)
+	if sent > c.sentOK.Load() {
+		c.sentOK.Store(sent)
+	}
+}
+
 func newIngressClient(url, topic, key string, pace time.Duration) *ingressClient {
 	return &ingressClient{url: url, topic: topic, key: key, pace: pace, window: 32,
 		receipted: map[string]string{}, failures: map[string]int{}}
@@ -261,11 +270,7 @@ func (c *ingressClient) oneRequest(ctx context.Context, stop <-chan struct{}) bo
 				if _, again := c.receipted[rec.ID]; !again {
 					c.receipted[rec.ID] = r.MessageID // "" for a duplicate whose first receipt was lost
 				}
-				c.receipts = append(c.receipts, receiptTimes{sent: sentAt[r.Seq], got: now})
-				c.lastOK.Store(now)
-				if s := sentAt[r.Seq]; s > c.sentOK.Load() {
-					c.sentOK.Store(s)
-				}
+				c.noteReceiptLocked(sentAt[r.Seq], now)
 				anyOK = true
 			} else {
 				c.failures[fmt.Sprintf("%d: %s", r.Status, r.Error)]++
