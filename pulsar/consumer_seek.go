@@ -33,15 +33,20 @@ type seekState struct {
 	// back if the registration survives the seek).
 	on        *consumerHandle
 	onPermits int
-	// from, after a seek to a message inside a batch, is that message: the batch's
-	// earlier messages are left out when the entry comes (the Java client sends them as
-	// acknowledged with the seek's ack_set, which only a broker with batch-index acks
-	// honours; the consumer filters them itself either way).
+	// from, after a seek to a message id, is that message: it (and, inside a batch, the
+	// batch's earlier messages) is left out when its entry comes, as the Java client
+	// leaves it out (the broker delivers from the entry on; the Java client's seek sends
+	// the earlier messages of a batch as acknowledged in the seek's ack_set, which only
+	// a broker with batch-index acks honours, and on the entry's arrival drops what is
+	// not after the seek's message). What is left out is acknowledged: it is before the
+	// position, as the broker counts what precedes the entry.
 	from *MessageID
 }
 
-// Seek moves the subscription of a consumer of one topic to id: the broker delivers
-// from that message on (the message itself included). An id names one partition of a
+// Seek moves the subscription of a consumer of one topic to id: the consumer receives
+// from the message after id on, as the Java client's seek to a message it received does
+// (TestEgressReplaysByTimeAndByIDAsTheJavaClientSeeks compares them on a real broker,
+// batched and not). An id names one partition of a
 // partitioned topic (id.Partition), and only that partition moves, as with the Java
 // client's seek to a message it received. Use SeekTopic for a consumer of several topics.
 func (c *Consumer) Seek(ctx context.Context, id MessageID) error {
@@ -82,10 +87,7 @@ func (c *Consumer) SeekTopic(ctx context.Context, topic string, id MessageID) er
 		return fmt.Errorf("%w: the consumer does not read %s", ErrInvalidOptions, want)
 	}
 	mid := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(id.LedgerID)), EntryId: proto.Uint64(uint64(id.EntryID))}
-	var from *MessageID
-	if id.BatchIndex > 0 {
-		from = &id
-	}
+	from := &id
 	return c.seek(ctx, targets, func() *pb.CommandSeek { return &pb.CommandSeek{MessageId: mid} }, from,
 		fmt.Sprintf("to %s on %s", id, want))
 }
@@ -224,15 +226,15 @@ func (p *partitionConsumer) droppedDuringSeekLocked(h *consumerHandle, f *frame.
 }
 
 // seekAckSetLocked returns the ack set an entry of a batch is read with: after a seek to
-// a message inside it, its earlier messages count as acknowledged, as the Java client's
-// seek declares them (the broker's own ack set, if any, still applies).
+// a message inside it, that message and the earlier ones count as acknowledged, as the
+// Java client leaves them out (the broker's own ack set, if any, still applies).
 func (p *partitionConsumer) seekAckSetLocked(mid MessageID, size int, ackSet []int64) []int64 {
 	from := p.seekSt.from
-	if from == nil || from.LedgerID != mid.LedgerID || from.EntryID != mid.EntryID || size <= 1 {
+	if from == nil || from.BatchIndex < 0 || from.LedgerID != mid.LedgerID || from.EntryID != mid.EntryID {
 		return ackSet
 	}
 	bits := make([]int64, (size+63)/64)
-	for i := int(from.BatchIndex); i < size; i++ {
+	for i := int(from.BatchIndex) + 1; i < size; i++ {
 		bits[i/64] |= 1 << (i % 64)
 	}
 	if len(ackSet) > 0 {
@@ -256,4 +258,26 @@ func (c *Consumer) seekAtStart(ctx context.Context) error {
 		return c.Seek(ctx, *c.opts.StartMessageID)
 	}
 	return nil
+}
+
+// seekSkipsLocked reports whether an entry (of size messages; 0: not batched) is
+// wholly left out after a seek (see seekState.from): the message not batched the seek
+// was to, or a batch whose last message it was.
+func (p *partitionConsumer) seekSkipsLocked(mid MessageID, size int) bool {
+	from := p.seekSt.from
+	if from == nil || from.LedgerID != mid.LedgerID || from.EntryID != mid.EntryID {
+		return false
+	}
+	if size == 0 {
+		return from.BatchIndex < 0
+	}
+	return from.BatchIndex >= 0 && int(from.BatchIndex) >= size-1
+}
+
+// seekSkipUnlock acknowledges and discards an entry a seek left out; p.mu is released.
+func (p *partitionConsumer) seekSkipUnlock(a *arrival, permits int) {
+	p.ackDroppedLocked(a.mid) // before the seek's position
+	p.unreserveShareLocked(a.share)
+	p.discardLocked(nil, a.id, permits, 0, false)
+	p.mu.Unlock()
 }

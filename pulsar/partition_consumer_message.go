@@ -212,6 +212,10 @@ func (p *partitionConsumer) chunkUnlock(a *arrival) {
 
 // singleUnlock hands up an entry that holds one message, not batched.
 func (p *partitionConsumer) singleUnlock(a *arrival) {
+	if p.seekSkipsLocked(a.mid, 0) {
+		p.seekSkipUnlock(a, 1)
+		return
+	}
 	m := a.base
 	m.ID = a.mid
 	m.ID.BatchIndex = -1
@@ -229,6 +233,10 @@ func (p *partitionConsumer) singleUnlock(a *arrival) {
 // batchUnlock hands up the messages of a batch that are not acknowledged already (by
 // the broker's ack set or this consumer's tracker), returning the permits of the rest.
 func (p *partitionConsumer) batchUnlock(a *arrival, ackSet []int64) {
+	if p.seekSkipsLocked(a.mid, a.e.BatchSize) {
+		p.seekSkipUnlock(a, max(a.e.Permits, 1))
+		return
+	}
 	ackSet = p.seekAckSetLocked(a.mid, a.e.BatchSize, ackSet)
 	msgs, filtered := p.unbatchLocked(a.mid, a.e, ackSet, a.base)
 	held := 0
