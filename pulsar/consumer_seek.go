@@ -62,9 +62,14 @@ func (c *Consumer) SeekTopic(ctx context.Context, topic string, id MessageID) er
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	n, partitioned := c.partitioned[full]
-	c.mu.Unlock()
+	// The partition consumers say whether the topic is partitioned and how far (the
+	// partition watcher owns c.partitioned).
+	n, partitioned := 0, false
+	for _, pc := range c.partitions() {
+		if pc.partition >= 0 && pc.topic == partitionName(full, int(pc.partition)) {
+			n, partitioned = max(n, int(pc.partition)+1), true
+		}
+	}
 	want := full
 	switch {
 	case partitioned && (id.Partition < 0 || int(id.Partition) >= n):
