@@ -1,0 +1,191 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"strconv"
+)
+
+// wireReceipt is a receipt or the summary of a streamed answer (docs/http-api.md), or a
+// refusal's {"status":S,"error":"..."}. Receipts are read one per record, so they are
+// scanned by hand: the objects are flat, and encoding/json's reflection would cost more
+// than the rest of the client together. A string with escapes is unquoted by
+// encoding/json.
+type wireReceipt struct {
+	summary     bool
+	seq         int64
+	status      int
+	topic       string
+	messageID   string
+	sequence    uint64
+	hasSequence bool
+	duplicate   bool
+	err         string
+	retryAfter  int
+	resume      int64
+	hasResume   bool
+}
+
+var errReceiptSyntax = errors.New("not a flat JSON object")
+
+func (w *wireReceipt) parse(b []byte) error {
+	*w = wireReceipt{seq: -1}
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return errReceiptSyntax
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return nil
+	}
+	for {
+		key, next, err := scanString(b, i)
+		if err != nil {
+			return err
+		}
+		i = skipSpace(b, next)
+		if i >= len(b) || b[i] != ':' {
+			return errReceiptSyntax
+		}
+		i = skipSpace(b, i+1)
+		if i >= len(b) {
+			return errReceiptSyntax
+		}
+		var raw []byte
+		start := i
+		switch c := b[i]; {
+		case c == '"':
+			_, next, err = scanString(b, i)
+			if err != nil {
+				return err
+			}
+			raw, i = b[start:next], next
+		case c == '{' || c == '[':
+			next, err = skipComposite(b, i)
+			if err != nil {
+				return err
+			}
+			raw, i = b[start:next], next
+		default:
+			for i < len(b) && b[i] != ',' && b[i] != '}' && b[i] != ' ' && b[i] != '\n' && b[i] != '\t' && b[i] != '\r' {
+				i++
+			}
+			raw = b[start:i]
+		}
+		if err := w.set(key, raw); err != nil {
+			return err
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return errReceiptSyntax
+		}
+		if b[i] == '}' {
+			return nil
+		}
+		if b[i] != ',' {
+			return errReceiptSyntax
+		}
+		i = skipSpace(b, i+1)
+	}
+}
+
+func (w *wireReceipt) set(key string, raw []byte) error {
+	var err error
+	switch key {
+	case "summary":
+		w.summary = string(raw) == "true"
+	case "seq":
+		w.seq, err = strconv.ParseInt(string(raw), 10, 64)
+	case "status":
+		w.status, err = strconv.Atoi(string(raw))
+	case "topic":
+		w.topic, err = unquote(raw)
+	case "messageId":
+		w.messageID, err = unquote(raw)
+	case "sequence":
+		w.sequence, err = strconv.ParseUint(string(raw), 10, 64)
+		w.hasSequence = err == nil
+	case "duplicate":
+		w.duplicate = string(raw) == "true"
+	case "error":
+		w.err, err = unquote(raw)
+	case "retryAfter":
+		w.retryAfter, err = strconv.Atoi(string(raw))
+	case "resumeSequence":
+		w.resume, err = strconv.ParseInt(string(raw), 10, 64)
+		w.hasResume = err == nil
+	}
+	if err != nil {
+		return errors.New("field " + strconv.Quote(key) + ": " + err.Error())
+	}
+	return nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString returns the string at b[i] (its key form, unquoted) and the index after it.
+func scanString(b []byte, i int) (string, int, error) {
+	if i >= len(b) || b[i] != '"' {
+		return "", 0, errReceiptSyntax
+	}
+	escaped := false
+	for j := i + 1; j < len(b); j++ {
+		switch b[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			if !escaped {
+				return string(b[i+1 : j]), j + 1, nil
+			}
+			s, err := unquote(b[i : j+1])
+			return s, j + 1, err
+		}
+	}
+	return "", 0, errReceiptSyntax
+}
+
+func unquote(raw []byte) (string, error) {
+	if len(raw) < 2 || raw[0] != '"' {
+		if string(raw) == "null" {
+			return "", nil
+		}
+		return "", errReceiptSyntax
+	}
+	for _, c := range raw[1 : len(raw)-1] {
+		if c == '\\' {
+			var s string
+			err := json.Unmarshal(raw, &s)
+			return s, err
+		}
+	}
+	return string(raw[1 : len(raw)-1]), nil
+}
+
+// skipComposite skips an object or array value (not one a receipt has; tolerated).
+func skipComposite(b []byte, i int) (int, error) {
+	depth := 0
+	for ; i < len(b); i++ {
+		switch b[i] {
+		case '"':
+			_, next, err := scanString(b, i)
+			if err != nil {
+				return 0, err
+			}
+			i = next - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+			if depth == 0 {
+				return i + 1, nil
+			}
+		}
+	}
+	return 0, errReceiptSyntax
+}
