@@ -213,18 +213,20 @@ func (s *Subscriber) run() {
 			return
 		}
 		if delivered > 0 {
-			attempt, emptyEnds = 0, 0
+			attempt = 0
 		}
-		if cause == nil {
-			// A clean end: the bridge drained, or the topic was terminated and delivered.
-			// Two clean ends in a row with nothing between are the topic's end.
-			if emptyEnds++; emptyEnds >= 2 && delivered == 0 {
+		if cause == nil && delivered == 0 {
+			// A clean end without a record: the bridge drained, or the topic was
+			// terminated and delivered. Two in a row are the topic's end.
+			if emptyEnds++; emptyEnds >= 2 {
 				s.stop(io.EOF)
 				return
 			}
-			cause = errors.New("the response ended")
 		} else {
 			emptyEnds = 0
+		}
+		if cause == nil {
+			cause = errors.New("the response ended")
 		}
 		wait = max(wait, s.backoff.next(attempt))
 		attempt++
