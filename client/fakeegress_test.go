@@ -42,6 +42,7 @@ type fakeEgress struct {
 	responses int
 	posts     [][]string
 	stale     int // acks sent with a Stream-Id that is not open
+	lost      int // acks without the affinity cookie of their stream
 	srv       *httptest.Server
 }
 
@@ -93,6 +94,7 @@ func (f *fakeEgress) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/recordio")
 	w.Header().Set("Stream-Id", id)
+	http.SetCookie(w, &http.Cookie{Name: "REPLICA", Value: "r-" + id}) // a load balancer's affinity
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	defer func() {
@@ -148,6 +150,9 @@ func (f *fakeEgress) serveAck(w http.ResponseWriter, r *http.Request, nack bool)
 	f.mu.Lock()
 	post := len(f.posts)
 	f.posts = append(f.posts, items)
+	if ck, err := r.Cookie("REPLICA"); err != nil || ck.Value != "r-"+r.Header.Get("Stream-Id") {
+		f.lost++ // a load balancer would have sent it to any replica
+	}
 	if sid := r.Header.Get("Stream-Id"); sid == "" || sid != f.open {
 		f.stale++
 		f.mu.Unlock()

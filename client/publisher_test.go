@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -348,4 +349,26 @@ func sequences(reqs []request) []uint64 {
 		s = append(s, r.sequence)
 	}
 	return s
+}
+
+// A bridge that stops answering with records waiting (a frozen process, a half-open
+// connection) is left after ReceiptTimeout and the records are sent again.
+func TestPublisherLeavesARequestThatAnswersNothing(t *testing.T) {
+	f := newFakeBridge(t)
+	frozen := make(chan struct{})
+	t.Cleanup(func() { close(frozen) })
+	f.step = func(n int, seq uint64) step {
+		if n == 0 && seq == 3 {
+			<-frozen // never answers while the test runs
+		}
+		return step{}
+	}
+	var causes []error
+	o, _ := publishAll(t, client.PublisherOptions{URL: f.url(), StreamName: "s-1", ReceiptTimeout: 200 * time.Millisecond,
+		OnRetry: func(_ uint64, cause error, _ time.Duration) { causes = append(causes, cause) }}, 6)
+	o.each(t, 6)
+	f.storedOnce(t, 6, nil)
+	if len(causes) != 1 || !strings.Contains(causes[0].Error(), "no answer for 200ms") {
+		t.Errorf("retry causes %v, want one stall", causes)
+	}
 }

@@ -82,6 +82,9 @@ func TestSubscriberReconnectsAndAcksEachMessageOnceOnTheResponseThatHoldsIt(t *t
 			if f.stale != 0 {
 				t.Errorf("%d acknowledgements sent with an ended response's Stream-Id", f.stale)
 			}
+			if f.lost != 0 {
+				t.Errorf("%d acknowledgements without their response's affinity cookie", f.lost)
+			}
 		})
 	}
 }
