@@ -41,6 +41,9 @@ type SubscriberOptions struct {
 	Position     string // e.g. earliest, latest, as the stream allows
 	Ack          AckMode
 	Envelope     string // json or none; with json each Message has its ID and RedeliveryCount
+	// StreamEnvelope says the stream's own configuration has envelope: json (nothing is
+	// sent): each Message has its ID and RedeliveryCount, as with Envelope json.
+	StreamEnvelope bool
 	// MessageAccept asks for the records in this type (Message-Accept), e.g.
 	// application/json for a protobuf stream.
 	MessageAccept string
@@ -305,7 +308,7 @@ func (s *Subscriber) read() (delivered int64, cause error, wait time.Duration, f
 		if m.Data == nil {
 			m.Data = []byte{}
 		}
-		if s.opts.Envelope == "json" {
+		if s.opts.Envelope == "json" || s.opts.StreamEnvelope && s.opts.Envelope == "" {
 			var env struct {
 				MessageID       string `json:"messageId"`
 				RedeliveryCount int    `json:"redeliveryCount"`
