@@ -36,6 +36,7 @@ type fakeBridge struct {
 type request struct {
 	header   http.Header
 	sequence uint64 // Stream-Sequence (0 without)
+	proto    int    // HTTP major version
 	accepted bool
 }
 
@@ -53,6 +54,16 @@ func newFakeBridge(t *testing.T) *fakeBridge {
 	return f
 }
 
+// newFakeBridgeTLS is newFakeBridge over https (HTTP/2 when the client offers it).
+func newFakeBridgeTLS(t *testing.T) *fakeBridge {
+	f := &fakeBridge{stored: map[string][]uint64{}, last: map[string]uint64{}, records: map[uint64][]byte{}, sent: map[uint64]int{}}
+	f.srv = httptest.NewUnstartedServer(f)
+	f.srv.EnableHTTP2 = true
+	f.srv.StartTLS()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
 func (f *fakeBridge) url() string { return f.srv.URL + "/v1/publish/r" }
 
 func (f *fakeBridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +71,7 @@ func (f *fakeBridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	named := r.Header.Get("Stream-Name") != ""
 	f.mu.Lock()
 	n := len(f.requests)
-	f.requests = append(f.requests, request{header: r.Header.Clone(), sequence: seq0})
+	f.requests = append(f.requests, request{header: r.Header.Clone(), sequence: seq0, proto: r.ProtoMajor})
 	f.mu.Unlock()
 	if f.before != nil {
 		if status, ra := f.before(n, r); status != 0 {

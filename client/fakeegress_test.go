@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -41,8 +42,9 @@ type fakeEgress struct {
 	positions map[int64]string // of the open response
 	responses int
 	posts     [][]string
-	stale     int // acks sent with a Stream-Id that is not open
-	lost      int // acks without the affinity cookie of their stream
+	gets      []*http.Request // every GET, as received
+	stale     int             // acks sent with a Stream-Id that is not open
+	lost      int             // acks without the affinity cookie of their stream
 	srv       *httptest.Server
 }
 
@@ -71,6 +73,7 @@ func (f *fakeEgress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (f *fakeEgress) serveStream(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
+	f.gets = append(f.gets, r.Clone(context.Background()))
 	n := f.responses
 	f.responses++
 	id := "stream-" + strconv.Itoa(n)

@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net/http"
 	"strconv"
@@ -370,5 +372,29 @@ func TestPublisherLeavesARequestThatAnswersNothing(t *testing.T) {
 	f.storedOnce(t, 6, nil)
 	if len(causes) != 1 || !strings.Contains(causes[0].Error(), "no answer for 200ms") {
 		t.Errorf("retry causes %v, want one stall", causes)
+	}
+}
+
+// Over TLS (HTTP/2, the server's certificate trusted through TLSConfig) the rule holds the
+// same: a cut stream resumes at its first unreceipted record.
+func TestPublisherOverTLSResumesTheSame(t *testing.T) {
+	f := newFakeBridgeTLS(t)
+	f.step = func(n int, seq uint64) step {
+		if n == 0 && seq == 4 {
+			return step{cut: true}
+		}
+		return step{}
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(f.srv.Certificate())
+	o, _ := publishAll(t, client.PublisherOptions{URL: f.url(), StreamName: "s-1", TLSConfig: &tls.Config{RootCAs: pool}}, 8)
+	o.each(t, 8)
+	f.storedOnce(t, 8, nil)
+	reqs := f.requestLog()
+	if len(reqs) != 2 || reqs[1].sequence != 4 {
+		t.Fatalf("requests began at %v, want 0 and 4", sequences(reqs))
+	}
+	if reqs[0].proto != 2 {
+		t.Errorf("HTTP/%d, want HTTP/2 over TLS", reqs[0].proto)
 	}
 }

@@ -204,3 +204,33 @@ func TestSubscriberStopsOnARefusal(t *testing.T) {
 		t.Errorf("Next after the refusal: %v", err)
 	}
 }
+
+// The stream's query parameters, Message-Accept and a bearer token go with the GET; a
+// Nack goes to /nack with the response's Stream-Id.
+func TestSubscriberAsksAsConfiguredAndNacksOnTheOpenResponse(t *testing.T) {
+	f := newFakeEgress(t, 2)
+	f.envelope = true
+	s := newSubscriber(t, client.SubscriberOptions{URL: f.url(), Subscription: "sub-1", Position: "earliest", Ack: client.AckClient,
+		Envelope: "json", MessageAccept: "application/json", Token: client.StaticToken("t0k")})
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := s.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Nack(ctx, m); err != nil {
+		t.Fatalf("Nack: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := f.gets[0]
+	q := g.URL.Query()
+	if q.Get("subscription") != "sub-1" || q.Get("position") != "earliest" || q.Get("ack") != "client" || q.Get("envelope") != "json" ||
+		g.Header.Get("Message-Accept") != "application/json" || g.Header.Get("Authorization") != "Bearer t0k" || g.Header.Get("Accept") != "application/recordio" {
+		t.Errorf("GET %s with %v", g.URL, g.Header)
+	}
+	if f.nacked[m.ID] != 1 || f.acked[m.ID] != 0 {
+		t.Errorf("%s nacked %d times, acked %d", m.ID, f.nacked[m.ID], f.acked[m.ID])
+	}
+}
