@@ -73,8 +73,9 @@ type PublisherOptions struct {
 	// OnReceipt is called with each record's final outcome, from one goroutine, in the
 	// order the outcomes arrive: by sequence, except that a record persisted after an
 	// earlier one failed for now (another topic) is reported before that earlier one's
-	// resend. It must not block for long: receipts wait behind it. Nil: outcomes are only
-	// counted (Stats).
+	// resend. It must not block for long: receipts wait behind it; and it must not call
+	// Publish, Flush or Close, which may wait for the receipts it holds up. Nil: outcomes
+	// are only counted (Stats).
 	OnReceipt func(Receipt)
 	// OnRetry is called before each wait to resend: the first record to be sent again, why
 	// the last request ended, and the wait. Nil: nothing is called.
