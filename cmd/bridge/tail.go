@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/recordio-bridge/bridge/client"
@@ -129,7 +130,12 @@ type tailRun struct {
 	limit   int64
 	ack     bool
 	printed int64
-	pending []*client.Message // printed, not yet flushed and acknowledged
+	pending []*client.Message // printed, not yet handed to the acknowledger
+
+	acks      chan []*client.Message // to the acknowledger; nil until the first
+	acked     chan struct{}          // closed when the acknowledger has ended
+	ackMu     sync.Mutex
+	ackFailed error // why acknowledging failed for good
 }
 
 type next struct {
@@ -215,40 +221,101 @@ func idNote(m *client.Message) string {
 	return ", message " + m.ID
 }
 
-// settle flushes what was printed and acknowledges it: only what reached stdout is
-// acknowledged.
+// settle flushes what was printed and hands it to the acknowledger: only what reached
+// stdout is acknowledged. It does not wait for the acknowledgement, so printing goes on
+// meanwhile, and what is printed while one is on its way goes in the next (at most
+// ackBatch records wait so).
 func (t *tailRun) settle() error {
 	if err := t.out.Flush(); err != nil {
 		return fmt.Errorf("writing: %w", err)
 	}
+	if err := t.ackErr(); err != nil {
+		return err
+	}
 	if len(t.pending) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := t.sub.Ack(ctx, t.pending...)
-	n := len(t.pending)
-	clear(t.pending)
-	t.pending = t.pending[:0]
-	if errors.Is(err, client.ErrResponseEnded) {
-		// Printed, not acknowledged: the bridge sends them again on the new response.
-		fmt.Fprintf(t.stderr, "bridge tail: %d printed records were not acknowledged (their response ended) and will come again: %v\n", n, err)
+	if t.acks == nil {
+		t.startAcker()
+	}
+	if len(t.pending) < ackBatch {
+		select {
+		case t.acks <- t.pending:
+			t.pending = nil
+		default: // one is on its way and one waits: this one grows
+		}
 		return nil
 	}
-	var ae *client.AckError
-	if errors.As(err, &ae) {
-		fmt.Fprintf(t.stderr, "bridge tail: %v\n", err)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("acknowledging %d printed records: %w", n, err)
-	}
+	t.acks <- t.pending
+	t.pending = nil
 	return nil
 }
 
-// end settles what was printed and ends cleanly.
+// startAcker starts the goroutine that acknowledges what settle hands it, in order.
+func (t *tailRun) startAcker() {
+	t.acks, t.acked = make(chan []*client.Message, 1), make(chan struct{})
+	go func() {
+		defer close(t.acked)
+		for batch := range t.acks {
+			if err := t.ackNow(batch); err != nil {
+				t.ackMu.Lock()
+				t.ackFailed = err
+				t.ackMu.Unlock()
+				for range t.acks { // nothing more is acknowledged; let settle go on to see the error
+				}
+				return
+			}
+		}
+	}()
+}
+
+// ackNow acknowledges batch. A record whose response ended (it comes again) or that the
+// stream no longer holds is reported and passed over; any other failure ends tail.
+func (t *tailRun) ackNow(batch []*client.Message) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := t.sub.Ack(ctx, batch...)
+	var ae *client.AckError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, client.ErrResponseEnded):
+		fmt.Fprintf(t.stderr, "bridge tail: printed records were not acknowledged (their response ended) and will come again: %v\n", err)
+		return nil
+	case errors.As(err, &ae):
+		fmt.Fprintf(t.stderr, "bridge tail: %v\n", err)
+		return nil
+	}
+	return fmt.Errorf("acknowledging %d printed records: %w", len(batch), err)
+}
+
+func (t *tailRun) ackErr() error {
+	t.ackMu.Lock()
+	defer t.ackMu.Unlock()
+	return t.ackFailed
+}
+
+// finishAcks hands over what is left and waits until every acknowledgement was answered.
+func (t *tailRun) finishAcks() error {
+	if t.acks == nil {
+		return nil
+	}
+	if len(t.pending) > 0 && t.ackErr() == nil {
+		t.acks <- t.pending
+		t.pending = nil
+	}
+	close(t.acks)
+	<-t.acked
+	t.acks = nil
+	return t.ackErr()
+}
+
+// end settles what was printed and ends cleanly once it is acknowledged.
 func (t *tailRun) end() int {
 	if err := t.settle(); err != nil {
+		return t.fail(err)
+	}
+	if err := t.finishAcks(); err != nil {
 		return t.fail(err)
 	}
 	return exitOK
@@ -256,6 +323,7 @@ func (t *tailRun) end() int {
 
 func (t *tailRun) fail(err error) int {
 	_ = t.out.Flush()
+	_ = t.finishAcks()
 	fmt.Fprintf(t.stderr, "bridge tail: %v\n", err)
 	return exitRefused
 }

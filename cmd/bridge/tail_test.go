@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -167,4 +168,89 @@ func TestTailStopsAtARecordItCannotPrint(t *testing.T) {
 	if f.queries[0] != "ack=client&envelope=json" {
 		t.Fatalf("query %q", f.queries[0])
 	}
+}
+
+// Printing does not wait for acknowledgements: while the first /ack is unanswered, the
+// records after it are printed, and what was printed meanwhile is acknowledged in the
+// next one. (Waiting for each, a 100 000-record tail took 22 s instead of 1.3 s.)
+func TestTailPrintsOnWhileAnAcknowledgementIsOnItsWay(t *testing.T) {
+	firstAck, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var acks []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/streams/s/ack" {
+			body, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			acks = append(acks, string(body))
+			n := len(acks)
+			mu.Unlock()
+			if n == 1 {
+				close(firstAck)
+				<-release
+			}
+			_, _ = w.Write([]byte(`{"status":200,"acked":1}`))
+			return
+		}
+		w.Header().Set("Stream-Id", "st-1")
+		rw := recordio.NewWriter(w)
+		_ = rw.Write([]byte(`{"n":0}`))
+		_ = rw.Flush()
+		http.NewResponseController(w).Flush()
+		select {
+		case <-firstAck: // record 0 was printed and its acknowledgement is on its way
+		case <-r.Context().Done():
+			return
+		}
+		for i := 1; i < 4; i++ {
+			_ = rw.Write(fmt.Appendf(nil, `{"n":%d}`, i))
+		}
+		_ = rw.Flush()
+		http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	defer close(release)
+	out := &lockedBuffer{}
+	done := make(chan int)
+	go func() {
+		done <- cmdTail([]string{"-url", srv.URL, "-ack", "client", "-n", "4", "s"}, out, io.Discard, noEnv, nil)
+	}()
+	deadline := time.After(10 * time.Second)
+	for out.String() != "{\"n\":0}\n{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n" {
+		select {
+		case <-deadline:
+			t.Fatalf("printed %q while the first acknowledgement was unanswered", out.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	release <- struct{}{}
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var all []string
+	for _, a := range acks {
+		all = append(all, strings.Trim(a, "[]"))
+	}
+	if acks[0] != "[0]" || strings.Join(all, ",") != "0,1,2,3" {
+		t.Fatalf("acknowledgements %q, want [0] first, then 1 to 3, each once, in order", acks)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
