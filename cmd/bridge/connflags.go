@@ -19,6 +19,10 @@ import (
 // defaultURL is the bridge's data listener as listen.data leaves it by default.
 const defaultURL = "http://127.0.0.1:8080"
 
+// urlEnv names the environment variable that replaces defaultURL, for a shell or a pod
+// that always talks to the same bridge.
+const urlEnv = "BRIDGE_URL"
+
 // tokenEnv names the environment variable holding a bearer token when -token-file is
 // not given: a token on the command line would show in every process listing.
 const tokenEnv = "BRIDGE_TOKEN"
@@ -34,8 +38,12 @@ type connFlags struct {
 	header    headerFlag
 }
 
-func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.url, "url", defaultURL, "the bridge's data listener (https:// with TLS)")
+func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+	def := defaultURL
+	if v := strings.TrimSpace(getenv(urlEnv)); v != "" {
+		def = v
+	}
+	fs.StringVar(&c.url, "url", def, "the bridge's data listener, https:// with TLS (default $"+urlEnv+", else "+defaultURL+")")
 	fs.StringVar(&c.caFile, "ca-file", "", "PEM CA bundle trusted for the bridge's certificate (default: the system's roots)")
 	fs.StringVar(&c.certFile, "cert-file", "", "PEM client certificate, with -key-file, for a bridge that asks for one")
 	fs.StringVar(&c.keyFile, "key-file", "", "PEM private key of -cert-file")

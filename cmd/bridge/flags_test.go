@@ -162,3 +162,36 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 		t.Fatalf("progress wrote %q where no terminal is", buf.String())
 	}
 }
+
+// $BRIDGE_URL replaces the default -url; -url still wins.
+func TestBridgeURLFromTheEnvironment(t *testing.T) {
+	env := func(k string) string {
+		if k == urlEnv {
+			return "https://bridge.example:8443"
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "https://bridge.example:8443/v1/streams/s"},
+		{[]string{"-url", "http://other:1"}, "http://other:1/v1/streams/s"},
+	} {
+		var conn connFlags
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		conn.register(fs, env)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := conn.endpoint("streams", "s"); err != nil || got != c.want {
+			t.Errorf("%q: %q, %v; want %q", c.args, got, err, c.want)
+		}
+	}
+	var conn connFlags
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	conn.register(fs, noEnv)
+	if conn.url != defaultURL {
+		t.Fatalf("without the variable -url is %q", conn.url)
+	}
+}

@@ -51,7 +51,7 @@ func cmdPublish(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv
 	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, publishUsage); fs.PrintDefaults() }
-	c.conn.register(fs)
+	c.conn.register(fs, getenv)
 	fs.StringVar(&c.format, "format", formatJSON, "json (JSON lines, one record a line), recordio (a RecordIO stream) or raw (each FILE one record)")
 	fs.StringVar(&c.contentType, "content-type", "application/json", "the records' type (Message-Content-Type), one the route accepts")
 	fs.StringVar(&c.streamName, "stream-name", "", "publish exactly once as this named stream (1 to 128 of A-Za-z0-9._-; the namespace needs deduplication)")

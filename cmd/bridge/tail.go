@@ -43,7 +43,7 @@ func cmdTail(args []string, stdout, stderr io.Writer, getenv func(string) string
 	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, tailUsage); fs.PrintDefaults() }
-	c.conn.register(fs)
+	c.conn.register(fs, getenv)
 	fs.StringVar(&c.output, "o", outputJSON, "json (a record a line: JSON as it is, other text as a JSON string), recordio (the records as RecordIO) or envelope (the JSON envelope of each message, a line each: asks for envelope=json)")
 	fs.Int64Var(&c.n, "n", 0, "stop after this many records (0: until Ctrl-C or the end of the topic)")
 	fs.StringVar(&c.ack, "ack", "", "client: acknowledge each record once it is printed (auto: the bridge does on writing it); default: the stream's setting")
