@@ -6,14 +6,13 @@
 // # Publishing exactly once
 //
 // A Publisher sends its records as one long request per stream and reports each record's
-// final outcome, in order: persisted, a duplicate the broker already had, or refused for
-// good. With a stream name (PublisherOptions.StreamName) every record carries a sequence
+// final outcome once: persisted, a duplicate the broker already had, or refused for good. With a stream name (PublisherOptions.StreamName) every record carries a sequence
 // number and the broker deduplicates, so a record is stored once however often it is sent.
 // That holds only while the client keeps the rule the bridge keeps:
 //
 //   - keep every record until it has its receipt;
 //   - after any failure (a connection cut, 503, 408, a summary whose resumeSequence is not
-//     past the last record), open the next request at the first record without a final
+//     past the last record, a request silent while records wait), open the next request at the first record without a final
 //     receipt, with that record's number, and send everything from there again;
 //   - skip a record refused for good (400, 404, 413, 415, 422, 502) by its number, and
 //     never resend it; resend every other failure;

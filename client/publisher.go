@@ -73,12 +73,19 @@ type PublisherOptions struct {
 	// OnReceipt is called with each record's final outcome, from one goroutine, in the
 	// order the outcomes arrive: by sequence, except that a record persisted after an
 	// earlier one failed for now (another topic) is reported before that earlier one's
-	// resend. It must not block for long: receipts wait behind it. Nil: outcomes are only
-	// counted (Stats).
+	// resend. It must not block for long: receipts wait behind it; and it must not call
+	// Publish, Flush or Close, which may wait for the receipts it holds up. Nil: outcomes
+	// are only counted (Stats).
 	OnReceipt func(Receipt)
 	// OnRetry is called before each wait to resend: the first record to be sent again, why
 	// the last request ended, and the wait. Nil: nothing is called.
 	OnRetry func(next uint64, cause error, wait time.Duration)
+	// ReceiptTimeout cuts a request that has records sent and unanswered and has answered
+	// nothing for this long (default 1 minute; negative: never). The bridge owes each
+	// record a receipt, or a 503, within its publish timeout, so such silence is a dead
+	// path (a half-open connection, a frozen process): the records are sent again on a new
+	// request.
+	ReceiptTimeout time.Duration
 	// Backoff is the wait between failed requests (zero fields: DefaultBackoff's). A
 	// Retry-After from the bridge is waited out at least.
 	Backoff Backoff
@@ -174,6 +181,9 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 	}
 	if p.max == 0 {
 		p.max = 8 << 20
+	}
+	if p.opts.ReceiptTimeout == 0 {
+		p.opts.ReceiptTimeout = time.Minute
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	go p.run()

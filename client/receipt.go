@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strconv"
@@ -24,12 +25,13 @@ type wireReceipt struct {
 	retryAfter  int
 	resume      int64
 	hasResume   bool
+	lastTopic   string // the previous receipt's topic, kept across parse calls
 }
 
 var errReceiptSyntax = errors.New("not a flat JSON object")
 
 func (w *wireReceipt) parse(b []byte) error {
-	*w = wireReceipt{seq: -1}
+	*w = wireReceipt{seq: -1, lastTopic: w.lastTopic}
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return errReceiptSyntax
@@ -39,7 +41,7 @@ func (w *wireReceipt) parse(b []byte) error {
 		return nil
 	}
 	for {
-		key, next, err := scanString(b, i)
+		key, next, err := scanKey(b, i)
 		if err != nil {
 			return err
 		}
@@ -55,7 +57,7 @@ func (w *wireReceipt) parse(b []byte) error {
 		start := i
 		switch c := b[i]; {
 		case c == '"':
-			_, next, err = scanString(b, i)
+			next, err = skipString(b, i)
 			if err != nil {
 				return err
 			}
@@ -89,9 +91,9 @@ func (w *wireReceipt) parse(b []byte) error {
 	}
 }
 
-func (w *wireReceipt) set(key string, raw []byte) error {
+func (w *wireReceipt) set(key []byte, raw []byte) error {
 	var err error
-	switch key {
+	switch string(key) { // compared without a copy
 	case "summary":
 		w.summary = string(raw) == "true"
 	case "seq":
@@ -99,7 +101,12 @@ func (w *wireReceipt) set(key string, raw []byte) error {
 	case "status":
 		w.status, err = strconv.Atoi(string(raw))
 	case "topic":
-		w.topic, err = unquote(raw)
+		if len(raw) >= 2 && string(raw[1:len(raw)-1]) == w.lastTopic && w.lastTopic != "" {
+			w.topic = w.lastTopic // one topic's receipts share its name
+		} else {
+			w.topic, err = unquote(raw)
+			w.lastTopic = w.topic
+		}
 	case "messageId":
 		w.messageID, err = unquote(raw)
 	case "sequence":
@@ -116,7 +123,7 @@ func (w *wireReceipt) set(key string, raw []byte) error {
 		w.hasResume = err == nil
 	}
 	if err != nil {
-		return errors.New("field " + strconv.Quote(key) + ": " + err.Error())
+		return errors.New("field " + strconv.Quote(string(key)) + ": " + err.Error())
 	}
 	return nil
 }
@@ -128,26 +135,35 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// scanString returns the string at b[i] (its key form, unquoted) and the index after it.
-func scanString(b []byte, i int) (string, int, error) {
-	if i >= len(b) || b[i] != '"' {
-		return "", 0, errReceiptSyntax
+// scanKey returns the key at b[i] (its bytes between the quotes; a key with escapes is
+// unquoted) and the index after it.
+func scanKey(b []byte, i int) ([]byte, int, error) {
+	next, err := skipString(b, i)
+	if err != nil {
+		return nil, 0, err
 	}
-	escaped := false
+	raw := b[i:next]
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return raw[1 : len(raw)-1], next, nil
+	}
+	s, err := unquote(raw)
+	return []byte(s), next, err
+}
+
+// skipString returns the index after the string that starts at b[i].
+func skipString(b []byte, i int) (int, error) {
+	if i >= len(b) || b[i] != '"' {
+		return 0, errReceiptSyntax
+	}
 	for j := i + 1; j < len(b); j++ {
 		switch b[j] {
 		case '\\':
-			escaped = true
 			j++
 		case '"':
-			if !escaped {
-				return string(b[i+1 : j]), j + 1, nil
-			}
-			s, err := unquote(b[i : j+1])
-			return s, j + 1, err
+			return j + 1, nil
 		}
 	}
-	return "", 0, errReceiptSyntax
+	return 0, errReceiptSyntax
 }
 
 func unquote(raw []byte) (string, error) {
@@ -173,7 +189,7 @@ func skipComposite(b []byte, i int) (int, error) {
 	for ; i < len(b); i++ {
 		switch b[i] {
 		case '"':
-			_, next, err := scanString(b, i)
+			next, err := skipString(b, i)
 			if err != nil {
 				return 0, err
 			}

@@ -41,6 +41,9 @@ type SubscriberOptions struct {
 	Position     string // e.g. earliest, latest, as the stream allows
 	Ack          AckMode
 	Envelope     string // json or none; with json each Message has its ID and RedeliveryCount
+	// StreamEnvelope says the stream's own configuration has envelope: json (nothing is
+	// sent): each Message has its ID and RedeliveryCount, as with Envelope json.
+	StreamEnvelope bool
 	// MessageAccept asks for the records in this type (Message-Accept), e.g.
 	// application/json for a protobuf stream.
 	MessageAccept string
@@ -107,8 +110,9 @@ type Subscriber struct {
 	msgs   chan *Message
 
 	mu       sync.Mutex
-	streamID string // the open response's Stream-Id, "" between responses
-	err      error  // why reading stopped for good
+	streamID string         // the open response's Stream-Id, "" between responses
+	cookies  []*http.Cookie // the open response's cookies: a load balancer's affinity, sent with its acks
+	err      error          // why reading stopped for good
 }
 
 // NewSubscriber checks opts and starts reading. Close it to stop.
@@ -172,7 +176,8 @@ func (s *Subscriber) Next(ctx context.Context) (*Message, error) {
 }
 
 // Ack acknowledges messages of the open response (by ID when they have one, else by
-// Position). A message of a response that has ended is not sent: the error wraps
+// Position), with the Stream-Id and the cookies of that response, so a load balancer
+// with cookie affinity sends the acknowledgement to the replica that serves the stream. A message of a response that has ended is not sent: the error wraps
 // ErrResponseEnded, and the message comes again. A broker failure is retried on the ids
 // not acknowledged until ctx ends.
 func (s *Subscriber) Ack(ctx context.Context, msgs ...*Message) error {
@@ -213,18 +218,20 @@ func (s *Subscriber) run() {
 			return
 		}
 		if delivered > 0 {
-			attempt, emptyEnds = 0, 0
+			attempt = 0
 		}
-		if cause == nil {
-			// A clean end: the bridge drained, or the topic was terminated and delivered.
-			// Two clean ends in a row with nothing between are the topic's end.
-			if emptyEnds++; emptyEnds >= 2 && delivered == 0 {
+		if cause == nil && delivered == 0 {
+			// A clean end without a record: the bridge drained, or the topic was
+			// terminated and delivered. Two in a row are the topic's end.
+			if emptyEnds++; emptyEnds >= 2 {
 				s.stop(io.EOF)
 				return
 			}
-			cause = errors.New("the response ended")
 		} else {
 			emptyEnds = 0
+		}
+		if cause == nil {
+			cause = errors.New("the response ended")
 		}
 		wait = max(wait, s.backoff.next(attempt))
 		attempt++
@@ -275,11 +282,11 @@ func (s *Subscriber) read() (delivered int64, cause error, wait time.Duration, f
 	}
 	id := resp.Header.Get("Stream-Id")
 	s.mu.Lock()
-	s.streamID = id
+	s.streamID, s.cookies = id, resp.Cookies()
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
-		s.streamID = ""
+		s.streamID, s.cookies = "", nil
 		s.mu.Unlock()
 	}()
 	rd := recordio.NewReader(resp.Body, recordio.MaxRecordSize(s.opts.MaxRecordSize))
@@ -301,7 +308,7 @@ func (s *Subscriber) read() (delivered int64, cause error, wait time.Duration, f
 		if m.Data == nil {
 			m.Data = []byte{}
 		}
-		if s.opts.Envelope == "json" {
+		if s.opts.Envelope == "json" || s.opts.StreamEnvelope && s.opts.Envelope == "" {
 			var env struct {
 				MessageID       string `json:"messageId"`
 				RedeliveryCount int    `json:"redeliveryCount"`
@@ -325,16 +332,21 @@ func (s *Subscriber) post(ctx context.Context, target string, msgs []*Message) e
 		return nil
 	}
 	s.mu.Lock()
-	open := s.streamID
+	open, cookies := s.streamID, s.cookies
 	s.mu.Unlock()
 	var items []json.RawMessage
 	var ended []string
+	once := map[string]bool{}
 	for _, m := range msgs {
 		ref := m.ref()
 		if m.StreamID == "" || m.StreamID != open {
 			ended = append(ended, ref)
 			continue
 		}
+		if once[ref] {
+			continue // the same message twice (delivered again on the stream): one ack
+		}
+		once[ref] = true
 		if m.ID != "" {
 			items = append(items, json.RawMessage(strconv.Quote(m.ID)))
 		} else {
@@ -347,7 +359,7 @@ func (s *Subscriber) post(ctx context.Context, target string, msgs []*Message) e
 	}
 	attempt := 0
 	for len(items) > 0 {
-		retry, wait, err := s.postOnce(ctx, target, open, items)
+		retry, wait, err := s.postOnce(ctx, target, open, cookies, items)
 		if err != nil && retry == nil {
 			errs = append(errs, err)
 			break
@@ -366,7 +378,7 @@ func (s *Subscriber) post(ctx context.Context, target string, msgs []*Message) e
 }
 
 // postOnce posts items once; retry holds what to post again after a broker failure.
-func (s *Subscriber) postOnce(ctx context.Context, target, streamID string, items []json.RawMessage) (retry []json.RawMessage, wait time.Duration, err error) {
+func (s *Subscriber) postOnce(ctx context.Context, target, streamID string, cookies []*http.Cookie, items []json.RawMessage) (retry []json.RawMessage, wait time.Duration, err error) {
 	body, _ := json.Marshal(items)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
@@ -377,6 +389,9 @@ func (s *Subscriber) postOnce(ctx context.Context, target, streamID string, item
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Stream-Id", streamID)
+	for _, c := range cookies {
+		req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+	}
 	resp, err := s.conn.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -401,8 +416,11 @@ func (s *Subscriber) postOnce(ctx context.Context, target, streamID string, item
 			return ans.NotAcked, se.RetryAfter, se
 		}
 		return items, se.RetryAfter, se
-	case http.StatusConflict:
-		return nil, 0, fmt.Errorf("client: %w (the bridge: %s)", ErrResponseEnded, ans.Error)
+	case http.StatusConflict, http.StatusNotFound:
+		// 409: no stream of this Stream-Id is open on the process the ack reached (it
+		// ended, or a load balancer sent the ack to another replica); 404: another
+		// stream's. Nothing was acknowledged; the messages come again.
+		return nil, 0, fmt.Errorf("client: %w (the bridge answered %d: %s)", ErrResponseEnded, resp.StatusCode, ans.Error)
 	case http.StatusBadRequest:
 		if len(ans.Unknown) > 0 {
 			ae := &AckError{Status: resp.StatusCode, Message: ans.Error}

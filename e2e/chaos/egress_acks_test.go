@@ -21,6 +21,7 @@ import (
 type ackingEgress struct {
 	url    string
 	rotate time.Duration
+	pkg    bool // read by a client.Subscriber (runPackage) instead
 
 	mu       sync.Mutex
 	seen     map[string]int  // record id -> deliveries
@@ -36,6 +37,10 @@ func newAckingEgress(url string, rotate time.Duration) *ackingEgress {
 }
 
 func (e *ackingEgress) run(ctx context.Context) {
+	if e.pkg {
+		e.runPackage(ctx)
+		return
+	}
 	for ctx.Err() == nil {
 		e.once(ctx)
 		select {

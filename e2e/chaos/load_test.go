@@ -52,6 +52,8 @@ type ingressClient struct {
 	// perRequest, when > 0, ends a request's body after that many records (once they are
 	// answered) and makes the next one, so a load balancer spreads the streams again.
 	perRequest int
+	// pkg: the stream is published by a client.Publisher (runPackage) instead.
+	pkg bool
 
 	mu         sync.Mutex
 	next       int
@@ -78,6 +80,10 @@ func newIngressClient(url, topic, key string, pace time.Duration) *ingressClient
 
 // run streams until stop is closed, then resends until every record is receipted or ctx ends.
 func (c *ingressClient) run(ctx context.Context, stop <-chan struct{}) {
+	if c.pkg {
+		c.runPackage(ctx, stop)
+		return
+	}
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		stopping := isClosed(stop)

@@ -60,11 +60,16 @@ type replicaLoad struct {
 	perTopic int           // ingress streams per topic (half keyed, half keyless on the mixed topics)
 	egress   int           // egress clients per topic (one shared subscription each)
 	pace     time.Duration // between records of one stream
+	pkg      bool          // the clients are the client package's Publisher and Subscriber
 }
 
 func (l replicaLoad) String() string {
-	return fmt.Sprintf("3 replicas behind HAProxy, %d named streams (keyed + keyless) on 4 topics (3, 3 and 2→4 partitions, 1 unpartitioned), %d rec/s, %d acking egress clients",
+	s := fmt.Sprintf("3 replicas behind HAProxy, %d named streams (keyed + keyless) on 4 topics (3, 3 and 2→4 partitions, 1 unpartitioned), %d rec/s, %d acking egress clients",
 		4*l.perTopic, int(float64(4*l.perTopic)*float64(time.Second)/float64(l.pace)), 4*l.egress)
+	if l.pkg {
+		s += " (client.Publisher and client.Subscriber)"
+	}
+	return s
 }
 
 // replicaConfig is the bridge's configuration of the replicas: bridgeConfig's, with one
@@ -123,6 +128,7 @@ func startMixed(t *testing.T, ld replicaLoad) *mixed {
 	for i, rt := range m.topics {
 		for range ld.egress {
 			ec := newAckingEgress(fmt.Sprintf("%s/v1/streams/e%d", m.lb.URL, i), 30*time.Second)
+			ec.pkg = ld.pkg
 			m.outs = append(m.outs, ec)
 			m.ewg.Add(1)
 			go func() { defer m.ewg.Done(); ec.run(ectx) }()
@@ -136,6 +142,7 @@ func startMixed(t *testing.T, ld replicaLoad) *mixed {
 			ic := newIngressClient(m.lb.URL+"/v1/publish/"+route, rt.short, key, ld.pace)
 			ic.stream = key
 			ic.perRequest = int(15 * time.Second / ld.pace) // a new request, balanced again, every ~15 s
+			ic.pkg = ld.pkg
 			m.ins = append(m.ins, ic)
 			m.iwg.Add(1)
 			go func() { defer m.iwg.Done(); ic.run(m.ctx, m.stop) }()
