@@ -18,9 +18,16 @@ import (
 // runCLI runs the built binary with args and returns its stdout, stderr and exit status.
 func runCLI(t *testing.T, timeout time.Duration, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runCLIEnv(t, timeout, nil, args...)
+}
+
+// runCLIEnv is runCLI with extra environment variables (KEY=VALUE).
+func runCLIEnv(t *testing.T, timeout time.Duration, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bridgeBin(t), args...)
+	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -165,5 +172,61 @@ streams:
 	_, errOut, code = runCLI(t, time.Minute, "publish", "-url", p.DataURL, "-sequence", "3", "events", path)
 	if code != 2 || !strings.Contains(errOut, "-sequence 3 needs -stream-name") {
 		t.Errorf("a usage error: exit %d, want 2; stderr %q", code, errOut)
+	}
+}
+
+// TestBridgePublishAndTailOverTLSWithTokens: against a bridge with TLS on its data
+// listener and bearer tokens, bridge publish trusts the bridge's certificate with
+// -ca-file and presents -token-file's token, bridge tail $BRIDGE_TOKEN's; without a token
+// the bridge's 401 stops publish (exit 3) and fails tail (exit 1), naming the status.
+func TestBridgePublishAndTailOverTLSWithTokens(t *testing.T) {
+	b := broker.Get(t)
+	dir := t.TempDir()
+	certFile, keyFile, _ := writeCert(t, dir, 1)
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("tok-cli-5e1f\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	topic := b.Topic(t, "cli-tls")
+	p := startBridge(t, fmt.Sprintf(`
+  tls:
+    certFile: %s
+    keyFile: %s
+pulsar:
+  url: %s
+auth:
+  tokens:
+    - name: cli
+      file: %s
+      routes: [in]
+      streams: [out]
+routes:
+  - name: in
+    default: {topic: %s}
+streams:
+  - name: out
+    topics: [%s]
+    position: earliest
+`, certFile, keyFile, b.URL, tokenFile, topic, topic))
+	url := strings.Replace(p.DataURL, "http://", "https://", 1)
+	in := filepath.Join(dir, "in.jsonl")
+	if err := os.WriteFile(in, []byte("{\"over\":\"tls\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, time.Minute, "publish", "-url", url, "-ca-file", certFile, "-token-file", tokenFile, "in", in)
+	if code != 0 || !strings.Contains(out, "1 records: 1 published") {
+		t.Fatalf("publish: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, errOut, code = runCLIEnv(t, time.Minute, []string{"BRIDGE_TOKEN=tok-cli-5e1f", "BRIDGE_URL=" + url}, "tail", "-ca-file", certFile, "-n", "1", "out")
+	if code != 0 || out != "{\"over\":\"tls\"}\n" {
+		t.Fatalf("tail: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	_, errOut, code = runCLI(t, time.Minute, "publish", "-url", url, "-ca-file", certFile, "in", in)
+	if code != 3 || !strings.Contains(errOut, "401") {
+		t.Errorf("publish without a token: exit %d, want 3; stderr %q", code, errOut)
+	}
+	_, errOut, code = runCLI(t, time.Minute, "tail", "-url", url, "-ca-file", certFile, "out")
+	if code != 1 || !strings.Contains(errOut, "401") {
+		t.Errorf("tail without a token: exit %d, want 1; stderr %q", code, errOut)
 	}
 }

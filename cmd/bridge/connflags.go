@@ -43,7 +43,7 @@ func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	if v := strings.TrimSpace(getenv(urlEnv)); v != "" {
 		def = v
 	}
-	fs.StringVar(&c.url, "url", def, "the bridge's data listener, https:// with TLS (default $"+urlEnv+", else "+defaultURL+")")
+	fs.StringVar(&c.url, "url", def, "the bridge's data listener, https:// with TLS; $"+urlEnv+" replaces the default")
 	fs.StringVar(&c.caFile, "ca-file", "", "PEM CA bundle trusted for the bridge's certificate (default: the system's roots)")
 	fs.StringVar(&c.certFile, "cert-file", "", "PEM client certificate, with -key-file, for a bridge that asks for one")
 	fs.StringVar(&c.keyFile, "key-file", "", "PEM private key of -cert-file")
