@@ -136,10 +136,7 @@ type publishRun struct {
 
 // say prints a line on stderr, clearing the progress line first.
 func (r *publishRun) say(format string, a ...any) {
-	r.progress.Clear()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	fmt.Fprintf(r.stderr, format+"\n", a...)
+	r.progress.Print(r.stderr, fmt.Sprintf(format+"\n", a...))
 }
 
 func (r *publishRun) onReceipt(rc client.Receipt) {
@@ -184,10 +181,7 @@ func (r *publishRun) printReceipt(where string, rc client.Receipt) {
 		l.Error = re.Message
 	}
 	b, _ := json.Marshal(l)
-	r.progress.Clear()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stdout.Write(append(b, '\n'))
+	r.progress.Print(r.stdout, string(append(b, '\n')))
 }
 
 func (r *publishRun) onRetry(next uint64, cause error, wait time.Duration) {

@@ -52,6 +52,18 @@ func (p *progress) Show(line func() string) {
 	}
 }
 
+// Print writes s to w (the terminal, or another writer) with the progress line wiped
+// first, so a message never lands after a half-drawn line; the next Show redraws it.
+func (p *progress) Print(w io.Writer, s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown {
+		fmt.Fprint(p.w, "\r\x1b[K")
+		p.shown = false
+	}
+	io.WriteString(w, s)
+}
+
 // Clear erases the progress line, so what is printed next starts on a clean line.
 func (p *progress) Clear() {
 	if p.w == nil {

@@ -34,7 +34,7 @@ func openPTY(t *testing.T) (ctl, term *os.File) {
 	return ctl, term
 }
 
-// A terminal gets the progress line, rewritten in place, and wiped before the report.
+// A terminal gets the progress line, rewritten in place, and wiped before a message.
 func TestProgressOnATerminal(t *testing.T) {
 	ctl, term := openPTY(t)
 	if !isTerminal(term) {
@@ -44,9 +44,10 @@ func TestProgressOnATerminal(t *testing.T) {
 	p := newProgress(term)
 	p.Show(func() string { return "12 read, 10 published, 0 refused" })
 	p.Show(func() string { return "not yet: within the interval" })
-	p.Clear()
+	p.Print(term, "in.jsonl:3: refused\n") // a message wipes the line first
+	p.Clear()                              // nothing left to wipe
 	_ = ctl.SetReadDeadline(time.Now().Add(5 * time.Second))
-	want := "\r\x1b[K12 read, 10 published, 0 refused\r\x1b[K"
+	want := "\r\x1b[K12 read, 10 published, 0 refused\r\x1b[Kin.jsonl:3: refused\r\n" // the terminal ends lines with CR LF
 	var got []byte
 	buf := make([]byte, 256)
 	for len(got) < len(want) {
