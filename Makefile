@@ -171,6 +171,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseMessageID -fuzztime $(FUZZTIME) ./pulsar/
 	$(GO) test -run '^$$' -fuzz FuzzTemplate -fuzztime $(FUZZTIME) ./mapping/
 	$(GO) test -run '^$$' -fuzz FuzzReadIDs -fuzztime $(FUZZTIME) ./egress/
+	$(GO) test -run '^$$' -fuzz FuzzReceiptParseAgreesWithEncodingJSON -fuzztime $(FUZZTIME) ./client/
 	$(GO) test -run '^$$' -fuzz FuzzDifferential -fuzztime $(FUZZTIME) ./telemetry/otlpwire/
 	$(GO) test -run '^$$' -fuzz FuzzPathValue -fuzztime $(FUZZTIME) ./internal/schema/
 	$(GO) test -run '^$$' -fuzz FuzzConverterJSONLosesNothing -fuzztime $(FUZZTIME) ./internal/schema/

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"unicode/utf8"
 )
 
 // wireReceipt is a receipt or the summary of a streamed answer (docs/http-api.md), or a
@@ -173,14 +174,13 @@ func unquote(raw []byte) (string, error) {
 		}
 		return "", errReceiptSyntax
 	}
-	for _, c := range raw[1 : len(raw)-1] {
-		if c == '\\' {
-			var s string
-			err := json.Unmarshal(raw, &s)
-			return s, err
-		}
+	body := raw[1 : len(raw)-1]
+	if bytes.IndexByte(body, '\\') >= 0 || !utf8.Valid(body) {
+		var s string // escapes, or bytes encoding/json replaces with U+FFFD
+		err := json.Unmarshal(raw, &s)
+		return s, err
 	}
-	return string(raw[1 : len(raw)-1]), nil
+	return string(body), nil
 }
 
 // skipComposite skips an object or array value (not one a receipt has; tolerated).
