@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/recordio"
 )
 
 // runCLI runs the built binary with args and returns its stdout, stderr and exit status.
@@ -228,5 +229,54 @@ streams:
 	_, errOut, code = runCLI(t, time.Minute, "tail", "-url", url, "-ca-file", certFile, "out")
 	if code != 1 || !strings.Contains(errOut, "401") {
 		t.Errorf("tail without a token: exit %d, want 1; stderr %q", code, errOut)
+	}
+}
+
+// TestBridgePublishAndTailBinaryRecords: records that are not text (line feeds, bytes
+// that are not UTF-8, an empty one) go through byte for byte: a RecordIO file published
+// with -format recordio and two files with -format raw come back from bridge tail -o
+// recordio as the same RecordIO stream.
+func TestBridgePublishAndTailBinaryRecords(t *testing.T) {
+	b := broker.Get(t)
+	topic := b.Topic(t, "cli-bin")
+	p := startBridge(t, fmt.Sprintf(`
+pulsar:
+  url: %s
+routes:
+  - name: bin
+    contentTypes: [application/x-protobuf]
+    default: {topic: %s}
+streams:
+  - name: bin
+    topics: [%s]
+    position: earliest
+    contentType: application/x-protobuf
+`, b.URL, topic, topic))
+	dir := t.TempDir()
+	recs := [][]byte{{0x0a, 0x03, 'a', '\n', 'b'}, {}, {0xff, 0xfe, 0x00, '\r', '\n'}}
+	var rio []byte
+	for _, r := range recs {
+		rio = recordio.AppendRecord(rio, r)
+	}
+	file := func(name string, b []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	in := file("in.rio", rio)
+	raw1, raw2 := file("one.bin", []byte{0x08, 0x96, 0x01}), file("two.bin", []byte("two\nlines\n"))
+	ct := "application/x-protobuf"
+	if out, errOut, code := runCLI(t, time.Minute, "publish", "-url", p.DataURL, "-format", "recordio", "-content-type", ct, "bin", in); code != 0 || !strings.Contains(out, "3 records: 3 published") {
+		t.Fatalf("publish -format recordio: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if out, errOut, code := runCLI(t, time.Minute, "publish", "-url", p.DataURL, "-format", "raw", "-content-type", ct, "bin", raw1, raw2); code != 0 || !strings.Contains(out, "2 records: 2 published") {
+		t.Fatalf("publish -format raw: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	want := recordio.AppendRecord(recordio.AppendRecord(rio, []byte{0x08, 0x96, 0x01}), []byte("two\nlines\n"))
+	out, errOut, code := runCLI(t, time.Minute, "tail", "-url", p.DataURL, "-o", "recordio", "-n", "5", "bin")
+	if code != 0 || out != string(want) {
+		t.Fatalf("tail -o recordio: exit %d, stdout %q, want %q; stderr %q", code, out, want, errOut)
 	}
 }
