@@ -239,6 +239,11 @@ func (r *publishRun) run(pub *client.Publisher, src source, first uint64, named 
 				if time.Since(start) > time.Second { // a short input shows no progress at all
 					r.progress.Show(r.status)
 				}
+				if pub.Err() != nil {
+					// Stopped for good (the route is gone, the stream taken over): say so
+					// now, not when the next line of a quiet input comes.
+					stopReading()
+				}
 			}
 		}
 	})

@@ -27,6 +27,9 @@ type fakeIngress struct {
 }
 
 func (f *fakeIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Answered at once, body read or not, as the bridge answers (net/http would
+	// otherwise read the body's end before it wrote the status).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	if r.URL.Path != "/v1/publish/r" {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
@@ -37,7 +40,6 @@ func (f *fakeIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.headers = r.Header.Clone()
 	f.mu.Unlock()
-	_ = http.NewResponseController(w).EnableFullDuplex()
 	w.Header().Set("Content-Type", "application/recordio")
 	w.WriteHeader(http.StatusOK)
 	rw := recordio.NewWriter(w)
@@ -145,6 +147,30 @@ func TestPublishToAMissingRouteStops(t *testing.T) {
 	if !strings.Contains(out.String(), "1 without an answer") {
 		t.Fatalf("stdout %q", out.String())
 	}
+}
+
+// A refusal of the whole request stops the publish at once, also while the input is
+// quiet (a pipe from a program that writes now and then).
+func TestPublishStopsWhileTheInputIsQuiet(t *testing.T) {
+	srv := httptest.NewServer(&fakeIngress{})
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	var out, errb bytes.Buffer
+	done := make(chan int)
+	go func() { done <- cmdPublish([]string{"-url", srv.URL, "nope"}, pr, &out, &errb, noEnv, nil) }()
+	if _, err := io.WriteString(pw, "1\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != exitStopped || !strings.Contains(errb.String(), "404") {
+			t.Fatalf("exit %d, stderr %q", code, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("publish went on waiting for input after the bridge refused the request")
+	}
+	pw.Close() // the read still waiting returns, and its goroutine with it
 }
 
 // With a stream name the records carry their numbers from -sequence on, and the summary
