@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -70,19 +70,26 @@ func find(t *testing.T, blocks []fence, lang, want string) string {
 }
 
 // TestReadmeQuickStartWorksAsWritten runs README.md's quick start: its configuration and
-// its shell commands (the bridge started in the background, the rio function, the curl
-// POST, then the curl -N GET), changing only the broker's URL and the listen ports, with
-// the built binary as bin/bridge in a temporary directory; the receipts must have the
-// shape the README shows and the GET must return the UPDATE record it shows.
+// its shell commands (the bridge started in the background, bridge publish of the two
+// events, bridge tail -n 1, the curl POST showing the wire format), changing only the
+// broker's URL and the listen ports (the commands find the bridge through $BRIDGE_URL),
+// with the built binary as bin/bridge in a temporary directory. Each command's output
+// must have the shape the README shows: the same receipts field by field (message ids
+// of the same form), the same summary, the same record read back.
 func TestReadmeQuickStartWorksAsWritten(t *testing.T) {
 	b := broker.Get(t)
 	bin := bridgeBin(t)
 	blocks := quickStart(t)
 	cfg := find(t, blocks, "yaml", "routes:")
-	run := find(t, blocks, "sh", "rio()")
-	get := find(t, blocks, "sh", "curl -sSN")
-	wantReceipts := find(t, blocks, "", `"summary":true`)
-	wantRecord := find(t, blocks, "", `"type":"UPDATE"`)
+	run := find(t, blocks, "sh", "bridge run")
+	tailCmd := find(t, blocks, "sh", "bridge tail")
+	curlCmd := find(t, blocks, "sh", "curl -sS --data-binary")
+	wantPublish := find(t, blocks, "", `"outcome"`)
+	wantTail := find(t, blocks, "", `"type":"UPDATE"`)
+	wantWire := find(t, blocks, "", `"summary":true`)
+	if !strings.Contains(run, "bin/bridge publish") {
+		t.Fatalf("the quick start's first commands do not publish with bin/bridge publish:\n%s", run)
+	}
 
 	ports, err := broker.FreePorts(2)
 	if err != nil {
@@ -104,15 +111,16 @@ func TestReadmeQuickStartWorksAsWritten(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "bridge.yaml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	env := append(os.Environ(), "BRIDGE_URL=http://"+data)
 
-	// The README's commands as one script; it waits for the bridge it started in the
-	// background, so ending its process group ends the bridge too.
+	// The README's first commands as one script; it waits for the bridge it started in
+	// the background, so ending its process group ends the bridge too.
 	const done = "--- quick start done ---"
 	// Files, not pipes: the bridge in the background inherits them, and the shell's exit
 	// must be seen without waiting for the bridge to close a pipe.
 	stdout, stderr := outFile(t, dir, "stdout"), outFile(t, dir, "stderr")
 	sh := exec.Command("bash", "-c", "set -e -o pipefail\n"+rewrite.Replace(run)+"\necho '"+done+"'\nwait\n")
-	sh.Dir, sh.Stdout, sh.Stderr = dir, stdout.f, stderr.f
+	sh.Dir, sh.Stdout, sh.Stderr, sh.Env = dir, stdout.f, stderr.f, env
 	sh.SysProcAttr = diesWithParent()
 	if sh.SysProcAttr == nil {
 		sh.SysProcAttr = &syscall.SysProcAttr{}
@@ -139,7 +147,7 @@ func TestReadmeQuickStartWorksAsWritten(t *testing.T) {
 	for !strings.Contains(stdout.String(), done) {
 		select {
 		case <-exited:
-			t.Fatalf("the quick start's commands ended (%v) before the POST was answered:\n%s", exitErr, stdout.String())
+			t.Fatalf("the quick start's commands ended (%v) before bridge publish finished:\n%s", exitErr, stdout.String())
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -152,59 +160,91 @@ func TestReadmeQuickStartWorksAsWritten(t *testing.T) {
 	if !strings.HasPrefix(out, valid) {
 		t.Fatalf("bridge validate should say %q first; the output is:\n%s", valid, out)
 	}
-	got := decodeJSONRecords(t, "the POST's answer", []byte(strings.TrimPrefix(out, valid)))
-	want := decodeJSONRecords(t, "README's receipts", []byte(strings.TrimSpace(wantReceipts)))
+	// The README shows what the terminal shows: the receipts (stdout), then the summary
+	// (stderr, out of the receipts' way).
+	var shownReceipts, shownSummary []string
+	for _, l := range strings.Split(strings.TrimSpace(wantPublish), "\n") {
+		if strings.HasPrefix(l, "{") {
+			shownReceipts = append(shownReceipts, l)
+		} else {
+			shownSummary = append(shownSummary, l)
+		}
+	}
+	sameShape(t, "bridge publish's receipts", jsonLines(t, "bridge publish's output", strings.TrimPrefix(out, valid)),
+		jsonLines(t, "README's receipts", strings.Join(shownReceipts, "\n")))
+	for _, l := range shownSummary {
+		if !strings.Contains(stderr.String(), l+"\n") {
+			t.Errorf("bridge publish did not say %q; its stderr:\n%s", l, tail(stderr.String(), 20))
+		}
+	}
+
+	// bridge tail -n 1 reads the UPDATE event and ends by itself.
+	got := runQuickStartCommand(t, dir, env, rewrite.Replace(strings.TrimSpace(tailCmd)))
+	if g, w := jsonLines(t, "bridge tail's output", got), jsonLines(t, "README's record", wantTail); len(g) != 1 || len(w) != 1 || !reflect.DeepEqual(g[0], w[0]) {
+		t.Errorf("bridge tail printed %q, the README shows %q", got, wantTail)
+	}
+
+	// The curl POST answers in RecordIO, as shown.
+	got = runQuickStartCommand(t, dir, env, rewrite.Replace(strings.TrimSpace(curlCmd)))
+	sameShape(t, "curl's answer", decodeJSONRecords(t, "curl's answer", []byte(got)),
+		decodeJSONRecords(t, "README's answer", []byte(strings.TrimSpace(wantWire))))
+}
+
+// runQuickStartCommand runs one of the quick start's commands to its end (30 s at most)
+// and returns its stdout.
+func runQuickStartCommand(t *testing.T, dir string, env []string, command string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", "set -e -o pipefail\n"+command)
+	cmd.Dir, cmd.Env = dir, env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\nstdout: %s\nstderr: %s", command, err, out.String(), errb.String())
+	}
+	return out.String()
+}
+
+// jsonLines decodes text of one JSON object a line.
+func jsonLines(t *testing.T, what, text string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%s: line %q: %v\n%s", what, l, err, text)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// sameShape holds got to the README's want: the same records with the same fields and
+// values, a message id only of the same form (a non-partitioned topic's).
+func sameShape(t *testing.T, what string, got, want []map[string]any) {
+	t.Helper()
 	if len(got) != len(want) {
-		t.Fatalf("%d receipts, the README shows %d:\n%s", len(got), len(want), out)
+		t.Fatalf("%s: %d records, the README shows %d:\n%v", what, len(got), len(want), got)
 	}
 	id := regexp.MustCompile(`^[0-9]+:[0-9]+:-1:-?[0-9]+$`)
 	for i := range want {
 		for k, v := range want[i] {
 			if k == "messageId" {
 				if s, _ := got[i][k].(string); !id.MatchString(s) {
-					t.Errorf("receipt %d: messageId %v is not a message id of a non-partitioned topic", i, got[i][k])
+					t.Errorf("%s %d: messageId %v is not a message id of a non-partitioned topic", what, i, got[i][k])
 				}
 				continue
 			}
 			if fmt.Sprint(got[i][k]) != fmt.Sprint(v) {
-				t.Errorf("receipt %d: %s is %v, the README shows %v", i, k, got[i][k], v)
+				t.Errorf("%s %d: %s is %v, the README shows %v", what, i, k, got[i][k], v)
 			}
 		}
 		for k := range got[i] {
 			if _, ok := want[i][k]; !ok {
-				t.Errorf("receipt %d has %s, which the README does not show", i, k)
+				t.Errorf("%s %d has %s, which the README does not show", what, i, k)
 			}
 		}
-	}
-
-	// The GET stays open: its first record is read, then it is ended.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	curl := exec.CommandContext(ctx, "bash", "-c", rewrite.Replace(strings.TrimSpace(get)))
-	curl.Dir = dir
-	pipe, err := curl.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := curl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = curl.Wait() }()
-	rec, err := recordio.NewReader(bufio.NewReader(pipe)).Next()
-	if err != nil {
-		t.Fatalf("the GET: %v", err)
-	}
-	shown := decodeJSONRecords(t, "README's GET", []byte(strings.TrimSpace(wantRecord)))
-	if len(shown) != 1 {
-		t.Fatalf("the README shows %d records for the GET, want 1", len(shown))
-	}
-	wantRec, _ := json.Marshal(shown[0])
-	var gotRec map[string]any
-	if err := json.Unmarshal(rec, &gotRec); err != nil {
-		t.Fatalf("the GET's record %q: %v", rec, err)
-	}
-	if g, _ := json.Marshal(gotRec); !bytes.Equal(g, wantRec) {
-		t.Errorf("the GET's first record is %s, the README shows %s", rec, wantRec)
 	}
 }
 

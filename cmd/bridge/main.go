@@ -38,8 +38,14 @@ Usage:
   bridge run -config FILE        serve ingress and the operations endpoints (reloads FILE on change and on SIGHUP)
   bridge validate -config FILE   check a configuration file exactly as start-up would, without binding
                  [-o text|json]  every problem at once, each with its key path and line
+  bridge publish ROUTE [FILE...] publish JSON lines (or -format recordio|raw) from FILEs or stdin to a route
+                                 [-url URL] [-stream-name NAME [-sequence N]]; each refusal named by its line
+  bridge tail STREAM             print a stream's records as JSON lines (or -o recordio|envelope)
+                                 [-url URL] [-n N] [-ack client] [-position earliest|latest]; Ctrl-C ends it
   bridge version                 print the version and build information
   bridge help                    this text
+
+"bridge COMMAND -h" lists a command's flags.
 `
 
 func main() {
@@ -47,7 +53,8 @@ func main() {
 }
 
 // run executes one sub-command and returns the process exit code:
-// 0 on success, 1 when the command failed, 2 on a usage error.
+// 0 on success, 1 when the command failed, 2 on a usage error (publish and tail have
+// more: see their usage).
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -60,6 +67,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stdout, stderr)
 	case "validate":
 		return cmdValidate(args[1:], stdout, stderr)
+	case "publish":
+		sigs, stop := notifySignals()
+		defer stop()
+		return cmdPublish(args[1:], os.Stdin, stdout, stderr, os.Getenv, sigs)
+	case "tail":
+		sigs, stop := notifySignals()
+		defer stop()
+		return cmdTail(args[1:], stdout, stderr, os.Getenv, sigs)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -67,6 +82,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
+}
+
+// notifySignals delivers SIGINT and SIGTERM to the returned channel instead of ending
+// the process, until stop is called.
+func notifySignals() (sigs <-chan os.Signal, stop func()) {
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	return ch, func() { signal.Stop(ch) }
 }
 
 func cmdVersion(args []string, stdout, stderr io.Writer) int {
