@@ -255,6 +255,9 @@ func (s *Server) HandleAck(c echo.Context) error {
 	if through {
 		return sm.ackThrough(c, ids)
 	}
+	if ca, ok := sm.confirmer(); ok {
+		return sm.ackIDsConfirmed(c, ca, ids)
+	}
 	var unknown []string
 	acked := 0
 	for i, id := range ids {
@@ -276,11 +279,15 @@ func (s *Server) HandleAck(c echo.Context) error {
 	}
 	sm.wake()
 	if len(unknown) > 0 {
-		return c.JSON(http.StatusBadRequest, map[string]any{"status": 400, "acked": acked, "unknown": unknown,
-			"error": fmt.Sprintf("%d ids or positions were not delivered on this stream, were acknowledged already, or timed out and were redelivered; "+
-				"a message another stream delivered (on this or another bridge process) is acknowledged once this stream has delivered it again", len(unknown))})
+		return c.JSON(http.StatusBadRequest, map[string]any{"status": 400, "acked": acked, "unknown": unknown, "error": unknownIDs(len(unknown))})
 	}
 	return c.JSON(http.StatusOK, map[string]any{"status": 200, "acked": acked})
+}
+
+// unknownIDs says why n ids or positions of an /ack were not acknowledged.
+func unknownIDs(n int) string {
+	return fmt.Sprintf("%d ids or positions were not delivered on this stream, were acknowledged already, or timed out and were redelivered; "+
+		"a message another stream delivered (on this or another bridge process) is acknowledged once this stream has delivered it again", n)
 }
 
 // notOpenHere is the answer to an acknowledgement or lookup for a Stream-Id this process
@@ -419,6 +426,10 @@ func (sm *stream) ackThrough(c echo.Context, ids []string) error {
 			if err = ca.AckCumulative(last.d, ds); err == nil {
 				cumulative++
 			}
+		} else if conf, ok := sm.confirmer(); ok {
+			var done []*unackedEntry
+			done, es, err = sm.ackConfirmed(c.Request().Context(), conf, es)
+			acked += len(done)
 		} else {
 			for i, e := range es {
 				if err = sm.sub.Ack(e.d); err != nil {
