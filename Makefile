@@ -6,9 +6,9 @@ RACE_BIN := bin/bridge-race
 E2E_RACE ?= ^(TestIngressDrainsOnSIGTERMUnderLoad|TestSIGTERMDoesNotWaitForAClientThatStoppedReading|TestIngressRoutesMesosEventsByType|TestIngressErrorsAreClearAndLoseNothingBefore|TestEgressDeliversOfficialMessagesAsRecordIO|TestEgressResumesAfterTheClientIsKilled|TestEgressClientAcks|TestSharedKeySharedAndFailoverOnTheRealBroker)$$
 # The tests about acknowledgements inside batches that also run on a broker with Pulsar's default
 # acknowledgmentAtBatchIndexLevelEnabled=false (e2e/pulsar/default-batch-acks.conf): make e2e's short
-# form (the egress nack/dead-letter test on every subscription type, the interop matrix's batch-ack
+# form (the egress nack/dead-letter test on every subscription type, the stream filter over batches, the interop matrix's batch-ack
 # and nack/DLQ rows); make interop runs them with the matrix's full form.
-E2E_DEFAULT_ACKS ?= ^(TestEgressRetriesAndDeadLettersMessagesInsideBatches|TestInteropWithTheJavaClient)$$/^(shared|key_shared|exclusive|failover|batch-index-ack|nack-dlq)$$
+E2E_DEFAULT_ACKS ?= ^(TestEgressRetriesAndDeadLettersMessagesInsideBatches|TestInteropWithTheJavaClient|TestEgressFilterDeliversExactlyWhatMatchesOfAMixedMesosStream)$$/^(shared|key_shared|exclusive|failover|batch-index-ack|nack-dlq)$$
 DEFAULT_ACKS_BROKER = PULSAR_EXTRA_CONF=$(CURDIR)/e2e/pulsar/default-batch-acks.conf PULSAR_HEAP=384m PULSAR_DIRECT_MEMORY=384m $(WITH_BROKER)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
