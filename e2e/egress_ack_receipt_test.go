@@ -14,18 +14,21 @@ import (
 )
 
 // TestEgressAcksAnswered200SurviveAKilledReplica: bridge replicas serve one shared
-// subscription (ack=client); a client reads a few records from a replica, acknowledges
+// subscription (ack=client) of single messages and batches of 10; a client reads a few records from a replica, acknowledges
 // them, and the replica is killed (SIGKILL) the moment the 200 arrives; another replica
 // takes its place. A 200 means the broker has the acknowledgement (ack receipts), so no
 // message acknowledged with a 200 is ever delivered again, while every message is
 // delivered and the subscription's backlog ends at 0. (With acknowledgements answered
 // once queued, ackReceipt: false, the group still waiting in the killed process was lost
-// and those messages came back.)
+// and those messages came back. On a broker without batch-index acknowledgements, which
+// ignores the acknowledgement of part of a batch, a message of a batch not acknowledged
+// whole can come back after its 200: docs/http-api.md.)
 func TestEgressAcksAnswered200SurviveAKilledReplica(t *testing.T) {
 	b := broker.Get(t)
 	topic := b.Topic(t, "ack-receipts")
 	const n, rounds, perRound = 300, 8, 25
-	publishUnbatchedAsync(t, b, topic, n)
+	publishUnbatchedAsync(t, b, topic, n/2)
+	publishBatched(t, b, topic, n/2, false) // in batches of 10: acknowledged by batch index
 	cfg := fmt.Sprintf(`
 pulsar:
   url: %s
