@@ -17,7 +17,7 @@ MODULES := . e2e bench k8s internal/schema/mesospb
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e chaos soak interop demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing bench-named e2e-exactly-once fuzz clean
+.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e chaos soak interop demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-acks bench-tracing bench-named e2e-exactly-once fuzz clean
 
 all: build
 
@@ -155,6 +155,11 @@ e2e-exactly-once: build
 
 bench-egress: build
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./egress -bin $(CURDIR)/$(BIN) -rounds 7'
+
+## bench-acks: what /ack costs a client (ack=client) with the broker's confirmation waited for
+## (ackReceipt: true) and without (false): acknowledgements per second and /ack's p50 and p99.
+bench-acks: build
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./acks -bin $(CURDIR)/$(BIN) -rounds 3'
 
 # One broker per shape: both shapes' slices on one standalone write ~35 GB, and its
 # bookie refuses writes once the disk is 95 % full.
