@@ -22,6 +22,13 @@ import (
 // mesosFilterEvent is the i-th event of the filter test: JSON or protobuf (a
 // mesos.v1.scheduler.Event), of one of three types, from one of three agents.
 func mesosFilterEvent(i int) (payload []byte, typ, agent string) {
+	if i >= mixed && i < mixed+dropped {
+		// A long run the filter leaves out: HEARTBEATs from agent a0, JSON and protobuf.
+		if i%2 == 0 {
+			return []byte(fmt.Sprintf(`{"type":"HEARTBEAT","seq":%d}`, i)), "HEARTBEAT", "a0"
+		}
+		return protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 8), "HEARTBEAT", "a0"
+	}
 	types := []struct {
 		name string
 		num  uint64
@@ -34,16 +41,21 @@ func mesosFilterEvent(i int) (payload []byte, typ, agent string) {
 	return protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), ty.num), ty.name, agent
 }
 
+// The filter test's topic: mixed events, then dropped the filter leaves out, then one it keeps.
+const mixed, dropped = 600, 300
+
 // TestEgressFilterDeliversExactlyWhatMatchesOfAMixedMesosStream: JSON and protobuf Mesos
 // events on one topic, published one per entry and in batches of 10 (the official
 // client's batching producer); the stream keeps UPDATE events (a json and a proto
-// alternative) and anything from agent a1 (a property). The records delivered are
+// alternative) and anything from agent a1 (a property). A run of 300 it leaves out
+// comes before the last message, with a receiver queue of 20 per partition: the flow
+// permits must keep coming while nothing is written. The records delivered are
 // exactly the messages the test's own evaluation of the same conditions keeps, each
 // once, and every other message is acknowledged: the subscription's backlog reaches 0.
 func TestEgressFilterDeliversExactlyWhatMatchesOfAMixedMesosStream(t *testing.T) {
 	b := broker.Get(t)
 	topic := b.Topic(t, "filter")
-	const n = 600
+	const n = mixed + dropped + 1
 	want := map[string]bool{}
 	c := newOfficialClient(t, b)
 	single, err := c.CreateProducer(official.ProducerOptions{Topic: topic, DisableBatching: true})
@@ -88,6 +100,7 @@ streams:
     subscription: filtered
     position: earliest
     envelope: json
+    receiverQueue: 20
     filter:
       schema: {type: protobuf_native, message: mesos.v1.scheduler.Event}
       match:
