@@ -3,6 +3,8 @@ package pulsar_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,5 +76,55 @@ func TestAckSyncAllReturnsOnlyOnceTheBrokerConfirmed(t *testing.T) {
 		if int64(id.GetEntryId()) == ms[1].ID.EntryID && (len(id.GetAckSet()) != 1 || id.GetAckSet()[0] != 0b100) {
 			t.Fatalf("the batch's ack set %b, want only index 2 left (0b100)", id.GetAckSet())
 		}
+	}
+}
+
+// TestAckSyncAllAnswersEachPartitionOnItsOwn: on a partitioned topic one ACK goes to
+// each partition's consumer, all at once, and a partition whose broker refuses fails
+// only its own messages.
+func TestAckSyncAllAnswersEachPartitionOnItsOwn(t *testing.T) {
+	b := fakeBroker(t)
+	const topic = "persistent://public/default/receipts"
+	b.SetPartitions(topic, 2)
+	var mu sync.Mutex
+	consumerTopic := map[uint64]string{}
+	b.SetControl(func(c pulsartest.Command) pulsartest.Reply {
+		mu.Lock()
+		defer mu.Unlock()
+		switch c.Cmd.GetType() {
+		case pulsartest.CommandSubscribe:
+			consumerTopic[c.Cmd.GetSubscribe().GetConsumerId()] = c.Cmd.GetSubscribe().GetTopic()
+		case pulsartest.CommandAck:
+			if strings.HasSuffix(consumerTopic[c.Cmd.GetAck().GetConsumerId()], "-partition-1") {
+				return pulsartest.Refuse(pb.ServerError_MetadataError, "partition 1's cursor could not be updated")
+			}
+		}
+		return pulsartest.Pass()
+	})
+	cons, err := client(t, b.URL()).Subscribe(context.Background(), pulsar.ConsumerOptions{Topics: []string{topic}, Subscription: "s",
+		Type: pulsar.Shared, AckGroupTime: time.Hour, BatchIndexAck: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cons.Close() })
+	b.Deliver(topic+"-partition-0", single("a"), single("b"))
+	b.Deliver(topic+"-partition-1", single("c"), single("d"))
+	ms := make([]*pulsar.Message, 0, 4)
+	for range 4 {
+		m, err := cons.Receive(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	errs := cons.AckSyncAll(context.Background(), ms)
+	for i, m := range ms {
+		refused := strings.HasSuffix(m.Topic, "-partition-1")
+		if refused != (errs[i] != nil) {
+			t.Fatalf("message %s of %s: %v", m.ID, m.Topic, errs[i])
+		}
+	}
+	if a0, a1 := b.Acks(topic+"-partition-0"), b.Acks(topic+"-partition-1"); len(a0) != 1 || len(a0[0].IDs) != 2 || len(a1) != 0 {
+		t.Fatalf("acks: partition 0 %v, partition 1 %v; want one ACK of 2 ids on partition 0 (partition 1's refused)", a0, a1)
 	}
 }
