@@ -6,9 +6,9 @@ RACE_BIN := bin/bridge-race
 E2E_RACE ?= ^(TestIngressDrainsOnSIGTERMUnderLoad|TestSIGTERMDoesNotWaitForAClientThatStoppedReading|TestIngressRoutesMesosEventsByType|TestIngressErrorsAreClearAndLoseNothingBefore|TestEgressDeliversOfficialMessagesAsRecordIO|TestEgressResumesAfterTheClientIsKilled|TestEgressClientAcks|TestSharedKeySharedAndFailoverOnTheRealBroker)$$
 # The tests about acknowledgements inside batches that also run on a broker with Pulsar's default
 # acknowledgmentAtBatchIndexLevelEnabled=false (e2e/pulsar/default-batch-acks.conf): make e2e's short
-# form (the egress nack/dead-letter test on every subscription type, the interop matrix's batch-ack
+# form (the egress nack/dead-letter test on every subscription type, the stream filter over batches, the interop matrix's batch-ack
 # and nack/DLQ rows); make interop runs them with the matrix's full form.
-E2E_DEFAULT_ACKS ?= ^(TestEgressRetriesAndDeadLettersMessagesInsideBatches|TestInteropWithTheJavaClient)$$/^(shared|key_shared|exclusive|failover|batch-index-ack|nack-dlq)$$
+E2E_DEFAULT_ACKS ?= ^(TestEgressRetriesAndDeadLettersMessagesInsideBatches|TestInteropWithTheJavaClient|TestEgressFilterDeliversExactlyWhatMatchesOfAMixedMesosStream)$$/^(shared|key_shared|exclusive|failover|batch-index-ack|nack-dlq)$$
 DEFAULT_ACKS_BROKER = PULSAR_EXTRA_CONF=$(CURDIR)/e2e/pulsar/default-batch-acks.conf PULSAR_HEAP=384m PULSAR_DIRECT_MEMORY=384m $(WITH_BROKER)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
@@ -17,7 +17,7 @@ MODULES := . e2e bench k8s internal/schema/mesospb
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e chaos soak interop demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing bench-named e2e-exactly-once fuzz clean
+.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e chaos soak interop demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-acks bench-tracing bench-named e2e-exactly-once fuzz clean
 
 all: build
 
@@ -155,6 +155,11 @@ e2e-exactly-once: build
 
 bench-egress: build
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./egress -bin $(CURDIR)/$(BIN) -rounds 7'
+
+## bench-acks: what /ack costs a client (ack=client) with the broker's confirmation waited for
+## (ackReceipt: true) and without (false): acknowledgements per second and /ack's p50 and p99.
+bench-acks: build
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./acks -bin $(CURDIR)/$(BIN) -rounds 3'
 
 # One broker per shape: both shapes' slices on one standalone write ~35 GB, and its
 # bookie refuses writes once the disk is 95 % full.

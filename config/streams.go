@@ -67,6 +67,13 @@ type Stream struct {
 	// Retry is how a message a client negatively acknowledges (POST <path>/nack), or
 	// does not acknowledge within AckTimeout, is delivered again.
 	Retry Retry `yaml:"retry"`
+	// Filter keeps only the messages matching one of its alternatives; the others are
+	// acknowledged without being written [none: every message is delivered].
+	Filter *Filter `yaml:"filter"`
+	// AckReceipt (ack=client): /ack answers 200 once the broker has confirmed the
+	// acknowledgement (the protocol's ack receipts); false answers once it is queued for
+	// the next group sent, before the broker has it [true].
+	AckReceipt *bool `yaml:"ackReceipt"`
 }
 
 // Retry is a stream's redelivery discipline: a failed message comes back after a delay
@@ -141,6 +148,10 @@ func (s Stream) WithDefaults() Stream {
 		s.MaxUnacked = 1000
 	}
 	s.Retry = s.Retry.WithDefaults()
+	if s.AckReceipt == nil {
+		t := true
+		s.AckReceipt = &t
+	}
 	return s
 }
 
@@ -216,6 +227,7 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 		if s.MaxRate < 0 || s.MaxByteRate < 0 {
 			add("%s: maxRate and maxByteRate must not be negative (0: no limit)", at)
 		}
+		validateFilter(s.Filter, at+".filter", add)
 		if r := s.Retry; r.MaxDeliveries < 0 {
 			add("%s.retry.maxDeliveries: %d must not be negative", at, r.MaxDeliveries)
 		} else if r.MaxDeliveries > 0 && s.Type != "shared" && s.Type != "key_shared" {

@@ -123,7 +123,10 @@ type stream struct {
 	asides chan *Delivery
 
 	next int64 // the position of the next record written (the loop's)
-	pace pacer // maxRate, maxByteRate (the loop's)
+	// filter is the stream's filter from the table filterOf (the loop's; see filterNow).
+	filter   *mapping.Filter
+	filterOf *mapping.Table
+	pace     pacer // maxRate, maxByteRate (the loop's)
 }
 
 // pacer spaces a stream's records to at most rate records and byteRate bytes a second
@@ -288,12 +291,16 @@ type loopWriter struct {
 	written              int64
 	heartbeats           bool
 	hbDue                time.Time // when a heartbeat is due if nothing else is written first
+	wrote                bool      // something was written since the heartbeat's clock last restarted
 }
 
 // send writes what is buffered; with flush, it flushes the connection, then reports
 // the records, acknowledges them (ack=auto) and restarts the heartbeat's clock.
 func (w *loopWriter) send(flush bool) error {
 	st := w.st
+	// The heartbeat's clock restarts on what the client is sent, not on every flush: a
+	// stream whose messages its filter leaves out flushes nothing for as long.
+	w.wrote = w.wrote || len(w.buf) > 0 || st.direct > 0
 	if len(w.buf) > 0 {
 		_ = st.rc.SetWriteDeadline(time.Now().Add(st.limits.WriteTimeout))
 		if _, err := st.c.Response().Write(w.buf); err != nil {
@@ -321,9 +328,10 @@ func (w *loopWriter) send(flush bool) error {
 		}
 		w.flushed = w.flushed[:0]
 	}
-	if w.heartbeats {
+	if w.heartbeats && w.wrote {
 		w.hbDue = time.Now().Add(st.def.HeartbeatInterval)
 	}
+	w.wrote = false
 	return nil
 }
 
@@ -374,11 +382,26 @@ func (st *stream) receive(ctx context.Context, w *loopWriter) (*Delivery, string
 	return nil, rerr.Error()
 }
 
-// screen decides what becomes of d before it is written: converted for the client's
+// screen decides what becomes of d before it is written: left out by the stream's
+// filter (acknowledged unseen), converted for the client's
 // Message-Accept, set aside for the dead-letter topic (undecodable, not convertible, or
 // delivered maxDeliveries times), acknowledged unseen (undecodable without a dead-letter
 // topic), or delivered.
 func (st *stream) screen(ctx context.Context, w *loopWriter, d *Delivery) (deliver bool, end string) {
+	if d.Undecodable == nil {
+		out, err := st.filtered(d)
+		if err != nil {
+			// The body could not be read (its message is gone from the consumer): the
+			// stream ends as for a record cut short; the message is delivered again.
+			st.sub.Nack(d, 0)
+			_ = w.send(true)
+			st.failed(err)
+			return false, err.Error()
+		}
+		if out {
+			return false, ""
+		}
+	}
 	if st.conv != nil && d.Undecodable == nil {
 		if err := st.convert(ctx, d); err != nil {
 			if ctx.Err() != nil {

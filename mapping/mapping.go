@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/tidwall/gjson"
-
 	"github.com/recordio-bridge/bridge/config"
 	"github.com/recordio-bridge/bridge/internal/schema"
 )
@@ -65,26 +63,8 @@ type prop struct {
 }
 
 type rule struct {
-	contentTypes []string
-	json         []fieldMatch
-	proto        []protoMatch
-	headers      []headerMatch
+	matcher
 	target
-}
-
-type protoMatch struct {
-	path   *schema.Path
-	values []string
-}
-
-type fieldMatch struct {
-	path   string
-	values []string
-}
-
-type headerMatch struct {
-	name   string
-	values []string
 }
 
 type target struct {
@@ -192,36 +172,7 @@ func compileRoute(rc config.Route, at string) (*Route, config.Problems) {
 	for j, rl := range rc.Rules {
 		rat := fmt.Sprintf("%s.rules[%d]", at, j)
 		var cr rule
-		for _, ct := range rl.Match.ContentType {
-			mt, _, err := mime.ParseMediaType(ct)
-			if err != nil {
-				add("%s.match.contentType: %q is not a media type", rat, ct)
-				continue
-			}
-			cr.contentTypes = append(cr.contentTypes, mt)
-		}
-		for _, path := range sortedKeys(rl.Match.JSON) {
-			if path == "" || !gjsonPathOK(path) {
-				add("%s.match.json: %q is not a JSON path", rat, path)
-			}
-			cr.json = append(cr.json, fieldMatch{path: path, values: rl.Match.JSON[path]})
-		}
-		for _, path := range sortedKeys(rl.Match.Proto) {
-			pp, err := r.schema.Path(path)
-			if err != nil {
-				add("%s.match.proto: %v", rat, err)
-				continue
-			}
-			for _, v := range rl.Match.Proto[path] {
-				if err := pp.CheckValue(v); err != nil {
-					add("%s.match.proto.%s: %v", rat, path, err)
-				}
-			}
-			cr.proto = append(cr.proto, protoMatch{path: pp, values: rl.Match.Proto[path]})
-		}
-		for _, h := range sortedKeys(rl.Match.Headers) {
-			cr.headers = append(cr.headers, headerMatch{name: http.CanonicalHeaderKey(h), values: rl.Match.Headers[h]})
-		}
+		cr.matcher = compileMatch(rl.Match, r.schema, rat+".match", &p)
 		cr.target = compileTarget(rl.Target, rat)
 		cr.target.schema = r.schema
 		if rl.Schema != nil {
@@ -454,36 +405,6 @@ func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
 		}
 	}
 	return out, nil
-}
-
-func (rl *rule) matches(in *input) bool {
-	if len(rl.contentTypes) > 0 && !contains(rl.contentTypes, in.req.ContentType) {
-		return false
-	}
-	for _, f := range rl.json {
-		if !in.json || in.data == nil {
-			return false
-		}
-		res := gjson.GetBytes(in.data, f.path)
-		if !res.Exists() || !contains(f.values, res.String()) {
-			return false
-		}
-	}
-	for _, f := range rl.proto {
-		if !in.proto || in.data == nil {
-			return false
-		}
-		v, ok := f.path.Value(in.data)
-		if !ok || !contains(f.values, v) {
-			return false
-		}
-	}
-	for _, h := range rl.headers {
-		if !contains(h.values, in.req.Header.Get(h.name)) {
-			return false
-		}
-	}
-	return true
 }
 
 // checkTopicPart keeps substituted values from changing a topic's structure.

@@ -35,6 +35,10 @@ type Stream struct {
 	MaxRate                   float64 // records/s; 0: no limit
 	MaxByteRate               int64   // payload bytes/s; 0: no limit
 	CryptoFailure             string  // fail, discard, deliver
+	// Filter, when set, keeps the messages it matches; the others are acknowledged unseen.
+	Filter *Filter
+	// AckReceipt (ack=client): /ack waits for the broker's confirmation of each acknowledgement.
+	AckReceipt bool
 }
 
 // Retry is a stream's redelivery backoff (see config.Retry).
@@ -79,7 +83,8 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
 			Retry: Retry{Initial: s.Retry.Initial.D(), Multiplier: s.Retry.Multiplier, Jitter: *s.Retry.Jitter, Max: s.Retry.Max.D(),
 				MaxDeliveries: s.Retry.MaxDeliveries},
-			MaxRate: s.MaxRate, MaxByteRate: s.MaxByteRate, CryptoFailure: s.CryptoFailure}
+			MaxRate: s.MaxRate, MaxByteRate: s.MaxByteRate, CryptoFailure: s.CryptoFailure, AckReceipt: *s.AckReceipt}
+		cs.Filter = compileFilter(s.Filter, at+".filter", &p)
 		if s.Retry.DeadLetterTopic != "" {
 			topic, err := NormalizeTopic(s.Retry.DeadLetterTopic)
 			if err != nil {

@@ -183,10 +183,19 @@ func (t *template) render(in *input, check func(part, string) error) (string, er
 
 // input is what a record is routed by.
 type input struct {
-	req   *Request
-	data  []byte // nil for a streamed record
-	json  bool   // data is JSON
-	proto bool   // data is protobuf (of the route's message type)
+	req   *Request // nil for a stored message (a stream's filter)
+	data  []byte   // nil for a streamed record
+	json  bool     // data is JSON
+	proto bool     // data is protobuf (of the route's message type)
+	key   string   // a stored message's
+	props map[string]string
+}
+
+func (in *input) contentType() string {
+	if in.req == nil {
+		return ""
+	}
+	return in.req.ContentType
 }
 
 func (in *input) value(p part) (string, error) {

@@ -47,6 +47,7 @@ type Metrics struct {
 	egressNacks    metric.Int64Counter // by stream, cause and attempt
 	deadLetters    metric.Int64Counter // by stream and result
 	rateLimited    metric.Float64Counter
+	filtered       metric.Int64Counter // by stream
 	ackLatency     metric.Float64Histogram
 	reloadOK       metric.Int64Gauge
 	reloadAt       metric.Float64Gauge
@@ -145,6 +146,8 @@ func NewMetrics(build Build) (*Metrics, error) {
 	m.egressNacks, err = mt.Int64Counter("bridge.egress.nacks", metric.WithDescription("Messages sent back for redelivery after their backoff, by cause (nack: the client's POST /nack; ack_timeout: not acknowledged within ackTimeout) and attempt (the deliveries that failed so far, 10 for 10 or more)."))
 	must(err)
 	m.deadLetters, err = mt.Int64Counter("bridge.egress.dead.letters", metric.WithDescription("Messages moved to a dead-letter topic after retry.maxDeliveries (result ok), or whose publication there failed (result failed: left unacknowledged, redelivered)."))
+	must(err)
+	m.filtered, err = mt.Int64Counter("bridge.egress.filtered", metric.WithDescription("Messages a stream's filter did not keep: acknowledged without being written."))
 	must(err)
 	m.rateLimited, err = mt.Float64Counter("bridge.egress.rate.limited", metric.WithUnit("s"), metric.WithDescription("Time egress streams waited for their maxRate or maxByteRate before writing a record."))
 	must(err)
@@ -450,6 +453,7 @@ func (m *Metrics) ObserveSpans(c *SpanCounts) error {
 func (m *Metrics) EgressStreamStarted(stream string) {
 	m.egressActive.Add(bg, 1, m.opt(stream, 0, 2))
 	m.egressStreams.Add(bg, 1, m.opt(stream, 0, 2))
+	m.filtered.Add(bg, 0, m.opt(stream, 0, 2))
 	for _, result := range [...]string{"ok", "failed"} {
 		m.deadLetters.Add(bg, 0, metric.WithAttributes(attribute.String("stream", stream), attribute.String("result", result)))
 	}
@@ -493,4 +497,9 @@ func (m *Metrics) DeadLettered(stream string, ok bool) {
 // RateLimited adds the time a rate-limited stream waited (egress.RateObserver).
 func (m *Metrics) RateLimited(stream string, waited time.Duration) {
 	m.rateLimited.Add(bg, waited.Seconds(), m.opt(stream, 0, 2))
+}
+
+// Filtered counts messages a stream's filter did not keep (egress.FilterObserver).
+func (m *Metrics) Filtered(stream string, n int64) {
+	m.filtered.Add(bg, n, m.opt(stream, 0, 2))
 }

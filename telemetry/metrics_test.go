@@ -37,6 +37,7 @@ func TestMetricsReachThePrometheusHandler(t *testing.T) {
 	m.DeadLettered("out", true)
 	m.DeadLettered("out", false)
 	m.RateLimited("out", 1500*time.Millisecond)
+	m.Filtered("out", 4)
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
@@ -57,6 +58,7 @@ func TestMetricsReachThePrometheusHandler(t *testing.T) {
 		`bridge_egress_dead_letters_total{result="ok",stream="out"} 1`,
 		`bridge_egress_dead_letters_total{result="failed",stream="out"} 1`,
 		`bridge_egress_rate_limited_seconds_total{stream="out"} 1.5`,
+		`bridge_egress_filtered_total{stream="out"} 4`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("missing %s", want)

@@ -269,6 +269,25 @@ func (s *subscription) TryReceive() (*egress.Delivery, bool) {
 
 func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(s.settle(d)) }
 
+// AckConfirmed implements egress.ConfirmedAcker: the deliveries are acknowledged at
+// once, one ACK per partition with a request id, and each outcome is the broker's
+// answer (pulsar.Consumer.AckSyncAll). A delivery is settled once its acknowledgement
+// is confirmed; one that failed stays held, for the stream to acknowledge again or to
+// let go with its redelivery.
+func (s *subscription) AckConfirmed(ctx context.Context, ds []*egress.Delivery) []error {
+	ms := make([]*pulsar.Message, len(ds))
+	for i, d := range ds {
+		ms[i] = d.Handle.(*handle).m
+	}
+	errs := s.c.AckSyncAll(ctx, ms)
+	for i, d := range ds {
+		if errs[i] == nil {
+			s.settle(d)
+		}
+	}
+	return errs
+}
+
 // Release implements egress.Releaser: d's charge goes back, and the broker is told
 // nothing (a redelivery of the same message superseded it).
 func (s *subscription) Release(d *egress.Delivery) { s.settle(d) }
