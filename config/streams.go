@@ -23,8 +23,14 @@ type Stream struct {
 	Subscription string `yaml:"subscription"`
 	// Type of the subscription: exclusive, shared, failover or key_shared [exclusive].
 	Type string `yaml:"type"`
-	// Position where a new subscription starts: earliest or latest [latest].
+	// Position is where the stream reads from: earliest or latest (where a subscription
+	// that does not exist yet starts), an RFC 3339 time or id:ledger:entry:partition:batchIndex
+	// (the subscription, new or not, is moved there with SEEK each time a stream opens) [latest].
 	Position string `yaml:"position"`
+	// AllowSeekShared lets a time or id position and POST <path>/seek move a shared,
+	// key_shared or failover subscription: a seek moves the cursor every consumer of the
+	// subscription reads from, so it is refused (409) on those types unless allowed [false].
+	AllowSeekShared bool `yaml:"allowSeekShared"`
 	// ContentType of the records (Message-Content-Type with envelope none) [application/json].
 	ContentType string `yaml:"contentType"`
 	// Ack is auto (after the record is written and flushed) or client (POST <path>/ack; needs
@@ -194,13 +200,20 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 				paths[s.Path] = at
 				paths[s.Path+"/ack"] = at
 				paths[s.Path+"/nack"] = at
+				paths[s.Path+"/seek"] = at
 			}
 		}
 		if len(s.Topics) == 0 {
 			add("%s.topics: missing; list the topics the stream reads", at)
 		}
 		oneOf(at, "type", s.Type, "exclusive", "shared", "failover", "key_shared")
-		oneOf(at, "position", s.Position, "earliest", "latest")
+		if pos, err := ParsePosition(s.Position); err != nil {
+			add("%s.position: %v", at, err)
+		} else if pos.Seeks() && s.Type != "exclusive" && !s.AllowSeekShared {
+			add("%s.position: %q moves the subscription with SEEK, which moves every consumer of a %s subscription; set allowSeekShared: true to allow it", at, s.Position, s.Type)
+		} else if pos.ID != "" && len(s.Topics) > 1 {
+			add("%s.position: %q names no topic and the stream reads %d; an id position needs a stream of one topic", at, s.Position, len(s.Topics))
+		}
 		oneOf(at, "ack", s.Ack, "auto", "client")
 		oneOf(at, "envelope", s.Envelope, "none", "json")
 		oneOf(at, "cryptoFailure", s.CryptoFailure, "fail", "discard", "deliver")

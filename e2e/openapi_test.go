@@ -211,6 +211,8 @@ var unprovoked = map[string]string{
 	"POST /v1/streams/{stream}/nack 408": "the /nack body timeout is 30 s and not configurable",
 	"POST /v1/streams/{stream}/ack 503":  "the broker failing an acknowledgement needs the shared broker to fail",
 	"POST /v1/streams/{stream}/nack 503": "only before a configuration is loaded, which no started bridge shows",
+	"POST /v1/streams/{stream}/seek 502": "the broker refusing a seek needs the shared broker to refuse one",
+	"POST /v1/streams/{stream}/seek 503": "the broker unreachable or the consumer reconnecting during a seek needs the shared broker to fail",
 }
 
 // TestOpenAPIContractMatchesTheRunningBridge provokes every status code the HTTP contract
@@ -443,6 +445,13 @@ streams:
 		expect(c.recorded(t, send("POST", ack, js(), many, false)), 413)
 		expect(c.recorded(t, send("POST", nack, js(), many, false)), 413)
 		expect(c.recorded(t, send("POST", nack, js("Content-Type", "text/plain"), []byte(`0`), false)), 400)
+		// /seek: a shared subscription without allowSeekShared (409), a Stream-Id not open
+		// here (409), none at all (400), a GET (405).
+		seek, at := streams+"s/seek", []byte(`{"time":"2026-12-06T10:00:00Z"}`)
+		expect(c.recorded(t, send("POST", seek, js(), at, true)), 409)
+		expect(c.recorded(t, send("POST", seek, js("Stream-Id", "0123"), at, true)), 409)
+		expect(c.recorded(t, send("POST", seek, map[string]string{"Content-Type": "application/json"}, at, false)), 400)
+		expect(c.recorded(t, send("GET", seek, nil, nil, true)), 405)
 		g.close()
 
 		// 409 on the acknowledgement endpoints of an ack=auto response.
@@ -468,6 +477,12 @@ streams:
 		expect(c.recorded(t, send("GET", streams+"s/ack?positions=0", sj, nil, true)), 404)
 		expect(c.recorded(t, send("POST", streams+"s/ack", sj, []byte(`[0]`), true)), 404)
 		expect(c.recorded(t, send("POST", streams+"s/nack", sj, []byte(`[0]`), true)), 404)
+		expect(c.recorded(t, send("POST", streams+"s/seek", sj, []byte(`{"time":"2026-12-06T10:00:00Z"}`), true)), 404)
+		// /seek on the exclusive stream: a time that is not RFC 3339 (400), then a move (200).
+		xseek := streams + "x/seek"
+		expect(c.recorded(t, send("POST", xseek, sj, []byte(`{"time":"yesterday"}`), false)), 400)
+		x = c.recorded(t, send("POST", xseek, sj, []byte(`{"time":"2026-12-06T10:00:00Z"}`), true))
+		expect(x, 200)
 		first.close()
 	})
 
@@ -522,9 +537,9 @@ streams:
 		expect(c.recorded(t, send("POST", pub, one("tok-w"), []byte(`{"w":1}`), true)), 200)
 		expect(c.recorded(t, send("GET", get, nil, nil, false)), 401)
 		expect(c.recorded(t, send("GET", get, bearer("tok-w"), nil, true)), 403)
-		for _, ep := range []string{get + "/ack", get + "/nack"} {
-			expect(c.recorded(t, send("POST", ep, with(one(""), "Stream-Id", "0123"), []byte(`[0]`), false)), 401)
-			expect(c.recorded(t, send("POST", ep, with(one("tok-w"), "Stream-Id", "0123"), []byte(`[0]`), true)), 403)
+		for ep, body := range map[string]string{get + "/ack": `[0]`, get + "/nack": `[0]`, get + "/seek": `{"time":"2026-12-06T10:00:00Z"}`} {
+			expect(c.recorded(t, send("POST", ep, with(one(""), "Stream-Id", "0123"), []byte(body), false)), 401)
+			expect(c.recorded(t, send("POST", ep, with(one("tok-w"), "Stream-Id", "0123"), []byte(body), true)), 403)
 		}
 		expect(c.recorded(t, send("GET", get+"/ack?positions=0", with(bearer(""), "Stream-Id", "0123"), nil, false)), 401)
 		expect(c.recorded(t, send("GET", get+"/ack?positions=0", with(bearer("tok-w"), "Stream-Id", "0123"), nil, true)), 403)

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/recordio-bridge/bridge/config"
 	"github.com/recordio-bridge/bridge/internal/admission"
 	"github.com/recordio-bridge/bridge/internal/httpreply"
 	"github.com/recordio-bridge/bridge/mapping"
@@ -36,15 +37,22 @@ var (
 	// ErrEndOfTopic: the topic was terminated and everything in it delivered: the stream
 	// ends cleanly.
 	ErrEndOfTopic = errors.New("end of topic")
+	// ErrBadPosition: a seek's time or message id the subscription cannot be moved to
+	// (an id of no partition of the topic, say) (400).
+	ErrBadPosition = errors.New("bad position")
 )
 
 // SubscribeOptions say what to subscribe to.
 type SubscribeOptions struct {
-	Topics        []string
-	Subscription  string
-	Type          string // exclusive, shared, failover, key_shared
-	Position      string // earliest, latest
-	ReceiverQueue int
+	Topics       []string
+	Subscription string
+	Type         string // exclusive, shared, failover, key_shared
+	Position     string // earliest, latest: where a subscription that does not exist yet starts
+	// StartTime or StartMessageID (ledger:entry:partition:batchIndex), when set, move the
+	// subscription (new or not) there with SEEK once subscribed.
+	StartTime      time.Time
+	StartMessageID string
+	ReceiverQueue  int
 	// ReceiverQueueBytes bounds the consumer's queue per partition in payload bytes.
 	ReceiverQueueBytes int64
 	// MaxPendingChunkedMessages bounds the chunked messages reassembled at once per
@@ -292,6 +300,9 @@ func (s *Server) Handle(c echo.Context) error {
 			}
 			return s.lookup(c, def)
 		}
+		if isAck && strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/seek") {
+			return httpreply.Error(c, http.StatusMethodNotAllowed, "move a stream with POST "+req.URL.Path, 0)
+		}
 		if isAck {
 			return httpreply.Error(c, http.StatusMethodNotAllowed, "acknowledge with POST "+req.URL.Path, 0)
 		}
@@ -303,6 +314,19 @@ func (s *Server) Handle(c echo.Context) error {
 	opts, err := resolveQuery(def, req)
 	if err != nil {
 		return httpreply.Error(c, http.StatusBadRequest, err.Error(), 0)
+	}
+	pos, err := config.ParsePosition(opts.position)
+	if err == nil && pos.ID != "" && len(def.Topics) > 1 {
+		err = fmt.Errorf("position=%q names no topic and stream %s reads %d; an id position needs a stream of one topic (POST %s/seek with a topic moves one)",
+			opts.position, def.Name, len(def.Topics), def.Path)
+	}
+	if err != nil {
+		return httpreply.Error(c, http.StatusBadRequest, err.Error(), 0)
+	}
+	if pos.Seeks() {
+		if msg := seekRefused(def); msg != "" {
+			return httpreply.Error(c, http.StatusConflict, fmt.Sprintf("position=%s: %s", opts.position, msg), 0)
+		}
 	}
 	if !httpreply.DropBody(c) {
 		// Checked before subscribing: the stream's answer never waits for a body.
@@ -345,12 +369,14 @@ func (s *Server) Handle(c echo.Context) error {
 			telemetry.AttrSystemPulsar, telemetry.AttrConsumerGroup(opts.subscription)))
 	defer span.End()
 	sub, err := s.sub.Subscribe(ctx, SubscribeOptions{Topics: def.Topics, Subscription: opts.subscription, Type: def.Type,
-		Position: opts.position, ReceiverQueue: def.ReceiverQueue, ReceiverQueueBytes: def.ReceiverQueueBytes,
+		Position: pos.Initial, StartTime: pos.Time, StartMessageID: pos.ID, ReceiverQueue: def.ReceiverQueue, ReceiverQueueBytes: def.ReceiverQueueBytes,
 		MaxPendingChunkedMessages: def.MaxPendingChunkedMessages, DeliverUndecodable: def.DeadLetters(), CryptoFailure: def.CryptoFailure})
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrBusy):
 			return httpreply.Error(c, http.StatusConflict, err.Error(), 0)
+		case errors.Is(err, ErrBadPosition):
+			return httpreply.Error(c, http.StatusBadRequest, err.Error(), 0)
 		case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 			return httpreply.Error(c, http.StatusServiceUnavailable, err.Error(), 5)
 		}

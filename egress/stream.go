@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/recordio-bridge/bridge/config"
 	"github.com/recordio-bridge/bridge/mapping"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry"
@@ -25,7 +26,6 @@ type options struct {
 }
 
 var queryValues = map[string][]string{
-	"position": {"earliest", "latest"},
 	"ack":      {"auto", "client"},
 	"envelope": {"none", "json"},
 }
@@ -54,7 +54,11 @@ func resolveQuery(def *mapping.Stream, req *http.Request) (options, error) {
 		if !def.Allows(k) {
 			return o, fmt.Errorf("stream %s does not let clients choose %s (streams[].overrides)", def.Name, k)
 		}
-		if allowed, ok := queryValues[k]; ok {
+		if k == "position" {
+			if _, err := config.ParsePosition(v); err != nil {
+				return o, fmt.Errorf("position: %v", err)
+			}
+		} else if allowed, ok := queryValues[k]; ok {
 			found := false
 			for _, a := range allowed {
 				found = found || a == v
@@ -127,6 +131,14 @@ type stream struct {
 	filter   *mapping.Filter
 	filterOf *mapping.Table
 	pace     pacer // maxRate, maxByteRate (the loop's)
+
+	// A POST <path>/seek hands its request to the loop (seekReq, under mu), and
+	// interrupts the loop's wait for a message (recvCancel, under mu); seekMu keeps one
+	// at a time; loopDone is closed when the loop has ended.
+	seekMu     sync.Mutex
+	seekReq    *seekRequest
+	recvCancel context.CancelFunc
+	loopDone   chan struct{}
 }
 
 // pacer spaces a stream's records to at most rate records and byteRate bytes a second
@@ -165,7 +177,7 @@ func (p *pacer) next(now time.Time, size int64) time.Duration {
 func newStream(s *Server, c echo.Context, ctx context.Context, def *mapping.Stream, o options, sub Subscription, recordType string, l Limits) *stream {
 	return &stream{srv: s, c: c, ctx: ctx, segments: s.tr.NewSegments("GET "+def.Name, trace.SpanContextFromContext(ctx)), rc: http.NewResponseController(c.Response()), def: def, opts: o, sub: sub, id: newStreamID(),
 		recordType: recordType, limits: l, unacked: map[string]*unackedEntry{},
-		byPos: map[int64]string{}, retrying: map[string]string{}, ackWake: make(chan struct{}, 1),
+		byPos: map[int64]string{}, retrying: map[string]string{}, ackWake: make(chan struct{}, 1), loopDone: make(chan struct{}),
 		pace: pacer{rate: def.MaxRate, byteRate: float64(def.MaxByteRate)}, asides: asidesFor(def)}
 }
 
@@ -229,6 +241,7 @@ func (st *stream) run() int64 {
 		}()
 	}
 	written, end := st.loop(ctx)
+	close(st.loopDone)
 	st.srv.log.DebugContext(st.ctx, "egress stream ended", "stream", st.def.Name, "streamId", st.id, "records", written, "reason", end)
 	return written
 }
@@ -250,18 +263,29 @@ func (st *stream) loop(ctx context.Context) (int64, string) {
 			}
 			return w.written, context.Cause(ctx).Error()
 		}
+		if r := st.takeSeek(); r != nil {
+			if end := st.seek(ctx, w, r); end != "" {
+				return w.written, end
+			}
+			continue
+		}
 		if st.opts.ack == "client" && st.unackedCount() >= st.def.MaxUnacked {
-			// maxUnacked reached: send what is written, then wait for acks (or their timeout).
+			// maxUnacked reached: send what is written, then wait for acks (or their
+			// timeout, or a seek, which makes room).
 			if err := w.send(true); err != nil {
 				return w.written, "write: " + err.Error()
 			}
 			if err := st.waitForAckRoom(ctx); err != nil {
 				return w.written, err.Error()
 			}
+			continue
 		}
 		d, end := st.receive(ctx, w)
 		if end != "" {
 			return w.written, end
+		}
+		if d == nil {
+			continue // interrupted by a seek
 		}
 		deliver, end := st.screen(ctx, w, d)
 		if end != "" {
@@ -348,16 +372,31 @@ func (st *stream) receive(ctx context.Context, w *loopWriter) (*Delivery, string
 	}
 	var d *Delivery
 	var rerr error
+	// A seek interrupts the wait (handleSeek cancels wctx).
+	wctx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
+	st.mu.Lock()
+	st.recvCancel = interrupt
+	pending := st.seekReq != nil
+	st.mu.Unlock()
+	defer func() {
+		st.mu.Lock()
+		st.recvCancel = nil
+		st.mu.Unlock()
+	}()
+	if pending {
+		return nil, ""
+	}
 	for {
 		if !w.heartbeats {
-			d, rerr = st.sub.Receive(ctx)
+			d, rerr = st.sub.Receive(wctx)
 			break
 		}
 		// Wait for a message at most until the next heartbeat is due.
-		rctx, rcancel := context.WithTimeout(ctx, time.Until(w.hbDue))
+		rctx, rcancel := context.WithTimeout(wctx, time.Until(w.hbDue))
 		d, rerr = st.sub.Receive(rctx)
 		rcancel()
-		if rerr == nil || ctx.Err() != nil || !errors.Is(rerr, context.DeadlineExceeded) {
+		if rerr == nil || wctx.Err() != nil || !errors.Is(rerr, context.DeadlineExceeded) {
 			break
 		}
 		w.buf = recordio.AppendRecord(w.buf, st.def.Heartbeat)
@@ -368,6 +407,9 @@ func (st *stream) receive(ctx context.Context, w *loopWriter) (*Delivery, string
 	}
 	if rerr == nil {
 		return d, ""
+	}
+	if ctx.Err() == nil && wctx.Err() != nil {
+		return nil, "" // interrupted by a seek: the loop carries it out
 	}
 	if errors.Is(rerr, ErrEndOfTopic) {
 		_ = w.send(true)

@@ -110,7 +110,7 @@ func (st *stream) waitForAckRoom(ctx context.Context) error {
 		st.mu.Lock()
 		n := len(st.unacked)
 		st.mu.Unlock()
-		if n < st.def.MaxUnacked {
+		if n < st.def.MaxUnacked || st.seekPending() {
 			return nil
 		}
 		select {
@@ -202,7 +202,7 @@ func (s *Server) HandleAck(c echo.Context) error {
 	}
 	def, isAck, ok := st.table.LookupStream(req.URL.Path)
 	if !ok || !isAck {
-		return httpreply.Error(c, http.StatusNotFound, "no acknowledgement endpoint at "+strconv.Quote(req.URL.Path), 0)
+		return httpreply.Error(c, http.StatusNotFound, "no acknowledgement or seek endpoint at "+strconv.Quote(req.URL.Path), 0)
 	}
 	if err := caller.Authorize(admission.Read, def.Name); err != nil {
 		return deny(c, err)
@@ -219,6 +219,9 @@ func (s *Server) HandleAck(c echo.Context) error {
 	}
 	if sm.def.Name != def.Name {
 		return httpreply.Error(c, http.StatusNotFound, fmt.Sprintf("no open stream %s with Stream-Id %s", def.Name, sid), 0)
+	}
+	if strings.HasSuffix(strings.TrimRight(req.URL.Path, "/"), "/seek") {
+		return sm.handleSeek(c)
 	}
 	if sm.opts.ack != "client" {
 		return httpreply.Error(c, http.StatusConflict, fmt.Sprintf("stream %s acknowledges by itself (ack=auto)", def.Name), 0)

@@ -18,7 +18,8 @@ type Stream struct {
 	Topics             []string // normalised
 	Subscription       string
 	Type               string // exclusive, shared, failover, key_shared
-	Position           string // earliest, latest
+	Position           string // earliest, latest, an RFC 3339 time or id:L:E:P:B (see config.ParsePosition)
+	AllowSeekShared    bool   // a seek may move a shared, key_shared or failover subscription
 	ContentType        string
 	Ack                string // auto, client
 	Envelope           string // none, json
@@ -77,7 +78,7 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 		at := fmt.Sprintf("streams[%d]", i)
 		s := raw.WithDefaults()
 		cs := &Stream{Name: s.Name, Path: "/" + strings.Trim(s.Path, "/"), Subscription: s.Subscription, Type: s.Type,
-			Position: s.Position, Ack: s.Ack, Envelope: s.Envelope, Overrides: s.Overrides,
+			Position: s.Position, AllowSeekShared: s.AllowSeekShared, Ack: s.Ack, Envelope: s.Envelope, Overrides: s.Overrides,
 			HeartbeatInterval: s.HeartbeatInterval.D(), Heartbeat: []byte(s.Heartbeat), ReceiverQueue: s.ReceiverQueue,
 			ReceiverQueueBytes: int64(s.ReceiverQueueBytes), MaxPendingChunkedMessages: s.MaxPendingChunkedMessages,
 			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
@@ -114,14 +115,14 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 func (t *Table) Streams() []*Stream { return t.streams }
 
 // LookupStream returns the stream served at path, and whether path is one of its
-// acknowledgement endpoints (<path>/ack or <path>/nack).
+// endpoints (<path>/ack, <path>/nack or <path>/seek).
 func (t *Table) LookupStream(path string) (s *Stream, ack bool, ok bool) {
 	path = "/" + strings.Trim(path, "/")
 	for _, s := range t.streams {
 		switch path {
 		case s.Path:
 			return s, false, true
-		case s.Path + "/ack", s.Path + "/nack":
+		case s.Path + "/ack", s.Path + "/nack", s.Path + "/seek":
 			return s, true, true
 		}
 	}

@@ -44,6 +44,8 @@ type Consumer struct {
 	// application has not given back (Settled).
 	unsettled atomic.Int64
 
+	seekMu sync.Mutex // one seek at a time
+
 	mu     sync.Mutex
 	queue  []*Message
 	head   int
@@ -108,6 +110,10 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	}
 	c.consumers[cons] = struct{}{}
 	c.mu.Unlock()
+	if err := cons.seekAtStart(ctx); err != nil {
+		cons.Close()
+		return nil, err
+	}
 	if len(cons.partitioned) > 0 && opts.PartitionsRefreshInterval > 0 {
 		cons.wg.Add(1)
 		go cons.watchPartitions()

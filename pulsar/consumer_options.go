@@ -49,6 +49,15 @@ type ConsumerOptions struct {
 	Type         SubscriptionType
 	// InitialPosition of a subscription that does not exist yet [Latest].
 	InitialPosition InitialPosition
+	// StartTime, when set, moves the subscription (new or not) once subscribed to the
+	// first message published at or after it, on every partition (SeekByTime); the
+	// Java client's way is the same: a seek right after subscribing [zero: none].
+	StartTime time.Time
+	// StartMessageID, when set, moves the subscription (new or not) once subscribed to
+	// that message (Seek; a consumer of one topic only). The protocol's start_message_id
+	// applies to non-durable subscriptions only, so a durable one is moved with SEEK.
+	// Not with StartTime [nil: none].
+	StartMessageID *MessageID
 	// Name of the consumer [chosen by the broker].
 	Name string
 	// ReceiverQueueSize is the flow-permit window per partition, in messages as the
@@ -186,6 +195,12 @@ func (o ConsumerOptions) withDefaults() (ConsumerOptions, error) {
 	}
 	if o.CryptoFailureAction < CryptoFail || o.CryptoFailureAction > CryptoConsume {
 		return o, fmt.Errorf("%w: unknown CryptoFailureAction %d", ErrInvalidOptions, o.CryptoFailureAction)
+	}
+	if o.StartMessageID != nil && !o.StartTime.IsZero() {
+		return o, fmt.Errorf("%w: StartTime %s and StartMessageID %s are both set", ErrInvalidOptions, o.StartTime.Format(time.RFC3339Nano), o.StartMessageID)
+	}
+	if o.StartMessageID != nil && len(o.Topics) != 1 {
+		return o, fmt.Errorf("%w: StartMessageID %s names no topic and the consumer reads %d", ErrInvalidOptions, o.StartMessageID, len(o.Topics))
 	}
 	if o.ReceiverQueueBytes < 0 {
 		return o, fmt.Errorf("%w: ReceiverQueueBytes %d is negative", ErrInvalidOptions, o.ReceiverQueueBytes)

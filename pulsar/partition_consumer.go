@@ -72,6 +72,7 @@ type partitionConsumer struct {
 	// partition_consumer_park.go).
 	parked []*parkedFrame
 	drain  *drainer
+	seekSt seekState // see consumer_seek.go
 
 	reconnectCh chan struct{}
 	done        chan struct{}

@@ -40,6 +40,10 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		p.mu.Unlock()
 		return // stopped by an encrypted message: nothing after it is delivered
 	}
+	if p.droppedDuringSeekLocked(h, f) {
+		p.mu.Unlock()
+		return // sent before the seek moved the cursor: from the old position
+	}
 	p.progressed = true
 	lim := p.limitsLocked()
 	lim.DeferAll = len(p.parked) > 0
@@ -208,6 +212,10 @@ func (p *partitionConsumer) chunkUnlock(a *arrival) {
 
 // singleUnlock hands up an entry that holds one message, not batched.
 func (p *partitionConsumer) singleUnlock(a *arrival) {
+	if p.seekSkipsLocked(a.mid, 0) {
+		p.seekSkipUnlock(a, 1)
+		return
+	}
 	m := a.base
 	m.ID = a.mid
 	m.ID.BatchIndex = -1
@@ -225,6 +233,11 @@ func (p *partitionConsumer) singleUnlock(a *arrival) {
 // batchUnlock hands up the messages of a batch that are not acknowledged already (by
 // the broker's ack set or this consumer's tracker), returning the permits of the rest.
 func (p *partitionConsumer) batchUnlock(a *arrival, ackSet []int64) {
+	if p.seekSkipsLocked(a.mid, a.e.BatchSize) {
+		p.seekSkipUnlock(a, max(a.e.Permits, 1))
+		return
+	}
+	ackSet = p.seekAckSetLocked(a.mid, a.e.BatchSize, ackSet)
 	msgs, filtered := p.unbatchLocked(a.mid, a.e, ackSet, a.base)
 	held := 0
 	for _, m := range msgs {

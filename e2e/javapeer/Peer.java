@@ -85,6 +85,8 @@ public class Peer {
         public String privateKey;            // PEM file: DefaultCryptoKeyReader
         public String cryptoFailure;         // FAIL DISCARD CONSUME
         public int ackTimeoutMs;             // > 0: ackTimeout
+        public long seekTime;                // consume: after the first pass, seek to this publish time (ms) and read again (phase 2)
+        public String seekId;                // consume: after the first pass, seek to the message received with this ledger:entry:partition:batchIndex
         public String token;                 // authentication token (AuthenticationToken), none when null
         public boolean payloads;             // consume: each line carries the payload as UTF-8 text
     }
@@ -288,65 +290,101 @@ public class Peer {
         if (s.ackTimeoutMs > 0) {
             cb.ackTimeout(s.ackTimeoutMs, TimeUnit.MILLISECONDS);
         }
-        int received = 0, acked = 0, nacked = 0;
+        int[] counts = new int[3]; // received, acked, nacked
         try (Consumer<byte[]> con = cb.subscribe()) {
-            while (s.count <= 0 || received < s.count) {
-                Message<byte[]> m = con.receive(s.timeoutMs, TimeUnit.MILLISECONDS);
-                if (m == null) {
-                    break;
+            MessageId target = readAll(con, s, s.count, 1, counts);
+            if (s.seekTime > 0 || s.seekId != null) {
+                // The oracle of a replay: the subscription is moved as an application
+                // moves it, by time or to a message it received (on a partitioned
+                // topic, the consumer's TopicMessageId: only its partition moves).
+                if (s.seekTime > 0) {
+                    con.seek(s.seekTime);
+                } else if (target != null) {
+                    con.seek(target);
+                } else {
+                    throw new IllegalStateException("seekId " + s.seekId + " was not received");
                 }
-                byte[] data = m.getData();
-                ObjectNode line = json.createObjectNode();
-                line.put("i", received);
-                line.set("id", idJSON(m.getMessageId()));
-                line.put("topic", m.getTopicName());
-                if (m.hasKey()) {
-                    line.put("key", m.getKey());
-                }
-                if (m.hasOrderingKey()) {
-                    line.put("orderingKey", new String(m.getOrderingKey(), StandardCharsets.UTF_8));
-                }
-                Map<String, String> props = new HashMap<>(m.getProperties());
-                line.set("properties", json.valueToTree(props));
-                line.put("eventTime", m.getEventTime());
-                line.put("publishTime", m.getPublishTime());
-                line.put("redeliveryCount", m.getRedeliveryCount());
-                line.put("sha256", sha(data));
-                line.put("size", data.length);
-                if (s.payloads) {
-                    line.put("payload", new String(data, StandardCharsets.UTF_8));
-                }
-                String action = "none";
-                String h = line.get("sha256").asText();
-                if (s.nackSha256 != null) {
-                    if (s.nackSha256.contains(h)) {
-                        con.negativeAcknowledge(m);
-                        nacked++;
-                        action = "nack";
-                    } else {
-                        con.acknowledge(m);
-                        acked++;
-                        action = "ack";
-                    }
-                } else if (pick(s, s.nack, received)) {
-                    con.negativeAcknowledge(m);
-                    nacked++;
-                    action = "nack";
-                } else if (pick(s, s.ack, received)) {
-                    con.acknowledge(m);
-                    acked++;
-                    action = "ack";
-                }
-                line.put("action", action);
-                out.println(json.writeValueAsString(line));
-                received++;
+                readAll(con, s, 0, 2, counts);
             }
         }
+        int received = counts[0], acked = counts[1], nacked = counts[2];
         ObjectNode done = json.createObjectNode();
         done.put("done", true);
         done.put("received", received);
         done.put("acked", acked);
         done.put("nacked", nacked);
         out.println(json.writeValueAsString(done));
+    }
+
+    // readAll receives count messages (0: until timeoutMs passes without one), reporting
+    // each with its phase, and returns the one whose id is seekId, if it came.
+    static MessageId readAll(Consumer<byte[]> con, Spec s, int count, int phase, int[] counts) throws Exception {
+        MessageId target = null;
+        int n = 0;
+        while (count <= 0 || n < count) {
+            Message<byte[]> m = con.receive(s.timeoutMs, TimeUnit.MILLISECONDS);
+            if (m == null) {
+                break;
+            }
+            byte[] data = m.getData();
+            ObjectNode line = json.createObjectNode();
+            line.put("i", counts[0]);
+            line.put("phase", phase);
+            line.set("id", idJSON(m.getMessageId()));
+            line.put("topic", m.getTopicName());
+            if (m.hasKey()) {
+                line.put("key", m.getKey());
+            }
+            if (m.hasOrderingKey()) {
+                line.put("orderingKey", new String(m.getOrderingKey(), StandardCharsets.UTF_8));
+            }
+            Map<String, String> props = new HashMap<>(m.getProperties());
+            line.set("properties", json.valueToTree(props));
+            line.put("eventTime", m.getEventTime());
+            line.put("publishTime", m.getPublishTime());
+            line.put("redeliveryCount", m.getRedeliveryCount());
+            line.put("sha256", sha(data));
+            line.put("size", data.length);
+            if (s.payloads) {
+                line.put("payload", new String(data, StandardCharsets.UTF_8));
+            }
+            String action = "none";
+            String h = line.get("sha256").asText();
+            if (s.nackSha256 != null) {
+                if (s.nackSha256.contains(h)) {
+                    con.negativeAcknowledge(m);
+                    counts[2]++;
+                    action = "nack";
+                } else {
+                    con.acknowledge(m);
+                    counts[1]++;
+                    action = "ack";
+                }
+            } else if (pick(s, s.nack, counts[0])) {
+                con.negativeAcknowledge(m);
+                counts[2]++;
+                action = "nack";
+            } else if (pick(s, s.ack, counts[0])) {
+                con.acknowledge(m);
+                counts[1]++;
+                action = "ack";
+            }
+            line.put("action", action);
+            out.println(json.writeValueAsString(line));
+            counts[0]++;
+            n++;
+            if (s.seekId != null && s.seekId.equals(idText(m.getMessageId()))) {
+                target = m.getMessageId();
+            }
+        }
+        return target;
+    }
+
+    // idText is ledger:entry:partition:batchIndex.
+    static String idText(MessageId id) {
+        if (id instanceof MessageIdAdv a) {
+            return a.getLedgerId() + ":" + a.getEntryId() + ":" + a.getPartitionIndex() + ":" + a.getBatchIndex();
+        }
+        return id.toString();
     }
 }

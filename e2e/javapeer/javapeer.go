@@ -68,8 +68,13 @@ type Spec struct {
 	PrivateKey         string   `json:"privateKey,omitempty"`
 	CryptoFailure      string   `json:"cryptoFailure,omitempty"` // FAIL DISCARD CONSUME
 	AckTimeoutMs       int      `json:"ackTimeoutMs,omitempty"`
-	Token              string   `json:"token,omitempty"`    // authentication token; none when empty
-	Payloads           bool     `json:"payloads,omitempty"` // consume: report each payload (Message.Payload)
+	// SeekTime (Unix ms) or SeekID (ledger:entry:partition:batchIndex of a message the
+	// first pass receives): after the first pass the consumer seeks there and reads
+	// again until TimeoutMs passes without a message; those lines have Phase 2.
+	SeekTime int64  `json:"seekTime,omitempty"`
+	SeekID   string `json:"seekId,omitempty"`
+	Token    string `json:"token,omitempty"`    // authentication token; none when empty
+	Payloads bool   `json:"payloads,omitempty"` // consume: report each payload (Message.Payload)
 }
 
 // MarshalJSON writes Batching as the peer's "batching" (default on, hence the negation).
@@ -94,6 +99,7 @@ type ID struct {
 // Message is one line of the peer's output: a message sent (produce) or received (consume).
 type Message struct {
 	I               int               `json:"i"`
+	Phase           int               `json:"phase"` // consume: 1, or 2 after the seek
 	ID              ID                `json:"id"`
 	Topic           string            `json:"topic"`
 	Key             string            `json:"key"`

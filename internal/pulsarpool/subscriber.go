@@ -121,8 +121,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 	if s.budget != nil {
 		lim = s.budget
 	}
+	var startID *pulsar.MessageID
+	if o.StartMessageID != "" {
+		id, err := pulsar.ParseMessageID(o.StartMessageID)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", egress.ErrBadPosition, err)
+		}
+		startID = &id
+	}
 	c, err := s.client.Subscribe(ctx, pulsar.ConsumerOptions{Topics: o.Topics, Subscription: o.Subscription, Type: subTypes[o.Type],
-		InitialPosition: pos, ReceiverQueueSize: o.ReceiverQueue, ReceiverQueueBytes: int(o.ReceiverQueueBytes),
+		InitialPosition: pos, StartTime: o.StartTime, StartMessageID: startID, ReceiverQueueSize: o.ReceiverQueue, ReceiverQueueBytes: int(o.ReceiverQueueBytes),
 		MaxPendingChunkedMessages: o.MaxPendingChunkedMessages,
 		DeliverUndecodable:        o.DeliverUndecodable, CryptoFailureAction: cryptoActions[o.CryptoFailure],
 		MemoryLimiter: lim, KeepMemoryCharge: lim != nil,
@@ -140,6 +148,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		switch {
 		case errors.As(err, &se) && se.Code == pulsar.CodeConsumerBusy:
 			return nil, fmt.Errorf("%w: subscription %s (%s) already has its consumer: %v", egress.ErrBusy, o.Subscription, o.Type, err)
+		case errors.Is(err, pulsar.ErrInvalidMessageID):
+			return nil, fmt.Errorf("%w: %w", egress.ErrBadPosition, err)
 		case errors.As(err, &se) && !se.Retryable(), errors.Is(err, pulsar.ErrInvalidTopic), errors.Is(err, pulsar.ErrInvalidOptions),
 			errors.Is(err, pulsar.ErrHandshake) && !pulsar.IsRetryable(err), errors.Is(err, context.Canceled):
 			return nil, err

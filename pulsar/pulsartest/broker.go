@@ -78,6 +78,7 @@ type Broker struct {
 	outgoing       map[string][]Outgoing
 	acks           []AckRecord
 	redelivers     []RedeliverRecord
+	seeks          []SeekRecord
 	closeAfter     map[pb.BaseCommand_Type]int              // close the connection after answering these
 	refuse         map[pb.BaseCommand_Type][]pb.ServerError // answer these with ERROR instead
 	uniqueNames    bool                                     // a producer name registered on a topic is busy until closed
@@ -748,6 +749,8 @@ func (c *serverConn) handle(f *frame.Frame) {
 		c.redeliver(cmd.GetRedeliverUnacknowledgedMessages())
 	case pb.BaseCommand_CLOSE_CONSUMER:
 		c.closeConsumer(cmd.GetCloseConsumer())
+	case pb.BaseCommand_SEEK:
+		c.seek(cmd.GetSeek())
 	}
 }
 

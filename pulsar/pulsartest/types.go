@@ -40,6 +40,7 @@ const (
 	CommandPing                = pb.BaseCommand_PING
 	CommandAuthResponse        = pb.BaseCommand_AUTH_RESPONSE
 	CommandGetSchema           = pb.BaseCommand_GET_SCHEMA
+	CommandSeek                = pb.BaseCommand_SEEK
 )
 
 // The error codes tests most often inject; ServerErrorOf names any other.
