@@ -38,15 +38,20 @@ func (st *stream) filterNow() *mapping.Filter {
 // none of its messages is outstanding) and counted; it is never written, and takes no
 // position. A message held as a stream is read whole first when the filter looks into
 // payloads and it is no larger than a conversion reads; a larger one, and an encrypted
-// one, are matched without their payload.
+// one, are delivered: the filter cannot tell whether it keeps them.
 func (st *stream) filtered(d *Delivery) (bool, error) {
 	f := st.filterNow()
 	if f == nil {
 		return false, nil
 	}
 	m := mapping.Message{Key: d.Key, Properties: d.Properties}
-	if f.ReadsPayload() && d.Encryption == nil {
-		if d.Body != nil && d.Size <= maxConvertBytes {
+	if f.ReadsPayload() {
+		if d.Encryption != nil || d.Body != nil && d.Size > maxConvertBytes {
+			// The filter cannot tell whether it keeps this message: delivered, as
+			// acknowledging it unseen would lose a message the filter may keep.
+			return false, nil
+		}
+		if d.Body != nil {
 			b, err := io.ReadAll(d.Body)
 			if err != nil {
 				return false, fmt.Errorf("message %s: reading its body for the stream's filter: %w", d.ID, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"github.com/recordio-bridge/bridge/internal/backoff"
 	"mime"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -74,6 +75,11 @@ func (s *Stream) Allows(name string) bool { return slices.Contains(s.Overrides, 
 func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 	var out []*Stream
 	var p config.Problems
+	type reader struct {
+		name   string
+		filter *config.Filter
+	}
+	readers := map[[2]string]reader{} // subscription, topic -> the first stream reading it
 	for i, raw := range cfg.Streams {
 		at := fmt.Sprintf("streams[%d]", i)
 		s := raw.WithDefaults()
@@ -105,6 +111,15 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 				continue
 			}
 			cs.Topics = append(cs.Topics, topic)
+			// Streams on one subscription split its messages: with different filters,
+			// each would acknowledge unseen what the other keeps.
+			key := [2]string{s.Subscription, topic}
+			if r, seen := readers[key]; !seen {
+				readers[key] = reader{s.Name, s.Filter}
+			} else if !reflect.DeepEqual(r.filter, s.Filter) {
+				p.Addf("%s: stream %s reads subscription %q of %s as stream %s does, with another filter: each would acknowledge "+
+					"unseen the messages the other keeps; give them the same filter, or each its own subscription", at, s.Name, s.Subscription, topic, r.name)
+			}
 		}
 		out = append(out, cs)
 	}

@@ -20,7 +20,9 @@ import (
 // Java client does (ConsumerImpl.seekAsync), what was received before the seek and is
 // still queued is dropped, acknowledgements grouped before it are sent first, and
 // nothing that arrives on the registration the seek was sent on reaches the
-// application: it is from the old position.
+// application: it is from the old position. Nacks waiting for their delay are forgotten
+// (the Java client keeps them, and their redelivery sends back what the new position
+// delivered).
 
 // ErrSeekNotReady: a partition was not subscribed (it was reconnecting) for the whole
 // time the seek could wait; nothing was moved on it. Temporary.
@@ -195,8 +197,10 @@ func (p *partitionConsumer) seek(ctx context.Context, cmd *pb.CommandSeek, from 
 	if err == nil {
 		p.seekSt.from = from
 		// Every entry comes again from the new position: the old trackers describe
-		// deliveries that are void.
+		// deliveries that are void, and so do nacks still waiting for their delay
+		// (coming due, they would send back what the new position delivered).
 		p.trackers = map[entryKey]*batchTracker{}
+		clear(p.nacks)
 	}
 	if survived {
 		// The broker kept the registration (it refused the seek, or did not close its
