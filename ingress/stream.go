@@ -70,6 +70,7 @@ type stream struct {
 	msg        Message           // reused for every record (the publisher does not keep it)
 	traceProps map[string]string // reused for records whose route sets no properties
 	traceBuf   []byte            // a record's traceparent, reused (the publisher copies it)
+	lastRead   time.Time         // when the last read of the body returned: the read stage's start
 
 	_ [64]byte
 
@@ -87,6 +88,7 @@ type stream struct {
 	segPublished      int64   // settled records not yet counted into the segments (flushSettled)
 	segFailed         int64
 	clock             telemetry.Clock // the time records' spans end at, read once per run settled together
+	staged            []stageSample   // sampled records settled since the last write, for PublishStage
 
 	_ [64]byte // nor with whatever the allocator puts after the stream
 }
@@ -104,6 +106,8 @@ type entry struct {
 	size     int64 // the record's payload bytes
 	charge   int64 // what it holds of ingress.pendingBytes: payload, key and properties
 	start    time.Time
+	read     time.Time // the body read that completed it returned (the read stage)
+	answered time.Time // the publisher's callback ran (the end of the send stage)
 	done     chan struct{}
 	id       string
 	topic    string
@@ -117,7 +121,7 @@ type entry struct {
 var entryPool = sync.Pool{New: func() any {
 	e := &entry{done: make(chan struct{}, 1)}
 	e.complete = func(id string, err error) {
-		e.id, e.err = id, err
+		e.id, e.err, e.answered = id, err, time.Now()
 		e.done <- struct{}{}
 	}
 	return e
@@ -477,6 +481,7 @@ func (st *stream) publish(rec recordio.Record) error {
 	link := st.segments.Next(rec.Size)
 	e := entryPool.Get().(*entry)
 	e.seq, e.size, e.charge, e.start, e.topic, e.id, e.err = rec.Index, rec.Size, charge, time.Now(), tg.Topic, "", nil
+	e.read = st.lastRead
 	e.sequence, e.dup = sequence, false
 	if tr := st.srv.tr; tr.Enabled {
 		// Each record is sampled on its own; a sampled record's message carries its
@@ -501,6 +506,7 @@ func (st *stream) publish(rec recordio.Record) error {
 			}
 		}
 	}
+	start := e.start
 	select {
 	case st.pending <- e:
 		st.accepted++
@@ -525,6 +531,11 @@ func (st *stream) publish(rec recordio.Record) error {
 	} else {
 		m.Payload = rec.Data
 		st.srv.pub.PublishAsync(st.ctx, m, e.complete)
+		if rec.Index%8 == 0 {
+			// Timed here, on the reader, from its own copy of the start: the entry
+			// belongs to the collector once published (it may be settled already).
+			st.srv.obs.PublishStage(st.route, "queue", time.Since(start))
+		}
 	}
 	if st.unavailable.Load() {
 		return errUnavailable
@@ -550,6 +561,7 @@ func (st *stream) recordParent(props map[string]string) trace.SpanContext {
 func (st *stream) publishFailed(seq int64, status int, err error) error {
 	e := entryPool.Get().(*entry)
 	e.seq, e.size, e.charge, e.start, e.topic, e.id = seq, 0, 0, time.Now(), "", ""
+	e.read, e.answered = time.Time{}, time.Time{}
 	e.err = &statusError{status: status, err: err}
 	e.sequence, e.dup = -1, false
 	if st.named != nil {
@@ -610,7 +622,7 @@ func (st *stream) collect() {
 		st.flushTallies()
 		st.flushSettled()
 		if len(buf) == 0 || st.writeErr != nil {
-			buf = buf[:0]
+			buf, st.staged = buf[:0], st.staged[:0]
 			return
 		}
 		st.setWriteDeadline()
@@ -618,6 +630,8 @@ func (st *stream) collect() {
 			st.fail(err)
 		} else if err := st.rc.Flush(); err != nil {
 			st.fail(err)
+		} else {
+			st.observeStages(time.Now())
 		}
 		buf = buf[:0]
 	}
@@ -728,8 +742,29 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 	if status == http.StatusOK && (st.idle || e.seq%8 == 0) {
 		// The record's span has ended (Recording is false now); its sampled flag says
 		// whether the trace was exported, so whether it can be the bucket's exemplar.
-		st.srv.obs.PublishLatency(st.route, time.Since(e.start), e.span.SpanContext())
+		now := time.Now()
+		st.srv.obs.PublishLatency(st.route, now.Sub(e.start), e.span.SpanContext())
+		if st.streaming && !e.answered.IsZero() {
+			st.staged = append(st.staged, stageSample{read: e.read, start: e.start, answered: e.answered, settled: now})
+		}
 	}
+}
+
+// stageSample is a sampled record's times, kept until its receipt is written.
+type stageSample struct{ read, start, answered, settled time.Time }
+
+// observeStages reports the stages of the sampled records whose receipts were written
+// at written.
+func (st *stream) observeStages(written time.Time) {
+	for _, s := range st.staged {
+		if !s.read.IsZero() {
+			st.srv.obs.PublishStage(st.route, "read", s.start.Sub(s.read))
+		}
+		st.srv.obs.PublishStage(st.route, "send", s.answered.Sub(s.start))
+		st.srv.obs.PublishStage(st.route, "order", s.settled.Sub(s.answered))
+		st.srv.obs.PublishStage(st.route, "write", written.Sub(s.settled))
+	}
+	st.staged = st.staged[:0]
 }
 
 func (st *stream) count(status int, bytes int64) {
@@ -827,6 +862,7 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	_ = st.rc.SetReadDeadline(time.Now().Add(st.limits.IdleTimeout))
 	st.bodyMu.Unlock()
 	n, err := b.r.Read(p)
+	st.lastRead = time.Now()
 	if errors.Is(err, io.EOF) {
 		// net/http lifted the read deadline as the body ended and reads the connection in
 		// the background from then on; a deadline set meanwhile (stopReading, racing with
