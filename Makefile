@@ -128,8 +128,11 @@ auth: build
 demo: build
 	@e2e/demo.sh
 
-## bench: the benchmarks whose figures are in docs/performance.md.
-bench: bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing
+## bench: the codec benchmarks, then every side-by-side benchmark (producer, consumer, ingress, named, egress,
+## receipt latency) on one broker, ending with one table of their ratios (bench/all.sh). bench-tracing, which writes
+## too much for one broker's disk, runs on its own.
+bench: build bench-codec
+	$(WITH_BROKER) bench/all.sh $(CURDIR)/$(BIN)
 
 bench-codec:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./recordio/
