@@ -33,7 +33,10 @@ func main() {
 	n := flag.Int("n", 100_000, "records per run")
 	sizesFlag := flag.String("sizes", "100,1024", "record sizes in bytes")
 	idle := flag.Int("idle", 1000, "idle streams for the memory figure (0 skips it)")
+	profile := flag.String("profile", "", "a file name prefix: write the bridge's CPU profile of its first round at each size to PREFIX-SIZE.pprof (-n large enough for the round to outlast -profile-seconds)")
+	profileSeconds := flag.Int("profile-seconds", 2, "the profile's length")
 	flag.Parse()
+	harness.Pprof = *profile != ""
 	if *url == "" {
 		log.Fatal("no broker: set -url or PULSAR_URL (make bench-ingress starts one)")
 	}
@@ -55,7 +58,18 @@ func main() {
 				topic := fmt.Sprintf("bench-ingress-%s-%d-%d-%d", path, size, r, time.Now().UnixNano())
 				var res result
 				if path == "bridge" {
+					var profiled chan struct{}
+					if *profile != "" && r == 0 {
+						profiled = make(chan struct{})
+						go func() {
+							defer close(profiled)
+							harness.FetchProfile(br.OpsURL, "profile", *profileSeconds, fmt.Sprintf("%s-%d.pprof", *profile, size))
+						}()
+					}
 					res, err = br.run(topic, size, *n)
+					if profiled != nil {
+						<-profiled
+					}
 				} else {
 					res, err = runOfficial(*url, "persistent://public/default/"+topic, size, *n)
 				}
