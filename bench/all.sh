@@ -26,11 +26,12 @@ run latency -bin "$bin" -rounds 1 -duration "${LATENCY_DURATION:-20s}"
 echo "load average after: $(load)" >&2
 
 # Every benchmark prints its ratio rows in its own columns; they are gathered here.
+trim='function t(x) { gsub(/^ +| +$/, "", x); gsub(/\*/, "", x); return x } '
 echo "| benchmark | size or rate | bridge against | throughput | CPU per record | latency |"
 echo "|---|---|---|---|---|---|"
-awk -F'|' '/^\| ratio bridge\/official/ {gsub(/ /, "", $9); printf "| producer | %s | official client | %s | %s | |\n", $3, $5, $9}' "$out/producer.md"
-awk -F'|' '/^\| ratio bridge\/official/ {printf "| consumer | %s | official consumer | %s | %s | |\n", $3, $5, $7}' "$out/consumer.md"
-awk -F'|' '/^\| ratio bridge\/official/ {printf "| ingress | %s | official client | %s | | |\n", $3, $5}' "$out/ingress.md"
-awk -F'|' '/named\/unnamed/ {gsub(/\*/, "", $3); printf "| named ingress | 1 KiB | unnamed streams | %s | | |\n", $3}' "$out/named.md"
-awk -F'|' '/^\| ratio bridge\/official/ {printf "| egress | %s | official consumer | %s | | |\n", $3, $5}' "$out/egress.md"
-awk -F'|' '/^\| bridge - websocket/ {printf "| receipt latency | %s | WebSocket producer | | | p50 %s, p99.9 %s |\n", $3, $5, $8}' "$out/latency.md"
+awk -F'|' "$trim"'/^\| ratio bridge\/official/ {printf "| producer | %s | official client | %s | %s | |\n", t($3), t($5), t($9)}' "$out/producer.md"
+awk -F'|' "$trim"'/^\| ratio bridge\/official/ {printf "| consumer | %s | official consumer | %s | %s | |\n", t($3), t($5), t($7)}' "$out/consumer.md"
+awk -F'|' "$trim"'/^\| ratio bridge\/official/ {printf "| ingress | %s | official client | %s | | |\n", t($3), t($5)}' "$out/ingress.md"
+awk -F'|' "$trim"'/named\/unnamed/ {printf "| named ingress | 1 KiB | unnamed streams | %s | | |\n", t($3)}' "$out/named.md"
+awk -F'|' "$trim"'/^\| ratio bridge\/official/ {printf "| egress | %s | official consumer | %s | | |\n", t($3), t($5)}' "$out/egress.md"
+awk -F'|' "$trim"'/^\| bridge - websocket/ {printf "| receipt latency | %s | WebSocket producer | | | p50 %s, p99.9 %s |\n", t($3), t($5), t($8)}' "$out/latency.md"
