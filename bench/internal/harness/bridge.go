@@ -147,10 +147,14 @@ func FreePorts(n int) ([]int, error) {
 }
 
 // FetchProfile writes the bridge's pprof profile kind (profile: CPU; allocs: the
-// allocations made meanwhile) over the next seconds to path; the bridge must have been
-// started with Pprof set.
+// allocations made meanwhile) over the next seconds to path, or (seconds 0) as it is now
+// (heap: what is in use); the bridge must have been started with Pprof set.
 func FetchProfile(opsURL, kind string, seconds int, path string) {
-	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", opsURL, kind, seconds))
+	u := fmt.Sprintf("%s/debug/pprof/%s", opsURL, kind)
+	if seconds > 0 {
+		u += fmt.Sprintf("?seconds=%d", seconds)
+	}
+	resp, err := http.Get(u)
 	if err != nil {
 		log.Fatal(err)
 	}
