@@ -12,7 +12,9 @@
 //
 // A record's latency is the time from when it was due (not when the sender got to it,
 // so a stalled sender counts against the path, as HdrHistogram's corrected mode does)
-// to its receipt. Percentiles are exact: the samples are sorted.
+// to its receipt. Percentiles are exact: the samples are sorted. The sender sleeps until
+// a record is due; Go's timers wake it about once a millisecond at the earliest, so at
+// 5 000/s records leave in small bursts and wait up to a millisecond, alike on every path.
 //
 //	go run ./latency -url pulsar://127.0.0.1:6650 -web http://127.0.0.1:8080 -bin ../bin/bridge
 package main
