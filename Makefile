@@ -17,7 +17,7 @@ MODULES := . e2e bench k8s internal/schema/mesospb
 PULSAR := e2e/pulsar/pulsar.sh
 WITH_BROKER := e2e/pulsar/with-broker.sh
 
-.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e chaos soak interop demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-acks bench-tracing bench-named e2e-exactly-once fuzz clean
+.PHONY: all build build-race e2e-race test check fmt-check vet unit k8s-test image image-test e2e chaos soak interop demo broker-start broker-stop bench bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-acks bench-latency bench-tracing bench-named e2e-exactly-once fuzz clean
 
 all: build
 
@@ -128,8 +128,11 @@ auth: build
 demo: build
 	@e2e/demo.sh
 
-## bench: the benchmarks whose figures are in docs/performance.md.
-bench: bench-codec bench-producer bench-consumer bench-ingress bench-egress bench-tracing
+## bench: the codec benchmarks, then every side-by-side benchmark (producer, consumer, ingress, named, egress,
+## receipt latency) on one broker, ending with one table of their ratios (bench/all.sh). bench-tracing, which writes
+## too much for one broker's disk, runs on its own.
+bench: build bench-codec
+	$(WITH_BROKER) bench/all.sh $(CURDIR)/$(BIN)
 
 bench-codec:
 	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./recordio/
@@ -152,6 +155,11 @@ bench-named: build
 e2e-exactly-once: build
 	BRIDGE_BIN=$(CURDIR)/$(BIN) EXACTLY_ONCE_EVENTS=100000 EXACTLY_ONCE_BRIDGE_KILLS=10 EXACTLY_ONCE_BROKER_KILLS=5 \
 		$(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 60m -run TestExactlyOnceAcrossKills -v .'
+
+## bench-latency: receipt latency of records sent one at a time (100, 1 000 and 5 000/s), through the bridge,
+## Pulsar's WebSocket producer and the official client, in turn in one run.
+bench-latency: build
+	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./latency -bin $(CURDIR)/$(BIN) -rounds 3'
 
 bench-egress: build
 	$(WITH_BROKER) bash -c 'cd bench && $(GO) run ./egress -bin $(CURDIR)/$(BIN) -rounds 7'

@@ -28,7 +28,9 @@ func TestFencingProducerSurvivesTopicUnloadsWhileBatching(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	p, err := c.CreateProducer(ctx, pulsar.ProducerOptions{Topic: topic, Name: "stream@3", Deduplication: true,
-		AccessMode: pulsar.AccessExclusiveWithFencing, BatchingMaxDelay: 20 * time.Millisecond, PartitionsRefreshInterval: -1,
+		// A window of one entry in flight: records 1 ms apart then batch behind it, as
+		// this test means them to (with the default window they would mostly leave alone).
+		AccessMode: pulsar.AccessExclusiveWithFencing, BatchingMaxDelay: 20 * time.Millisecond, BatchingMaxInFlight: 1, PartitionsRefreshInterval: -1,
 		Backoff: pulsar.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
 	if err != nil {
 		t.Fatal(err)

@@ -105,6 +105,13 @@ type Observer interface {
 	// sample of records: every 8th, and every record that arrives when the stream is idle;
 	// sc is the record's publish span (an exemplar when sampled; invalid with tracing off).
 	PublishLatency(route string, d time.Duration, sc trace.SpanContext)
+	// PublishStage is the time the same sample of records spent in one stage between the
+	// body read that completed the record and its receipt written to the client: read
+	// (decoding, routing, room in ingress.pendingBytes), queue (handing it to the
+	// producer), send (from there to the broker's receipt: waiting to share an entry, the
+	// socket, the broker, the callback), order (behind earlier records' receipts, and the
+	// collector's wake-up), write (its receipt to the client).
+	PublishStage(route, stage string, d time.Duration)
 	DecodeError(route string)
 }
 
@@ -296,6 +303,7 @@ func (nopObserver) StreamStarted(string)                                    {}
 func (nopObserver) StreamEnded(string, int)                                 {}
 func (nopObserver) RecordsSettled(string, int, int64, int64)                {}
 func (nopObserver) PublishLatency(string, time.Duration, trace.SpanContext) {}
+func (nopObserver) PublishStage(string, string, time.Duration)              {}
 func (nopObserver) DecodeError(string)                                      {}
 
 // refuse answers a stream the gate did not admit: 503 while draining, 429 over the limit

@@ -33,9 +33,9 @@ func TestAMixedKeyBatchCarriesItsFirstMessagesKeyAsTheJavaClientWritesIt(t *test
 		}
 		return pulsartest.Pass()
 	})
-	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{BatchingMaxMessages: 3, BatchingMaxDelay: time.Hour})
-	// The first message leaves alone (nothing is in flight); the receipts held, the next
-	// three wait for each other in one batch.
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{BatchingMaxMessages: 3, BatchingMaxDelay: time.Hour, BatchingMaxInFlight: 1})
+	// The first message leaves alone (nothing is in flight); the receipts held, the
+	// window of one is full and the next three wait for each other in one batch.
 	b.HoldReceipts(true)
 	msgs := []*pulsar.ProducerMessage{
 		{Payload: []byte("0"), Key: "first"},

@@ -49,11 +49,15 @@ type ProducerOptions struct {
 	// DisableBatching sends every message on its own.
 	DisableBatching bool
 	// A batch is sent when it holds BatchingMaxMessages messages or BatchingMaxBytes
-	// bytes, when BatchingMaxDelay has passed, or as soon as nothing else is in flight
-	// [1000, 128 KiB, 10 ms].
+	// bytes, when BatchingMaxDelay has passed, or as soon as fewer than
+	// BatchingMaxInFlight entries (batches, lone or chunked messages) await their
+	// receipts [1000, 128 KiB, 10 ms, 8]. A message sent while the broker keeps up
+	// therefore leaves at once; messages wait to share an entry only while the broker
+	// answers more slowly than they come (BatchingMaxInFlight entries unanswered).
 	BatchingMaxMessages int
 	BatchingMaxBytes    int
 	BatchingMaxDelay    time.Duration
+	BatchingMaxInFlight int
 	// BatchingByKey keeps each batch to one key (a message with another key closes the
 	// open batch), so Key_Shared subscriptions can route every batch by its key. Batches
 	// whose messages happen to share a key carry it either way.
@@ -151,6 +155,9 @@ func (o ProducerOptions) withDefaults() (ProducerOptions, error) {
 	if o.BatchingMaxDelay == 0 {
 		o.BatchingMaxDelay = 10 * time.Millisecond
 	}
+	if o.BatchingMaxInFlight == 0 {
+		o.BatchingMaxInFlight = 8
+	}
 	if o.MaxChunkedMessageSize == 0 {
 		o.MaxChunkedMessageSize = 1 << 30
 	}
@@ -158,7 +165,7 @@ func (o ProducerOptions) withDefaults() (ProducerOptions, error) {
 	switch {
 	case o.MaxPendingMessages < 0 || o.MaxPendingBytes < 0:
 		return o, fmt.Errorf("%w: MaxPendingMessages %d and MaxPendingBytes %d must be positive", ErrInvalidOptions, o.MaxPendingMessages, o.MaxPendingBytes)
-	case o.BatchingMaxMessages < 0 || o.BatchingMaxBytes < 0 || o.BatchingMaxDelay < 0:
+	case o.BatchingMaxMessages < 0 || o.BatchingMaxBytes < 0 || o.BatchingMaxDelay < 0 || o.BatchingMaxInFlight < 0:
 		return o, fmt.Errorf("%w: batching limits must be positive", ErrInvalidOptions)
 	case o.ChunkSize < 0 || (o.ChunkSize > 0 && o.ChunkSize < 1024):
 		return o, fmt.Errorf("%w: ChunkSize %d must be at least 1024 bytes", ErrInvalidOptions, o.ChunkSize)

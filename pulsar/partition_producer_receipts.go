@@ -44,7 +44,7 @@ func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 		for _, req := range head.reqs {
 			fns = deliver(fns, req, MessageID{}, err)
 		}
-		if len(p.pending) == 0 && len(p.batch.reqs) > 0 {
+		if len(p.batch.reqs) > 0 && p.brokerKeepsUpLocked() {
 			p.flushBatchLocked()
 		}
 		p.mu.Unlock()
@@ -62,8 +62,8 @@ func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 		}
 		fns = deliver(fns, req, id, nil)
 	}
-	if len(p.pending) == 0 && len(p.batch.reqs) > 0 {
-		p.flushBatchLocked() // nothing in flight: what accumulated leaves now
+	if len(p.batch.reqs) > 0 && p.brokerKeepsUpLocked() {
+		p.flushBatchLocked() // room in the window: what accumulated leaves now
 	}
 	p.mu.Unlock()
 	p.limiter.release(head.numMsgs, head.bytes)

@@ -415,8 +415,9 @@ func TestCorruptedSendIsResentAfterChecksumError(t *testing.T) {
 func TestLoneMessageLeavesAtOnceAndBatchesFormWhileInFlight(t *testing.T) {
 	b := fakeBroker(t)
 	// A delay far longer than the test: if a lone message waited for it, Send would
-	// run out of its 5 s context.
-	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{BatchingMaxDelay: time.Hour})
+	// run out of its 5 s context. A window of one entry in flight, so the second
+	// message finds it full (TestMessagesLeaveAtOnceWhileTheBrokerKeepsUp has wider ones).
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{BatchingMaxDelay: time.Hour, BatchingMaxInFlight: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("m-00000")}); err != nil {
@@ -424,7 +425,7 @@ func TestLoneMessageLeavesAtOnceAndBatchesFormWhileInFlight(t *testing.T) {
 	}
 	sends := b.Frames(pb.BaseCommand_SEND)
 
-	// With the first message in flight (receipts held), the next ten wait in one batch,
+	// With the first message in flight (receipts held), the window is full: the next ten wait in one batch,
 	// which leaves as soon as the first receipt arrives.
 	b.HoldReceipts(true)
 	var wg sync.WaitGroup

@@ -36,6 +36,7 @@ type Metrics struct {
 	bytes          metric.Int64Counter
 	decodeErrors   metric.Int64Counter
 	publishLatency metric.Float64Histogram
+	publishStage   metric.Float64Histogram
 	reloads        metric.Int64Counter
 	credsRefused   metric.Int64Counter
 	egressActive   metric.Int64UpDownCounter
@@ -52,7 +53,7 @@ type Metrics struct {
 	reloadOK       metric.Int64Gauge
 	reloadAt       metric.Float64Gauge
 
-	attrs sync.Map // attrKey -> metric.MeasurementOption
+	attrs sync.Map // attrKey or stageKey -> metric.MeasurementOption
 }
 
 type attrKey struct {
@@ -128,6 +129,8 @@ func NewMetrics(build Build) (*Metrics, error) {
 	m.decodeErrors, err = mt.Int64Counter("bridge.ingress.decode.errors", metric.WithDescription("Ingress streams ended by a RecordIO framing error."))
 	must(err)
 	m.publishLatency, err = mt.Float64Histogram("bridge.ingress.publish.duration", metric.WithUnit("s"), metric.WithDescription("Time from reading a record to the broker's receipt, sampled: every 8th record and every record that finds its stream idle."))
+	must(err)
+	m.publishStage, err = mt.Float64Histogram("bridge.ingress.stage.duration", metric.WithUnit("s"), metric.WithDescription("The publish duration's sample split by stage: read (decoding, routing, room in ingress.pendingBytes), queue (handing the record to the producer), send (to the broker's receipt), order (behind earlier receipts), write (the receipt to the client; streamed receipts only)."))
 	must(err)
 	m.reloads, err = mt.Int64Counter("bridge.config.reloads", metric.WithDescription("Configuration reloads, by result (applied, invalid, unchanged)."))
 	must(err)
@@ -225,6 +228,24 @@ func (m *Metrics) PublishLatency(route string, d time.Duration, sc trace.SpanCon
 	}
 	m.publishLatency.Record(ctx, d.Seconds(), m.opt(route, 0, 0))
 }
+
+// PublishStage records the time one sampled record spent in one stage of its publication.
+func (m *Metrics) PublishStage(route, stage string, d time.Duration) {
+	m.publishStage.Record(bg, d.Seconds(), m.stageOpt(route, stage))
+}
+
+// stageOpt is opt for a route's stage.
+func (m *Metrics) stageOpt(route, stage string) metric.MeasurementOption {
+	k := stageKey{route, stage}
+	if o, ok := m.attrs.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route), attribute.String("stage", stage)))
+	m.attrs.Store(k, o)
+	return o
+}
+
+type stageKey struct{ route, stage string }
 
 // DecodeError counts a stream ended by a framing error.
 func (m *Metrics) DecodeError(route string) { m.decodeErrors.Add(bg, 1, m.opt(route, 0, 0)) }

@@ -33,7 +33,10 @@ func main() {
 	n := flag.Int("n", 100_000, "records per run")
 	sizesFlag := flag.String("sizes", "100,1024", "record sizes in bytes")
 	idle := flag.Int("idle", 1000, "idle streams for the memory figure (0 skips it)")
+	profile := flag.String("profile", "", "a file name prefix: write the bridge's CPU profile of its first round at each size to PREFIX-SIZE.pprof (-n large enough for the round to outlast -profile-seconds), and its heap with the idle streams open to PREFIX-idle-heap.pprof")
+	profileSeconds := flag.Int("profile-seconds", 2, "the profile's length")
 	flag.Parse()
+	harness.Pprof = *profile != ""
 	if *url == "" {
 		log.Fatal("no broker: set -url or PULSAR_URL (make bench-ingress starts one)")
 	}
@@ -55,7 +58,18 @@ func main() {
 				topic := fmt.Sprintf("bench-ingress-%s-%d-%d-%d", path, size, r, time.Now().UnixNano())
 				var res result
 				if path == "bridge" {
+					var profiled chan struct{}
+					if *profile != "" && r == 0 {
+						profiled = make(chan struct{})
+						go func() {
+							defer close(profiled)
+							harness.FetchProfile(br.OpsURL, "profile", *profileSeconds, fmt.Sprintf("%s-%d.pprof", *profile, size))
+						}()
+					}
 					res, err = br.run(topic, size, *n)
+					if profiled != nil {
+						<-profiled
+					}
 				} else {
 					res, err = runOfficial(*url, "persistent://public/default/"+topic, size, *n)
 				}
@@ -82,7 +96,11 @@ func main() {
 		fmt.Printf("| ratio bridge/official | %d B | | %.2fx | | | |\n", size, o.elapsed.Seconds()/b.elapsed.Seconds())
 	}
 	if *idle > 0 {
-		before, after, err := br.idleStreams(*idle)
+		heap := ""
+		if *profile != "" {
+			heap = *profile + "-idle-heap.pprof"
+		}
+		before, after, err := br.idleStreams(*idle, heap)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -172,7 +190,8 @@ func (b *bridge) run(topic string, size, count int) (result, error) {
 
 // idleStreams opens n streams, each with one receipted record, and reports the bridge's
 // RSS before and while they are open.
-func (b *bridge) idleStreams(n int) (before, after int64, err error) {
+// With heap set, the bridge's heap profile is written there while they are open.
+func (b *bridge) idleStreams(n int, heap string) (before, after int64, err error) {
 	time.Sleep(time.Second)
 	before = b.RSS()
 	type open struct {
@@ -207,7 +226,11 @@ func (b *bridge) idleStreams(n int) (before, after int64, err error) {
 		}
 	}
 	time.Sleep(2 * time.Second)
-	return before, b.RSS(), nil
+	after = b.RSS()
+	if heap != "" {
+		harness.FetchProfile(b.OpsURL, "heap", 0, heap)
+	}
+	return before, after, nil
 }
 
 func runOfficial(url, topic string, size, count int) (result, error) {

@@ -255,7 +255,7 @@ func main() {
 						name := strings.ReplaceAll(strings.ReplaceAll(b.name, " ", ""), "%", "") + fmt.Sprintf("-p%d-", parallel) + "%s.pprof"
 						for _, kind := range []string{"profile", "allocs"} {
 							profiles.Go(func() {
-								fetchProfile(b.br.OpsURL, kind, *profileSeconds, filepath.Join(*profile, fmt.Sprintf(name, kind)))
+								harness.FetchProfile(b.br.OpsURL, kind, *profileSeconds, filepath.Join(*profile, fmt.Sprintf(name, kind)))
 							})
 						}
 					}
@@ -539,23 +539,6 @@ func spanCounts(opsURL string, drain bool) (ended, exported, lost int64) {
 		if lost = n["ended"] - n["exported"]; !drain || lost == 0 || time.Now().After(deadline) {
 			return n["ended"], n["exported"], lost
 		}
-	}
-}
-
-// fetchProfile writes the bridge's pprof profile kind (profile: CPU; allocs: the
-// allocations made meanwhile) over the next seconds to path.
-func fetchProfile(opsURL, kind string, seconds int, path string) {
-	resp, err := http.Get(fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", opsURL, kind, seconds))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != 200 {
-		log.Fatalf("%s profile: %d %v %s", kind, resp.StatusCode, err, b)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		log.Fatal(err)
 	}
 }
 

@@ -3,6 +3,8 @@ package harness
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -142,4 +144,26 @@ func FreePorts(n int) ([]int, error) {
 		out = append(out, l.Addr().(*net.TCPAddr).Port)
 	}
 	return out, nil
+}
+
+// FetchProfile writes the bridge's pprof profile kind (profile: CPU; allocs: the
+// allocations made meanwhile) over the next seconds to path, or (seconds 0) as it is now
+// (heap: what is in use); the bridge must have been started with Pprof set.
+func FetchProfile(opsURL, kind string, seconds int, path string) {
+	u := fmt.Sprintf("%s/debug/pprof/%s", opsURL, kind)
+	if seconds > 0 {
+		u += fmt.Sprintf("?seconds=%d", seconds)
+	}
+	resp, err := http.Get(u)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		log.Fatalf("%s profile: %d %v %s", kind, resp.StatusCode, err, b)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		log.Fatal(err)
+	}
 }
