@@ -81,6 +81,14 @@ type ConsumerHandler interface {
 	HandleClose(reason error)
 }
 
+// TopicWatcherHandler receives the changes a topic-list watcher (WATCH_TOPIC_LIST) is
+// told of; methods run on the connection's reader and must not block.
+type TopicWatcherHandler interface {
+	HandleTopicUpdate(*pb.CommandWatchTopicUpdate)
+	// HandleClose is called when the connection ends.
+	HandleClose(reason error)
+}
+
 // Conn is one connection to one broker.
 type Conn struct {
 	opts           Options
@@ -89,6 +97,7 @@ type Conn struct {
 	serverVersion  string
 	protocol       int32
 	maxMessageSize int
+	topicWatchers  bool // the broker's CONNECTED said supports_topic_watchers
 
 	mu sync.Mutex
 	// Frames waiting for the writer, in order: large frames by reference (queue), small
@@ -102,6 +111,7 @@ type Conn struct {
 	requests   map[uint64]chan *pb.BaseCommand
 	producers  map[uint64]ProducerHandler
 	consumers  map[uint64]ConsumerHandler
+	watchers   map[uint64]TopicWatcherHandler
 	closed     bool
 
 	kick         chan struct{}
@@ -197,6 +207,7 @@ func Dial(ctx context.Context, opts Options) (*Conn, error) {
 		requests:       map[uint64]chan *pb.BaseCommand{},
 		producers:      map[uint64]ProducerHandler{},
 		consumers:      map[uint64]ConsumerHandler{},
+		watchers:       map[uint64]TopicWatcherHandler{},
 		kick:           make(chan struct{}, 1),
 		done:           make(chan struct{}),
 	}
@@ -220,7 +231,7 @@ func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 	connect := &pb.CommandConnect{
 		ClientVersion:   proto.String(c.opts.ClientVersion),
 		ProtocolVersion: proto.Int32(ProtocolVersion),
-		FeatureFlags:    &pb.FeatureFlags{SupportsAuthRefresh: proto.Bool(true)},
+		FeatureFlags:    &pb.FeatureFlags{SupportsAuthRefresh: proto.Bool(true), SupportsTopicWatchers: proto.Bool(true)},
 	}
 	if c.opts.ProxyToBrokerURL != "" {
 		connect.ProxyToBrokerUrl = proto.String(c.opts.ProxyToBrokerURL)
@@ -257,6 +268,7 @@ func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 			if n := cd.GetMaxMessageSize(); n > 0 {
 				c.maxMessageSize = int(n)
 			}
+			c.topicWatchers = cd.GetFeatureFlags().GetSupportsTopicWatchers()
 			return nil
 		case pb.BaseCommand_ERROR:
 			e := f.Cmd.GetError()
@@ -345,6 +357,10 @@ func (c *Conn) Addr() string { return c.opts.Addr }
 // MaxMessageSize is the broker's message size limit from CONNECTED.
 func (c *Conn) MaxMessageSize() int { return c.maxMessageSize }
 
+// SupportsTopicWatchers reports whether the broker accepts WATCH_TOPIC_LIST (its
+// enableBrokerSideSubscriptionPatternEvaluation, announced in CONNECTED).
+func (c *Conn) SupportsTopicWatchers() bool { return c.topicWatchers }
+
 // ServerVersion is the broker's version string.
 func (c *Conn) ServerVersion() string { return c.serverVersion }
 
@@ -376,8 +392,9 @@ func (c *Conn) closeWith(cause error) {
 	}
 	c.closed = true
 	c.closeErr = &closedError{addr: c.opts.Addr, cause: cause}
-	producers, consumers := c.producers, c.consumers
+	producers, consumers, watchers := c.producers, c.consumers, c.watchers
 	c.producers, c.consumers = map[uint64]ProducerHandler{}, map[uint64]ConsumerHandler{}
+	c.watchers = map[uint64]TopicWatcherHandler{}
 	c.requests = map[uint64]chan *pb.BaseCommand{}
 	close(c.done)
 	c.mu.Unlock()
@@ -387,6 +404,9 @@ func (c *Conn) closeWith(cause error) {
 		p.HandleClose(c.closeErr)
 	}
 	for _, h := range consumers {
+		h.HandleClose(c.closeErr)
+	}
+	for _, h := range watchers {
 		h.HandleClose(c.closeErr)
 	}
 }
@@ -452,6 +472,25 @@ func (c *Conn) AddConsumer(id uint64, h ConsumerHandler) error {
 func (c *Conn) RemoveConsumer(id uint64) {
 	c.mu.Lock()
 	delete(c.consumers, id)
+	c.mu.Unlock()
+}
+
+// AddTopicWatcher routes WATCH_TOPIC_UPDATE frames for watcher id to h until
+// RemoveTopicWatcher. It fails when the connection is already closed.
+func (c *Conn) AddTopicWatcher(id uint64, h TopicWatcherHandler) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.closeErr
+	}
+	c.watchers[id] = h
+	return nil
+}
+
+// RemoveTopicWatcher stops routing frames to watcher id.
+func (c *Conn) RemoveTopicWatcher(id uint64) {
+	c.mu.Lock()
+	delete(c.watchers, id)
 	c.mu.Unlock()
 }
 
@@ -595,6 +634,14 @@ func (c *Conn) dispatch(f *frame.Frame, frameErr error) {
 		} else if h := c.takeConsumer(m.GetResourceId()); h != nil {
 			h.HandleClose(reason)
 		}
+	case pb.BaseCommand_WATCH_TOPIC_UPDATE:
+		u := cmd.GetWatchTopicUpdate()
+		c.mu.Lock()
+		h := c.watchers[u.GetWatcherId()]
+		c.mu.Unlock()
+		if h != nil {
+			h.HandleTopicUpdate(u)
+		}
 	case pb.BaseCommand_AUTH_CHALLENGE:
 		resp, data, err := c.authResponse()
 		if err != nil {
@@ -642,6 +689,10 @@ func requestID(cmd *pb.BaseCommand) (uint64, bool) {
 		return cmd.GetAckResponse().GetRequestId(), true
 	case pb.BaseCommand_GET_SCHEMA_RESPONSE:
 		return cmd.GetGetSchemaResponse().GetRequestId(), true
+	case pb.BaseCommand_GET_TOPICS_OF_NAMESPACE_RESPONSE:
+		return cmd.GetGetTopicsOfNamespaceResponse().GetRequestId(), true
+	case pb.BaseCommand_WATCH_TOPIC_LIST_SUCCESS:
+		return cmd.GetWatchTopicListSuccess().GetRequestId(), true
 	}
 	return 0, false
 }
