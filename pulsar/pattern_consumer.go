@@ -288,8 +288,8 @@ func (d *discovery) register(again bool) bool {
 	}
 	d.watch, d.state = w, DiscoveryWatching
 	d.mu.Unlock()
-	if err := d.reconcile(ctx, l, !d.c.opts.NewTopicsLatest); err != nil {
-		d.hash = ""
+	if l.changed {
+		_ = d.reconcile(ctx, l, !d.c.opts.NewTopicsLatest)
 	}
 	if again {
 		d.list()

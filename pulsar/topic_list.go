@@ -137,6 +137,10 @@ func (c *Client) watchTopics(ctx context.Context, d *discovery, pat *TopicsPatte
 		return nil, topicList{}, topicListError("watching the topics of namespace", pat, err)
 	}
 	s := resp.GetWatchTopicListSuccess()
+	if hash != "" && s.GetTopicsHash() == hash {
+		// The list is still the one hash stands for: the broker leaves it out.
+		return w, topicList{hash: hash}, nil
+	}
 	l := topicList{topics: filterTopics(pat, s.GetTopic()), hash: s.GetTopicsHash(), changed: true}
 	return w, l, nil
 }

@@ -1,6 +1,8 @@
 package pulsartest
 
 import (
+	"encoding/hex"
+	"hash/crc32"
 	"regexp"
 	"slices"
 	"strconv"
@@ -161,8 +163,13 @@ func (c *serverConn) watchTopics(r *pb.CommandWatchTopicList) {
 	b.watchers = append(b.watchers, &topicWatcher{c: c, id: r.GetWatcherId(), pattern: re})
 	topics := matching(re, b.listedLocked(r.GetNamespace()))
 	b.mu.Unlock()
+	// As the broker does: a client whose hash is the list's gets no list (unchanged).
+	hash := topicsHash(topics)
+	if r.GetTopicsHash() == hash {
+		topics = nil
+	}
 	c.write(&pb.BaseCommand{Type: pb.BaseCommand_WATCH_TOPIC_LIST_SUCCESS.Enum(), WatchTopicListSuccess: &pb.CommandWatchTopicListSuccess{
-		RequestId: proto.Uint64(r.GetRequestId()), WatcherId: proto.Uint64(r.GetWatcherId()), Topic: topics, TopicsHash: proto.String("")}})
+		RequestId: proto.Uint64(r.GetRequestId()), WatcherId: proto.Uint64(r.GetWatcherId()), Topic: topics, TopicsHash: proto.String(hash)}})
 }
 
 func (c *serverConn) closeWatcher(r *pb.CommandWatchTopicListClose) {
@@ -180,4 +187,13 @@ func (b *Broker) missingLocked(s *pb.CommandSubscribe) bool {
 	}
 	_, ok := b.topicList[s.GetTopic()]
 	return !ok
+}
+
+// topicsHash is the broker's hash of a topic list: CRC32C of the sorted names joined by
+// commas, its bytes lowest first in hex (Guava's HashCode.toString).
+func topicsHash(topics []string) string {
+	sorted := slices.Clone(topics)
+	slices.Sort(sorted)
+	sum := crc32.Checksum([]byte(strings.Join(sorted, ",")), crc32.MakeTable(crc32.Castagnoli))
+	return hex.EncodeToString([]byte{byte(sum), byte(sum >> 8), byte(sum >> 16), byte(sum >> 24)})
 }
