@@ -68,8 +68,9 @@ type Spec struct {
 	PrivateKey         string   `json:"privateKey,omitempty"`
 	CryptoFailure      string   `json:"cryptoFailure,omitempty"` // FAIL DISCARD CONSUME
 	AckTimeoutMs       int      `json:"ackTimeoutMs,omitempty"`
-	Token              string   `json:"token,omitempty"`    // authentication token; none when empty
-	Payloads           bool     `json:"payloads,omitempty"` // consume: report each payload (Message.Payload)
+	Token              string   `json:"token,omitempty"`         // authentication token; none when empty
+	Payloads           bool     `json:"payloads,omitempty"`      // consume: report each payload (Message.Payload)
+	TopicsPattern      string   `json:"topicsPattern,omitempty"` // consume: the topics the pattern matches, instead of Topic
 }
 
 // MarshalJSON writes Batching as the peer's "batching" (default on, hence the negation).
