@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -204,7 +205,10 @@ streams:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("discovery: polling=%v", polling)
+	// The polling run's broker is started with pattern-polling.conf (make e2e).
+	if want := strings.Contains(os.Getenv("PULSAR_EXTRA_CONF"), "pattern-polling"); polling != want {
+		t.Fatalf("bridge_egress_pattern_discovery: polling %v on a broker started with PULSAR_EXTRA_CONF=%q", polling, os.Getenv("PULSAR_EXTRA_CONF"))
+	}
 
 	// Created while the stream runs, published to at once: read from their first message.
 	admin(http.MethodPut, "orders-new", "", nil)

@@ -69,6 +69,7 @@ func (c *Client) subscribePattern(ctx context.Context, cons *Consumer) (*Consume
 	})
 	if err == nil {
 		err = d.reconcile(ctx, l, cons.opts.InitialPosition == Earliest)
+		d.added = 0 // counted from here on: the topics found after the start
 	}
 	if err != nil {
 		cons.Close()
