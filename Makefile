@@ -9,6 +9,9 @@ E2E_RACE ?= ^(TestIngressDrainsOnSIGTERMUnderLoad|TestSIGTERMDoesNotWaitForAClie
 # form (the egress nack/dead-letter test on every subscription type, the stream filter over batches, the interop matrix's batch-ack
 # and nack/DLQ rows, the replay comparison with the Java client's seek); make interop runs them with the matrix's full form.
 E2E_DEFAULT_ACKS ?= ^(TestEgressRetriesAndDeadLettersMessagesInsideBatches|TestInteropWithTheJavaClient|TestEgressFilterDeliversExactlyWhatMatchesOfAMixedMesosStream|TestEgressReplaysByTimeAndByIDAsTheJavaClientSeeks)$$/^(shared|key_shared|exclusive|failover|batch-index-ack|nack-dlq)$$
+# The pattern stream's polling run: a broker without topic-list watchers.
+E2E_PATTERN ?= ^TestEgressPatternStreamFollowsTopicsAcrossRestartAndUnload$$
+PATTERN_POLLING_BROKER = PULSAR_EXTRA_CONF=$(CURDIR)/e2e/pulsar/pattern-polling.conf PULSAR_HEAP=384m PULSAR_DIRECT_MEMORY=384m $(WITH_BROKER)
 DEFAULT_ACKS_BROKER = PULSAR_EXTRA_CONF=$(CURDIR)/e2e/pulsar/default-batch-acks.conf PULSAR_HEAP=384m PULSAR_DIRECT_MEMORY=384m $(WITH_BROKER)
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null)
@@ -67,11 +70,13 @@ build-race:
 ## e2e: black-box tests against one real Apache Pulsar standalone broker for the whole run:
 ## the whole suite on the release binary, then E2E_RACE on the -race binary; then E2E_DEFAULT_ACKS
 ## on a second broker with Pulsar's default for batch-index acknowledgements (off: whole batches
-## come back; about 5 minutes).
+## come back; about 5 minutes); then E2E_PATTERN on a third without topic-list watchers
+## (enableBrokerSideSubscriptionPatternEvaluation=false: pattern streams poll).
 e2e: build build-race
 	e2e/jaeger/jaeger.sh build
 	BRIDGE_BIN=$(CURDIR)/$(BIN) BRIDGE_E2E_REQUIRE_TLS=1 $(WITH_BROKER) bash -c 'cd e2e && $(GO) test -race -count=1 -p 1 -timeout 35m $$($(GO) list ./... | grep -v /e2e/chaos$$) && BRIDGE_BIN=$(CURDIR)/$(RACE_BIN) $(GO) test -count=1 -p 1 -timeout 20m -run "$(E2E_RACE)" .'
 	BRIDGE_BIN=$(CURDIR)/$(BIN) $(DEFAULT_ACKS_BROKER) bash -c 'cd e2e && $(GO) test -count=1 -p 1 -timeout 10m -run "$(E2E_DEFAULT_ACKS)" .'
+	BRIDGE_BIN=$(CURDIR)/$(BIN) $(PATTERN_POLLING_BROKER) bash -c 'cd e2e && $(GO) test -count=1 -p 1 -timeout 10m -run "$(E2E_PATTERN)" .'
 	@# The fault suite's short form, on its own production-shaped cluster (one of each fault).
 	cd e2e && BRIDGE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m ./chaos
 

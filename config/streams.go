@@ -18,7 +18,21 @@ type Stream struct {
 	Name string `yaml:"name"` // required; unique
 	// Path of the endpoint [/v1/streams/<name>]; acknowledgements go to <path>/ack.
 	Path   string   `yaml:"path"`
-	Topics []string `yaml:"topics"` // required
+	Topics []string `yaml:"topics"` // required, or topicsPattern
+	// TopicsPattern, instead of topics, streams every persistent topic of one namespace
+	// whose name matches: persistent://tenant/namespace/<regex>, the regular expression
+	// matching the whole topic name without its scheme and partition suffix (as the
+	// Java client's pattern consumer does); topics created and deleted while the stream
+	// runs are followed.
+	TopicsPattern string `yaml:"topicsPattern"`
+	// NewTopicsPosition is where the subscription starts on a topic the pattern matched
+	// after the stream started: earliest or latest [earliest]. Position applies to the
+	// topics matched when the stream starts.
+	NewTopicsPosition string `yaml:"newTopicsPosition"`
+	// DiscoveryInterval is how often a pattern's namespace is listed again, even while
+	// the broker's topic-list watcher reports changes, and the only discovery on a
+	// broker without watchers [60s].
+	DiscoveryInterval Duration `yaml:"discoveryInterval"`
 	// Subscription name [bridge-<name>].
 	Subscription string `yaml:"subscription"`
 	// Type of the subscription: exclusive, shared, failover or key_shared [exclusive].
@@ -138,6 +152,10 @@ func (s Stream) WithDefaults() Stream {
 	def(&s.Ack, "auto")
 	def(&s.Envelope, "none")
 	def(&s.CryptoFailure, "fail")
+	def(&s.NewTopicsPosition, "earliest")
+	if s.DiscoveryInterval == 0 {
+		s.DiscoveryInterval = Duration(time.Minute)
+	}
 	if s.ReceiverQueue == 0 {
 		s.ReceiverQueue = 1000
 	}
@@ -203,8 +221,18 @@ func validateStreams(streams []Stream, routes []Route) Problems {
 				paths[s.Path+"/seek"] = at
 			}
 		}
-		if len(s.Topics) == 0 {
-			add("%s.topics: missing; list the topics the stream reads", at)
+		switch {
+		case len(s.Topics) == 0 && s.TopicsPattern == "":
+			add("%s.topics: missing; list the topics the stream reads, or match them with topicsPattern", at)
+		case len(s.Topics) > 0 && s.TopicsPattern != "":
+			add("%s.topicsPattern: %q and topics exclude each other; a stream reads the topics listed or those the pattern matches", at, s.TopicsPattern)
+		}
+		oneOf(at, "newTopicsPosition", s.NewTopicsPosition, "earliest", "latest")
+		if s.DiscoveryInterval < Duration(time.Second) {
+			add("%s.discoveryInterval: %v must be at least 1s (how often a pattern's namespace is listed again)", at, s.DiscoveryInterval.D())
+		}
+		if s.TopicsPattern != "" && s.Retry.MaxDeliveries > 0 && s.Retry.DeadLetterTopic == "" {
+			add("%s.retry.deadLetterTopic: required with topicsPattern: the default <topic>-<subscription>-DLQ is created in the pattern's namespace, where the pattern may match it", at)
 		}
 		oneOf(at, "type", s.Type, "exclusive", "shared", "failover", "key_shared")
 		if pos, err := ParsePosition(s.Position); err != nil {

@@ -66,6 +66,15 @@ type SubscribeOptions struct {
 	// Receive fails, naming it, and it stays unacknowledged), discard (acknowledged by
 	// the consumer) or deliver (Delivery.Encryption says how it is encrypted).
 	CryptoFailure string
+	// TopicsPattern, instead of Topics: every persistent topic of one namespace whose
+	// name matches (persistent://tenant/namespace/<regex>), followed as topics come and
+	// go; NewTopicsPosition (earliest, latest) is where a subscription starts on a topic
+	// matched later, and DiscoveryInterval how often the namespace is listed again.
+	TopicsPattern     string
+	NewTopicsPosition string
+	DiscoveryInterval time.Duration
+	// Stream names the stream, for the pattern's metrics.
+	Stream string
 }
 
 // Delivery is one message handed to a stream.
@@ -368,7 +377,12 @@ func (s *Server) Handle(c echo.Context) error {
 		trace.WithAttributes(telemetry.AttrHTTPMethod.String(http.MethodGet), telemetry.AttrHTTPRoute(def.Path),
 			telemetry.AttrSystemPulsar, telemetry.AttrConsumerGroup(opts.subscription)))
 	defer span.End()
-	sub, err := s.sub.Subscribe(ctx, SubscribeOptions{Topics: def.Topics, Subscription: opts.subscription, Type: def.Type,
+	var pattern string
+	if def.TopicsPattern != nil {
+		pattern = def.TopicsPattern.String()
+	}
+	sub, err := s.sub.Subscribe(ctx, SubscribeOptions{Topics: def.Topics, TopicsPattern: pattern, Stream: def.Name,
+		NewTopicsPosition: def.NewTopicsPosition, DiscoveryInterval: def.DiscoveryInterval, Subscription: opts.subscription, Type: def.Type,
 		Position: pos.Initial, StartTime: pos.Time, StartMessageID: pos.ID, ReceiverQueue: def.ReceiverQueue, ReceiverQueueBytes: def.ReceiverQueueBytes,
 		MaxPendingChunkedMessages: def.MaxPendingChunkedMessages, DeliverUndecodable: def.DeadLetters(), CryptoFailure: def.CryptoFailure})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/pulsar"
 )
 
 // Stream is a compiled egress stream definition. It is immutable.
@@ -41,6 +42,13 @@ type Stream struct {
 	Filter *Filter
 	// AckReceipt (ack=client): /ack waits for the broker's confirmation of each acknowledgement.
 	AckReceipt bool
+	// TopicsPattern, instead of Topics: the topics of one namespace whose names match.
+	TopicsPattern *pulsar.TopicsPattern
+	// NewTopicsPosition is where a subscription starts on a topic the pattern matched
+	// after the stream started: earliest or latest.
+	NewTopicsPosition string
+	// DiscoveryInterval is how often the pattern's namespace is listed again.
+	DiscoveryInterval time.Duration
 }
 
 // Retry is a stream's redelivery backoff (see config.Retry).
@@ -90,14 +98,25 @@ func compileStreams(cfg config.Config) ([]*Stream, config.Problems) {
 			AckTimeout: s.AckTimeout.D(), MaxUnacked: s.MaxUnacked,
 			Retry: Retry{Initial: s.Retry.Initial.D(), Multiplier: s.Retry.Multiplier, Jitter: *s.Retry.Jitter, Max: s.Retry.Max.D(),
 				MaxDeliveries: s.Retry.MaxDeliveries},
-			MaxRate: s.MaxRate, MaxByteRate: s.MaxByteRate, CryptoFailure: s.CryptoFailure, AckReceipt: *s.AckReceipt}
+			MaxRate: s.MaxRate, MaxByteRate: s.MaxByteRate, CryptoFailure: s.CryptoFailure, AckReceipt: *s.AckReceipt,
+			NewTopicsPosition: s.NewTopicsPosition, DiscoveryInterval: s.DiscoveryInterval.D()}
 		cs.Filter = compileFilter(s.Filter, at+".filter", &p)
+		if s.TopicsPattern != "" {
+			pat, err := pulsar.ParseTopicsPattern(s.TopicsPattern)
+			if err != nil {
+				p.Addf("%s.topicsPattern: %v", at, err)
+			}
+			cs.TopicsPattern = pat
+		}
 		if s.Retry.DeadLetterTopic != "" {
 			topic, err := NormalizeTopic(s.Retry.DeadLetterTopic)
 			if err != nil {
 				p.Addf("%s.retry.deadLetterTopic: %v", at, err)
 			}
 			cs.Retry.DeadLetterTopic = topic
+			if cs.TopicsPattern != nil && err == nil && cs.TopicsPattern.Matches(topic) {
+				p.Addf("%s.retry.deadLetterTopic: %s matches topicsPattern %s: the stream would read its own dead letters", at, topic, cs.TopicsPattern)
+			}
 		}
 		mt, _, err := mime.ParseMediaType(s.ContentType)
 		if err != nil {

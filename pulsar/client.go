@@ -73,6 +73,7 @@ type Client struct {
 	requestID  atomic.Uint64
 	producerID atomic.Uint64
 	consumerID atomic.Uint64
+	watcherID  atomic.Uint64
 
 	// closing is closed when Close begins: creations waiting out a refusal's backoff
 	// stop then.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,10 +36,14 @@ type Consumer struct {
 	parts  []*partitionConsumer
 	events *dispatcher // OnActiveChange callbacks, off the connection's reader
 
-	// partitioned is each partitioned topic's partition count, for watchPartitions.
+	// partitioned is each partitioned topic's partition count, for watchPartitions;
+	// topicsMu guards it (a pattern's discovery adds and removes topics).
+	topicsMu    sync.Mutex
 	partitioned map[string]int
-	stop        chan struct{} // ends watchPartitions
-	wg          sync.WaitGroup
+	// discovery, for a TopicsPattern, finds the topics to consume as they come and go.
+	discovery *discovery
+	stop      chan struct{} // ends watchPartitions
+	wg        sync.WaitGroup
 
 	// unsettled counts the messages taken with KeepMemoryCharge whose charge the
 	// application has not given back (Settled).
@@ -76,6 +81,9 @@ func (c *Client) Subscribe(ctx context.Context, opts ConsumerOptions) (*Consumer
 	cons := &Consumer{client: c, opts: opts, avail: make(chan struct{}, 1), done: make(chan struct{}), events: newDispatcher(),
 		partitioned: map[string]int{}, stop: make(chan struct{}), stopIn: -1}
 	cons.cut, cons.cutNow = context.WithCancel(context.Background())
+	if opts.TopicsPattern != nil {
+		return c.subscribePattern(ctx, cons)
+	}
 	for _, name := range opts.Topics {
 		topic, err := TopicName(name)
 		if err != nil {
@@ -139,13 +147,28 @@ func (c *Consumer) watchPartitions() {
 		case <-c.stop:
 			return
 		case <-t.C:
-			for topic, known := range c.partitioned {
-				if n := c.grow(topic, known); n > known {
-					c.partitioned[topic] = n
-				}
+			c.topicsMu.Lock()
+			known := maps.Clone(c.partitioned)
+			c.topicsMu.Unlock()
+			for topic, k := range known {
+				c.growTo(topic, k)
 			}
 		}
 	}
+}
+
+// growTo subscribes to topic's partitions beyond known and records how many are now
+// consumed, unless the topic was removed meanwhile (a pattern no longer matches it).
+func (c *Consumer) growTo(topic string, known int) {
+	n := c.grow(topic, known)
+	if n <= known {
+		return
+	}
+	c.topicsMu.Lock()
+	if cur, ok := c.partitioned[topic]; ok && cur < n {
+		c.partitioned[topic] = n
+	}
+	c.topicsMu.Unlock()
 }
 
 // grow subscribes to topic's partitions beyond known, from their earliest message; it
@@ -163,12 +186,16 @@ func (c *Consumer) grow(topic string, known int) int {
 	for i := known; i < n; i++ {
 		pc := newPartitionConsumer(c, partitionName(topic, i), int32(i))
 		pc.earliest = true // its messages so far were published for this consumer too
+		pc.noCreate = c.discovery != nil
 		if err := pc.start(ctx); err != nil {
 			c.client.log.Warn("subscribing to a new partition failed; retrying at the next refresh", "topic", topic, "partition", i, "error", err)
 			return i
 		}
 		c.mu.Lock()
-		if c.closed {
+		c.topicsMu.Lock()
+		_, still := c.partitioned[topic]
+		c.topicsMu.Unlock()
+		if c.closed || !still {
 			c.mu.Unlock()
 			pc.close(context.Background())
 			return i
@@ -354,7 +381,8 @@ func (c *Consumer) Receive(ctx context.Context) (*Message, error) {
 			return m, nil
 		}
 		c.mu.Lock()
-		ended, closed, failed := c.ended == len(c.parts) && len(c.parts) > 0, c.closed, c.failed
+		// A pattern's consumer does not end with its topics: others may come.
+		ended, closed, failed := c.ended == len(c.parts) && len(c.parts) > 0 && c.discovery == nil, c.closed, c.failed
 		c.mu.Unlock()
 		if closed {
 			return nil, ErrConsumerClosed
@@ -482,12 +510,20 @@ type ConsumerStats struct {
 	// acknowledged with a validation error, delivered as stored (DeliverUndecodable,
 	// CryptoConsume), or stopping its partition (CryptoFail). Only reasons seen are keys.
 	Undecodable map[UndecodableReason]int
+	// A TopicsPattern's consumer: the topics consumed now, how many were added and
+	// removed since it started, and how it discovers them (DiscoveryWatching,
+	// DiscoveryReconnecting, DiscoveryPolling; "" for a consumer of fixed topics).
+	Topics                     int
+	TopicsAdded, TopicsRemoved int
+	Discovery                  string
 }
 
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() ConsumerStats {
 	var s ConsumerStats
+	topics := map[string]struct{}{}
 	for _, pc := range c.partitions() {
+		topics[pc.baseTopic()] = struct{}{}
 		pc.mu.Lock()
 		s.Reconnects += pc.reconnects
 		s.PermitsGranted += pc.permitsGranted
@@ -520,5 +556,9 @@ func (c *Consumer) Stats() ConsumerStats {
 		s.ChargedBytes += m.charged
 	}
 	c.mu.Unlock()
+	s.Topics = len(topics)
+	if c.discovery != nil {
+		c.discovery.stats(&s)
+	}
 	return s
 }

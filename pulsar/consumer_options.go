@@ -44,6 +44,20 @@ const (
 type ConsumerOptions struct {
 	// Topics to consume; partitioned topics get one consumer per partition.
 	Topics []string
+	// TopicsPattern, instead of Topics, consumes every persistent topic of one namespace
+	// whose name matches (see TopicsPattern), as topics are created and deleted: the
+	// Consumer discovers them with the broker's topic-list watcher where it has one, and
+	// by listing the namespace every DiscoveryInterval in any case.
+	TopicsPattern *TopicsPattern
+	// NewTopicsLatest starts a new subscription on a topic the pattern matched after the
+	// Consumer started at its latest message; by default it starts at the earliest, as
+	// what was published there before it was discovered was published for this consumer
+	// too. InitialPosition applies to the topics matched when it starts.
+	NewTopicsLatest bool
+	// DiscoveryInterval is how often a pattern's namespace is listed again, even while
+	// the broker's watcher reports changes (it misses some while its metadata session is
+	// down) [1 min].
+	DiscoveryInterval time.Duration
 	// Subscription name (required).
 	Subscription string
 	Type         SubscriptionType
@@ -166,8 +180,17 @@ func (o ConsumerOptions) withDefaults() (ConsumerOptions, error) {
 	if o.Subscription == "" {
 		return o, fmt.Errorf("%w: a subscription name is required", ErrInvalidOptions)
 	}
-	if len(o.Topics) == 0 {
+	if len(o.Topics) == 0 && o.TopicsPattern == nil {
 		return o, fmt.Errorf("%w: no topic to consume", ErrInvalidOptions)
+	}
+	if len(o.Topics) > 0 && o.TopicsPattern != nil {
+		return o, fmt.Errorf("%w: Topics and TopicsPattern %q exclude each other", ErrInvalidOptions, o.TopicsPattern)
+	}
+	if o.DiscoveryInterval == 0 {
+		o.DiscoveryInterval = time.Minute
+	}
+	if o.DiscoveryInterval < 0 {
+		return o, fmt.Errorf("%w: DiscoveryInterval %s is negative", ErrInvalidOptions, o.DiscoveryInterval)
 	}
 	if o.Type < Exclusive || o.Type > KeyShared {
 		return o, fmt.Errorf("%w: unknown subscription type %d", ErrInvalidOptions, o.Type)

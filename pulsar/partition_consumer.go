@@ -26,6 +26,9 @@ type partitionConsumer struct {
 	log       *slog.Logger
 
 	earliest bool // a partition added at runtime: a new subscription starts at its earliest message
+	// noCreate: a pattern's topic, subscribed without creating it (force_topic_creation
+	// false), so a deleted topic is not brought back by the consumer's reconnection.
+	noCreate bool
 
 	mu sync.Mutex
 	// state, reg and cn are the registration's state machine (see regState).
@@ -170,6 +173,9 @@ func (p *partitionConsumer) connect(ctx context.Context, first bool) error {
 	}
 	if p.opts.InitialPosition == Earliest || p.earliest {
 		sub.InitialPosition = pb.CommandSubscribe_Earliest.Enum()
+	}
+	if p.noCreate {
+		sub.ForceTopicCreation = proto.Bool(false)
 	}
 	if p.opts.Name != "" {
 		sub.ConsumerName = proto.String(p.opts.Name)
@@ -372,6 +378,12 @@ func (p *partitionConsumer) fail(err error) {
 	p.dropAllChunksLocked()
 	p.dropParkedLocked()
 	p.mu.Unlock()
+	if d := p.c.discovery; d != nil && topicNotFound(err) {
+		// A pattern's topic that was deleted: its consumer goes, the others carry on.
+		p.log.Info("topic gone; its consumer closes", "error", err)
+		d.topicGone(p.baseTopic())
+		return
+	}
 	p.log.Error("consumer failed", "error", err)
 	p.c.partitionFailed(fmt.Errorf("%w: %s: %w", ErrConsumerFailed, p.topic, err))
 }

@@ -89,6 +89,7 @@ public class Peer {
         public String seekId;                // consume: after the first pass, seek to the message received with this ledger:entry:partition:batchIndex
         public String token;                 // authentication token (AuthenticationToken), none when null
         public boolean payloads;             // consume: each line carries the payload as UTF-8 text
+        public String topicsPattern;         // consume: the topics this pattern matches (topicsPattern) instead of topic
     }
 
     /** Item is the JSON-schema record a producer with schema JSON sends. */
@@ -264,9 +265,13 @@ public class Peer {
     }
 
     static void consume(PulsarClient c, Spec s) throws Exception {
-        ConsumerBuilder<byte[]> cb = c.newConsumer(Schema.BYTES)
-            .topic(s.topic)
-            .subscriptionName(s.subscription)
+        ConsumerBuilder<byte[]> cb = c.newConsumer(Schema.BYTES);
+        if (s.topicsPattern != null) {
+            cb.topicsPattern(s.topicsPattern).patternAutoDiscoveryPeriod(1, TimeUnit.SECONDS);
+        } else {
+            cb.topic(s.topic);
+        }
+        cb.subscriptionName(s.subscription)
             .subscriptionType(SubscriptionType.valueOf(s.type))
             .subscriptionInitialPosition(SubscriptionInitialPosition.valueOf(s.position))
             .enableBatchIndexAcknowledgment(s.batchIndexAck)

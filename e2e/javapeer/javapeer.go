@@ -71,10 +71,11 @@ type Spec struct {
 	// SeekTime (Unix ms) or SeekID (ledger:entry:partition:batchIndex of a message the
 	// first pass receives): after the first pass the consumer seeks there and reads
 	// again until TimeoutMs passes without a message; those lines have Phase 2.
-	SeekTime int64  `json:"seekTime,omitempty"`
-	SeekID   string `json:"seekId,omitempty"`
-	Token    string `json:"token,omitempty"`    // authentication token; none when empty
-	Payloads bool   `json:"payloads,omitempty"` // consume: report each payload (Message.Payload)
+	SeekTime      int64  `json:"seekTime,omitempty"`
+	SeekID        string `json:"seekId,omitempty"`
+	Token         string `json:"token,omitempty"`         // authentication token; none when empty
+	Payloads      bool   `json:"payloads,omitempty"`      // consume: report each payload (Message.Payload)
+	TopicsPattern string `json:"topicsPattern,omitempty"` // consume: the topics the pattern matches, instead of Topic
 }
 
 // MarshalJSON writes Batching as the peer's "batching" (default on, hence the negation).

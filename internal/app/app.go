@@ -161,6 +161,9 @@ func New(o Options) (_ *App, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	if err := a.metrics.ObservePattern(a.subs.PatternStats); err != nil {
+		return nil, err
+	}
 	if err := a.metrics.ObserveMemory(func() telemetry.MemoryStats {
 		st := a.budget.Stats()
 		ms := telemetry.MemoryStats{Limit: st.Limit, Used: st.Used, Peak: st.Peak}

@@ -41,6 +41,8 @@ type Subscriber struct {
 	retiredChunkedDropped             int64
 	retiredUndecodable                map[pulsar.UndecodableReason]int64
 	schemas                           schemaCache
+	// retiredPattern: what closed consumers of topicsPattern streams counted, by stream.
+	retiredPattern map[string]*telemetry.PatternStats
 }
 
 // NewSubscriber returns the egress Subscriber of c, charging b (nil: no budget).
@@ -103,6 +105,42 @@ func (s *Subscriber) AddStats(st *telemetry.PulsarStats) {
 	}
 }
 
+// PatternStats returns the discovery figures of the topicsPattern streams that have or
+// had a consumer, by stream.
+func (s *Subscriber) PatternStats() []telemetry.PatternStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	by := map[string]*telemetry.PatternStats{}
+	get := func(stream string) *telemetry.PatternStats {
+		ps := by[stream]
+		if ps == nil {
+			ps = &telemetry.PatternStats{Stream: stream, Discovery: map[string]int64{}}
+			by[stream] = ps
+		}
+		return ps
+	}
+	for stream, r := range s.retiredPattern {
+		ps := get(stream)
+		ps.Added, ps.Removed = r.Added, r.Removed
+	}
+	for sub := range s.open {
+		if sub.patternStream == "" {
+			continue
+		}
+		cs := sub.c.Stats()
+		ps := get(sub.patternStream)
+		ps.Topics = max(ps.Topics, int64(cs.Topics))
+		ps.Added += int64(cs.TopicsAdded)
+		ps.Removed += int64(cs.TopicsRemoved)
+		ps.Discovery[cs.Discovery]++
+	}
+	out := make([]telemetry.PatternStats, 0, len(by))
+	for _, ps := range by {
+		out = append(out, *ps)
+	}
+	return out
+}
+
 var cryptoActions = map[string]pulsar.CryptoFailureAction{
 	"fail": pulsar.CryptoFail, "discard": pulsar.CryptoDiscard, "deliver": pulsar.CryptoConsume,
 }
@@ -129,7 +167,15 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		}
 		startID = &id
 	}
+	var pattern *pulsar.TopicsPattern
+	if o.TopicsPattern != "" {
+		var err error
+		if pattern, err = pulsar.ParseTopicsPattern(o.TopicsPattern); err != nil {
+			return nil, err
+		}
+	}
 	c, err := s.client.Subscribe(ctx, pulsar.ConsumerOptions{Topics: o.Topics, Subscription: o.Subscription, Type: subTypes[o.Type],
+		TopicsPattern: pattern, NewTopicsLatest: o.NewTopicsPosition == "latest", DiscoveryInterval: o.DiscoveryInterval,
 		InitialPosition: pos, StartTime: o.StartTime, StartMessageID: startID, ReceiverQueueSize: o.ReceiverQueue, ReceiverQueueBytes: int(o.ReceiverQueueBytes),
 		MaxPendingChunkedMessages: o.MaxPendingChunkedMessages,
 		DeliverUndecodable:        o.DeliverUndecodable, CryptoFailureAction: cryptoActions[o.CryptoFailure],
@@ -160,6 +206,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		return nil, fmt.Errorf("%w: %w", egress.ErrUnavailable, err)
 	}
 	sub := &subscription{c: c, owner: s, name: o.Subscription, held: map[*handle]struct{}{}}
+	if pattern != nil {
+		sub.patternStream = o.Stream
+	}
 	s.mu.Lock()
 	s.open[sub] = struct{}{}
 	s.mu.Unlock()
@@ -170,6 +219,8 @@ type subscription struct {
 	c     *pulsar.Consumer
 	owner *Subscriber
 	name  string // the subscription's
+	// patternStream names the topicsPattern stream the consumer reads for ("": not one).
+	patternStream string
 
 	mu        sync.Mutex
 	held      map[*handle]struct{} // delivered, charged to the budget, not yet settled
@@ -347,6 +398,18 @@ func (s *subscription) Close() error {
 				o.retiredUndecodable = map[pulsar.UndecodableReason]int64{}
 			}
 			o.retiredUndecodable[r] += int64(n)
+		}
+		if s.patternStream != "" {
+			if o.retiredPattern == nil {
+				o.retiredPattern = map[string]*telemetry.PatternStats{}
+			}
+			r := o.retiredPattern[s.patternStream]
+			if r == nil {
+				r = &telemetry.PatternStats{Stream: s.patternStream}
+				o.retiredPattern[s.patternStream] = r
+			}
+			r.Added += int64(cs.TopicsAdded)
+			r.Removed += int64(cs.TopicsRemoved)
 		}
 	}
 	o.mu.Unlock()

@@ -91,6 +91,10 @@ type Broker struct {
 	slowEvery      time.Duration                            // ...and a pause before each read
 	schemas        map[string][]*pb.Schema                  // by topic: the registered schemas, version i+1 at i
 	enforceSchemas bool                                     // a producer without a schema is refused by a topic with one
+	topicList      map[string]struct{}                      // CreateTopic's topics and partitions (nil: none tracked)
+	topicWatchers  bool                                     // announce and serve WATCH_TOPIC_LIST
+	watchersDeaf   bool                                     // watchers miss every change
+	watchers       []*topicWatcher
 }
 
 // UniqueProducerNames makes a producer name busy on its topic while a producer of that
@@ -512,6 +516,7 @@ func (c *serverConn) serve() {
 			}
 		}
 		c.b.subs = kept
+		c.b.watchers = slices.DeleteFunc(c.b.watchers, func(w *topicWatcher) bool { return w.c == c })
 		c.b.mu.Unlock()
 	}()
 	br := bufio.NewReader(throttledReader{c})
@@ -609,7 +614,7 @@ func (c *serverConn) handle(f *frame.Frame) {
 	case pb.BaseCommand_CONNECT:
 		cc := cmd.GetConnect()
 		b.mu.Lock()
-		max, token, check := b.maxMessageSize, b.token, b.authCheck
+		max, token, check, watchers := b.maxMessageSize, b.token, b.authCheck, b.topicWatchers
 		if cc.ProxyToBrokerUrl != nil {
 			b.proxyTargets = append(b.proxyTargets, cc.GetProxyToBrokerUrl())
 		}
@@ -630,7 +635,8 @@ func (c *serverConn) handle(f *frame.Frame) {
 			return
 		}
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
-			ServerVersion: proto.String("pulsartest"), ProtocolVersion: proto.Int32(20), MaxMessageSize: proto.Int32(max)}})
+			ServerVersion: proto.String("pulsartest"), ProtocolVersion: proto.Int32(20), MaxMessageSize: proto.Int32(max),
+			FeatureFlags: &pb.FeatureFlags{SupportsTopicWatchers: proto.Bool(watchers)}}})
 	case pb.BaseCommand_PING:
 		b.mu.Lock()
 		ignore := b.ignorePings
@@ -751,6 +757,12 @@ func (c *serverConn) handle(f *frame.Frame) {
 		c.closeConsumer(cmd.GetCloseConsumer())
 	case pb.BaseCommand_SEEK:
 		c.seek(cmd.GetSeek())
+	case pb.BaseCommand_GET_TOPICS_OF_NAMESPACE:
+		c.getTopics(cmd.GetGetTopicsOfNamespace())
+	case pb.BaseCommand_WATCH_TOPIC_LIST:
+		c.watchTopics(cmd.GetWatchTopicList())
+	case pb.BaseCommand_WATCH_TOPIC_LIST_CLOSE:
+		c.closeWatcher(cmd.GetWatchTopicListClose())
 	}
 }
 

@@ -100,6 +100,12 @@ func (b *Broker) CloseConsumers() {
 func (c *serverConn) subscribe(s *pb.CommandSubscribe) {
 	b := c.b
 	b.mu.Lock()
+	if b.missingLocked(s) {
+		b.mu.Unlock()
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{RequestId: proto.Uint64(s.GetRequestId()),
+			Error: pb.ServerError_TopicNotFound.Enum(), Message: proto.String("pulsartest: topic not found: " + s.GetTopic())}})
+		return
+	}
 	b.subs = append(b.subs, &subscriber{c: c, id: s.GetConsumerId(), topic: s.GetTopic()})
 	b.mu.Unlock()
 	c.write(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{RequestId: proto.Uint64(s.GetRequestId())}})

@@ -26,21 +26,23 @@ type (
 
 // The commands tests most often count, refuse or intercept; CommandTypeOf names any other.
 const (
-	CommandConnect             = pb.BaseCommand_CONNECT
-	CommandLookup              = pb.BaseCommand_LOOKUP
-	CommandPartitionedMetadata = pb.BaseCommand_PARTITIONED_METADATA
-	CommandProducer            = pb.BaseCommand_PRODUCER
-	CommandSend                = pb.BaseCommand_SEND
-	CommandCloseProducer       = pb.BaseCommand_CLOSE_PRODUCER
-	CommandSubscribe           = pb.BaseCommand_SUBSCRIBE
-	CommandFlow                = pb.BaseCommand_FLOW
-	CommandAck                 = pb.BaseCommand_ACK
-	CommandRedeliver           = pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES
-	CommandCloseConsumer       = pb.BaseCommand_CLOSE_CONSUMER
-	CommandPing                = pb.BaseCommand_PING
-	CommandAuthResponse        = pb.BaseCommand_AUTH_RESPONSE
-	CommandGetSchema           = pb.BaseCommand_GET_SCHEMA
-	CommandSeek                = pb.BaseCommand_SEEK
+	CommandConnect              = pb.BaseCommand_CONNECT
+	CommandLookup               = pb.BaseCommand_LOOKUP
+	CommandPartitionedMetadata  = pb.BaseCommand_PARTITIONED_METADATA
+	CommandProducer             = pb.BaseCommand_PRODUCER
+	CommandSend                 = pb.BaseCommand_SEND
+	CommandCloseProducer        = pb.BaseCommand_CLOSE_PRODUCER
+	CommandSubscribe            = pb.BaseCommand_SUBSCRIBE
+	CommandFlow                 = pb.BaseCommand_FLOW
+	CommandAck                  = pb.BaseCommand_ACK
+	CommandRedeliver            = pb.BaseCommand_REDELIVER_UNACKNOWLEDGED_MESSAGES
+	CommandCloseConsumer        = pb.BaseCommand_CLOSE_CONSUMER
+	CommandPing                 = pb.BaseCommand_PING
+	CommandAuthResponse         = pb.BaseCommand_AUTH_RESPONSE
+	CommandGetSchema            = pb.BaseCommand_GET_SCHEMA
+	CommandSeek                 = pb.BaseCommand_SEEK
+	CommandGetTopicsOfNamespace = pb.BaseCommand_GET_TOPICS_OF_NAMESPACE
+	CommandWatchTopicList       = pb.BaseCommand_WATCH_TOPIC_LIST
 )
 
 // The error codes tests most often inject; ServerErrorOf names any other.

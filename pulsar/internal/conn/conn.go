@@ -76,6 +76,14 @@ type ConsumerHandler interface {
 	HandleClose(reason error)
 }
 
+// TopicWatcherHandler receives the changes a topic-list watcher (WATCH_TOPIC_LIST) is
+// told of; methods run on the connection's reader and must not block.
+type TopicWatcherHandler interface {
+	HandleTopicUpdate(*pb.CommandWatchTopicUpdate)
+	// HandleClose is called when the connection ends.
+	HandleClose(reason error)
+}
+
 // Conn is one connection to one broker.
 type Conn struct {
 	opts           Options
@@ -84,6 +92,7 @@ type Conn struct {
 	serverVersion  string
 	protocol       int32
 	maxMessageSize int
+	topicWatchers  bool // the broker's CONNECTED said supports_topic_watchers
 
 	mu sync.Mutex
 	// Frames waiting for the writer, in order: large frames by reference (queue), small
@@ -97,6 +106,7 @@ type Conn struct {
 	requests   map[uint64]chan *pb.BaseCommand
 	producers  map[uint64]ProducerHandler
 	consumers  map[uint64]ConsumerHandler
+	watchers   map[uint64]TopicWatcherHandler
 	closed     bool
 
 	kick         chan struct{}
@@ -167,6 +177,7 @@ func Dial(ctx context.Context, opts Options) (*Conn, error) {
 		requests:       map[uint64]chan *pb.BaseCommand{},
 		producers:      map[uint64]ProducerHandler{},
 		consumers:      map[uint64]ConsumerHandler{},
+		watchers:       map[uint64]TopicWatcherHandler{},
 		kick:           make(chan struct{}, 1),
 		done:           make(chan struct{}),
 	}
@@ -191,6 +202,10 @@ func (c *Conn) Addr() string { return c.opts.Addr }
 
 // MaxMessageSize is the broker's message size limit from CONNECTED.
 func (c *Conn) MaxMessageSize() int { return c.maxMessageSize }
+
+// SupportsTopicWatchers reports whether the broker accepts WATCH_TOPIC_LIST (its
+// enableBrokerSideSubscriptionPatternEvaluation, announced in CONNECTED).
+func (c *Conn) SupportsTopicWatchers() bool { return c.topicWatchers }
 
 // ServerVersion is the broker's version string.
 func (c *Conn) ServerVersion() string { return c.serverVersion }
@@ -223,8 +238,9 @@ func (c *Conn) closeWith(cause error) {
 	}
 	c.closed = true
 	c.closeErr = &closedError{addr: c.opts.Addr, cause: cause}
-	producers, consumers := c.producers, c.consumers
+	producers, consumers, watchers := c.producers, c.consumers, c.watchers
 	c.producers, c.consumers = map[uint64]ProducerHandler{}, map[uint64]ConsumerHandler{}
+	c.watchers = map[uint64]TopicWatcherHandler{}
 	c.requests = map[uint64]chan *pb.BaseCommand{}
 	close(c.done)
 	c.mu.Unlock()
@@ -234,6 +250,9 @@ func (c *Conn) closeWith(cause error) {
 		p.HandleClose(c.closeErr)
 	}
 	for _, h := range consumers {
+		h.HandleClose(c.closeErr)
+	}
+	for _, h := range watchers {
 		h.HandleClose(c.closeErr)
 	}
 }
@@ -276,6 +295,25 @@ func (c *Conn) AddConsumer(id uint64, h ConsumerHandler) error {
 func (c *Conn) RemoveConsumer(id uint64) {
 	c.mu.Lock()
 	delete(c.consumers, id)
+	c.mu.Unlock()
+}
+
+// AddTopicWatcher routes WATCH_TOPIC_UPDATE frames for watcher id to h until
+// RemoveTopicWatcher. It fails when the connection is already closed.
+func (c *Conn) AddTopicWatcher(id uint64, h TopicWatcherHandler) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.closeErr
+	}
+	c.watchers[id] = h
+	return nil
+}
+
+// RemoveTopicWatcher stops routing frames to watcher id.
+func (c *Conn) RemoveTopicWatcher(id uint64) {
+	c.mu.Lock()
+	delete(c.watchers, id)
 	c.mu.Unlock()
 }
 

@@ -19,7 +19,7 @@ func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 	connect := &pb.CommandConnect{
 		ClientVersion:   proto.String(c.opts.ClientVersion),
 		ProtocolVersion: proto.Int32(ProtocolVersion),
-		FeatureFlags:    &pb.FeatureFlags{SupportsAuthRefresh: proto.Bool(true)},
+		FeatureFlags:    &pb.FeatureFlags{SupportsAuthRefresh: proto.Bool(true), SupportsTopicWatchers: proto.Bool(true)},
 	}
 	if c.opts.ProxyToBrokerURL != "" {
 		connect.ProxyToBrokerUrl = proto.String(c.opts.ProxyToBrokerURL)
@@ -56,6 +56,7 @@ func (c *Conn) handshake(ctx context.Context, br *bufio.Reader) error {
 			if n := cd.GetMaxMessageSize(); n > 0 {
 				c.maxMessageSize = int(n)
 			}
+			c.topicWatchers = cd.GetFeatureFlags().GetSupportsTopicWatchers()
 			return nil
 		case pb.BaseCommand_ERROR:
 			e := f.Cmd.GetError()

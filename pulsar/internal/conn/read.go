@@ -95,6 +95,14 @@ func (c *Conn) dispatch(f *frame.Frame, frameErr error) {
 		} else if h := c.takeConsumer(m.GetResourceId()); h != nil {
 			h.HandleClose(reason)
 		}
+	case pb.BaseCommand_WATCH_TOPIC_UPDATE:
+		u := cmd.GetWatchTopicUpdate()
+		c.mu.Lock()
+		h := c.watchers[u.GetWatcherId()]
+		c.mu.Unlock()
+		if h != nil {
+			h.HandleTopicUpdate(u)
+		}
 	case pb.BaseCommand_AUTH_CHALLENGE:
 		resp, data, err := c.authResponse()
 		if err != nil {
@@ -142,6 +150,10 @@ func requestID(cmd *pb.BaseCommand) (uint64, bool) {
 		return cmd.GetAckResponse().GetRequestId(), true
 	case pb.BaseCommand_GET_SCHEMA_RESPONSE:
 		return cmd.GetGetSchemaResponse().GetRequestId(), true
+	case pb.BaseCommand_GET_TOPICS_OF_NAMESPACE_RESPONSE:
+		return cmd.GetGetTopicsOfNamespaceResponse().GetRequestId(), true
+	case pb.BaseCommand_WATCH_TOPIC_LIST_SUCCESS:
+		return cmd.GetWatchTopicListSuccess().GetRequestId(), true
 	}
 	return 0, false
 }

@@ -867,6 +867,65 @@ func (CommandTopicMigrated_ResourceType) EnumDescriptor() ([]byte, []int) {
 	return file_pulsar_proto_rawDescGZIP(), []int{33, 0}
 }
 
+type CommandGetTopicsOfNamespace_Mode int32
+
+const (
+	CommandGetTopicsOfNamespace_PERSISTENT     CommandGetTopicsOfNamespace_Mode = 0
+	CommandGetTopicsOfNamespace_NON_PERSISTENT CommandGetTopicsOfNamespace_Mode = 1
+	CommandGetTopicsOfNamespace_ALL            CommandGetTopicsOfNamespace_Mode = 2
+)
+
+// Enum value maps for CommandGetTopicsOfNamespace_Mode.
+var (
+	CommandGetTopicsOfNamespace_Mode_name = map[int32]string{
+		0: "PERSISTENT",
+		1: "NON_PERSISTENT",
+		2: "ALL",
+	}
+	CommandGetTopicsOfNamespace_Mode_value = map[string]int32{
+		"PERSISTENT":     0,
+		"NON_PERSISTENT": 1,
+		"ALL":            2,
+	}
+)
+
+func (x CommandGetTopicsOfNamespace_Mode) Enum() *CommandGetTopicsOfNamespace_Mode {
+	p := new(CommandGetTopicsOfNamespace_Mode)
+	*p = x
+	return p
+}
+
+func (x CommandGetTopicsOfNamespace_Mode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CommandGetTopicsOfNamespace_Mode) Descriptor() protoreflect.EnumDescriptor {
+	return file_pulsar_proto_enumTypes[12].Descriptor()
+}
+
+func (CommandGetTopicsOfNamespace_Mode) Type() protoreflect.EnumType {
+	return &file_pulsar_proto_enumTypes[12]
+}
+
+func (x CommandGetTopicsOfNamespace_Mode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Do not use.
+func (x *CommandGetTopicsOfNamespace_Mode) UnmarshalJSON(b []byte) error {
+	num, err := protoimpl.X.UnmarshalJSONEnum(x.Descriptor(), b)
+	if err != nil {
+		return err
+	}
+	*x = CommandGetTopicsOfNamespace_Mode(num)
+	return nil
+}
+
+// Deprecated: Use CommandGetTopicsOfNamespace_Mode.Descriptor instead.
+func (CommandGetTopicsOfNamespace_Mode) EnumDescriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{42, 0}
+}
+
 type BaseCommand_Type int32
 
 const (
@@ -896,11 +955,17 @@ const (
 	BaseCommand_REACHED_END_OF_TOPIC              BaseCommand_Type = 27
 	BaseCommand_SEEK                              BaseCommand_Type = 28
 	BaseCommand_ACTIVE_CONSUMER_CHANGE            BaseCommand_Type = 31
+	BaseCommand_GET_TOPICS_OF_NAMESPACE           BaseCommand_Type = 32
+	BaseCommand_GET_TOPICS_OF_NAMESPACE_RESPONSE  BaseCommand_Type = 33
 	BaseCommand_GET_SCHEMA                        BaseCommand_Type = 34
 	BaseCommand_GET_SCHEMA_RESPONSE               BaseCommand_Type = 35
 	BaseCommand_AUTH_CHALLENGE                    BaseCommand_Type = 36
 	BaseCommand_AUTH_RESPONSE                     BaseCommand_Type = 37
 	BaseCommand_ACK_RESPONSE                      BaseCommand_Type = 38
+	BaseCommand_WATCH_TOPIC_LIST                  BaseCommand_Type = 64
+	BaseCommand_WATCH_TOPIC_LIST_SUCCESS          BaseCommand_Type = 65
+	BaseCommand_WATCH_TOPIC_UPDATE                BaseCommand_Type = 66
+	BaseCommand_WATCH_TOPIC_LIST_CLOSE            BaseCommand_Type = 67
 	BaseCommand_TOPIC_MIGRATED                    BaseCommand_Type = 68
 )
 
@@ -933,11 +998,17 @@ var (
 		27: "REACHED_END_OF_TOPIC",
 		28: "SEEK",
 		31: "ACTIVE_CONSUMER_CHANGE",
+		32: "GET_TOPICS_OF_NAMESPACE",
+		33: "GET_TOPICS_OF_NAMESPACE_RESPONSE",
 		34: "GET_SCHEMA",
 		35: "GET_SCHEMA_RESPONSE",
 		36: "AUTH_CHALLENGE",
 		37: "AUTH_RESPONSE",
 		38: "ACK_RESPONSE",
+		64: "WATCH_TOPIC_LIST",
+		65: "WATCH_TOPIC_LIST_SUCCESS",
+		66: "WATCH_TOPIC_UPDATE",
+		67: "WATCH_TOPIC_LIST_CLOSE",
 		68: "TOPIC_MIGRATED",
 	}
 	BaseCommand_Type_value = map[string]int32{
@@ -967,11 +1038,17 @@ var (
 		"REACHED_END_OF_TOPIC":              27,
 		"SEEK":                              28,
 		"ACTIVE_CONSUMER_CHANGE":            31,
+		"GET_TOPICS_OF_NAMESPACE":           32,
+		"GET_TOPICS_OF_NAMESPACE_RESPONSE":  33,
 		"GET_SCHEMA":                        34,
 		"GET_SCHEMA_RESPONSE":               35,
 		"AUTH_CHALLENGE":                    36,
 		"AUTH_RESPONSE":                     37,
 		"ACK_RESPONSE":                      38,
+		"WATCH_TOPIC_LIST":                  64,
+		"WATCH_TOPIC_LIST_SUCCESS":          65,
+		"WATCH_TOPIC_UPDATE":                66,
+		"WATCH_TOPIC_LIST_CLOSE":            67,
 		"TOPIC_MIGRATED":                    68,
 	}
 )
@@ -987,11 +1064,11 @@ func (x BaseCommand_Type) String() string {
 }
 
 func (BaseCommand_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_proto_enumTypes[12].Descriptor()
+	return file_pulsar_proto_enumTypes[13].Descriptor()
 }
 
 func (BaseCommand_Type) Type() protoreflect.EnumType {
-	return &file_pulsar_proto_enumTypes[12]
+	return &file_pulsar_proto_enumTypes[13]
 }
 
 func (x BaseCommand_Type) Number() protoreflect.EnumNumber {
@@ -1010,7 +1087,7 @@ func (x *BaseCommand_Type) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use BaseCommand_Type.Descriptor instead.
 func (BaseCommand_Type) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{44, 0}
+	return file_pulsar_proto_rawDescGZIP(), []int{50, 0}
 }
 
 // Schema is what a producer declares of its messages' type (SchemaInfo), and what
@@ -4290,6 +4367,435 @@ func (x *CommandError) GetMessage() string {
 	return ""
 }
 
+// Topic discovery (PIP-145): a namespace's topics, filtered by a pattern on the
+// broker when it supports it, and a watcher that pushes the changes.
+type CommandGetTopicsOfNamespace struct {
+	state         protoimpl.MessageState            `protogen:"open.v1"`
+	RequestId     *uint64                           `protobuf:"varint,1,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
+	Namespace     *string                           `protobuf:"bytes,2,opt,name=namespace" json:"namespace,omitempty"`
+	Mode          *CommandGetTopicsOfNamespace_Mode `protobuf:"varint,3,opt,name=mode,enum=recordiobridge.pulsar.CommandGetTopicsOfNamespace_Mode,def=0" json:"mode,omitempty"`
+	TopicsPattern *string                           `protobuf:"bytes,4,opt,name=topics_pattern,json=topicsPattern" json:"topics_pattern,omitempty"`
+	TopicsHash    *string                           `protobuf:"bytes,5,opt,name=topics_hash,json=topicsHash" json:"topics_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+// Default values for CommandGetTopicsOfNamespace fields.
+const (
+	Default_CommandGetTopicsOfNamespace_Mode = CommandGetTopicsOfNamespace_PERSISTENT
+)
+
+func (x *CommandGetTopicsOfNamespace) Reset() {
+	*x = CommandGetTopicsOfNamespace{}
+	mi := &file_pulsar_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandGetTopicsOfNamespace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandGetTopicsOfNamespace) ProtoMessage() {}
+
+func (x *CommandGetTopicsOfNamespace) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandGetTopicsOfNamespace.ProtoReflect.Descriptor instead.
+func (*CommandGetTopicsOfNamespace) Descriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CommandGetTopicsOfNamespace) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandGetTopicsOfNamespace) GetNamespace() string {
+	if x != nil && x.Namespace != nil {
+		return *x.Namespace
+	}
+	return ""
+}
+
+func (x *CommandGetTopicsOfNamespace) GetMode() CommandGetTopicsOfNamespace_Mode {
+	if x != nil && x.Mode != nil {
+		return *x.Mode
+	}
+	return Default_CommandGetTopicsOfNamespace_Mode
+}
+
+func (x *CommandGetTopicsOfNamespace) GetTopicsPattern() string {
+	if x != nil && x.TopicsPattern != nil {
+		return *x.TopicsPattern
+	}
+	return ""
+}
+
+func (x *CommandGetTopicsOfNamespace) GetTopicsHash() string {
+	if x != nil && x.TopicsHash != nil {
+		return *x.TopicsHash
+	}
+	return ""
+}
+
+type CommandGetTopicsOfNamespaceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     *uint64                `protobuf:"varint,1,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
+	Topics        []string               `protobuf:"bytes,2,rep,name=topics" json:"topics,omitempty"`
+	Filtered      *bool                  `protobuf:"varint,3,opt,name=filtered,def=0" json:"filtered,omitempty"`
+	TopicsHash    *string                `protobuf:"bytes,4,opt,name=topics_hash,json=topicsHash" json:"topics_hash,omitempty"`
+	Changed       *bool                  `protobuf:"varint,5,opt,name=changed,def=1" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+// Default values for CommandGetTopicsOfNamespaceResponse fields.
+const (
+	Default_CommandGetTopicsOfNamespaceResponse_Filtered = bool(false)
+	Default_CommandGetTopicsOfNamespaceResponse_Changed  = bool(true)
+)
+
+func (x *CommandGetTopicsOfNamespaceResponse) Reset() {
+	*x = CommandGetTopicsOfNamespaceResponse{}
+	mi := &file_pulsar_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandGetTopicsOfNamespaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandGetTopicsOfNamespaceResponse) ProtoMessage() {}
+
+func (x *CommandGetTopicsOfNamespaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandGetTopicsOfNamespaceResponse.ProtoReflect.Descriptor instead.
+func (*CommandGetTopicsOfNamespaceResponse) Descriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CommandGetTopicsOfNamespaceResponse) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandGetTopicsOfNamespaceResponse) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *CommandGetTopicsOfNamespaceResponse) GetFiltered() bool {
+	if x != nil && x.Filtered != nil {
+		return *x.Filtered
+	}
+	return Default_CommandGetTopicsOfNamespaceResponse_Filtered
+}
+
+func (x *CommandGetTopicsOfNamespaceResponse) GetTopicsHash() string {
+	if x != nil && x.TopicsHash != nil {
+		return *x.TopicsHash
+	}
+	return ""
+}
+
+func (x *CommandGetTopicsOfNamespaceResponse) GetChanged() bool {
+	if x != nil && x.Changed != nil {
+		return *x.Changed
+	}
+	return Default_CommandGetTopicsOfNamespaceResponse_Changed
+}
+
+type CommandWatchTopicList struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     *uint64                `protobuf:"varint,1,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
+	WatcherId     *uint64                `protobuf:"varint,2,opt,name=watcher_id,json=watcherId" json:"watcher_id,omitempty"`
+	Namespace     *string                `protobuf:"bytes,3,opt,name=namespace" json:"namespace,omitempty"`
+	TopicsPattern *string                `protobuf:"bytes,4,opt,name=topics_pattern,json=topicsPattern" json:"topics_pattern,omitempty"`
+	TopicsHash    *string                `protobuf:"bytes,5,opt,name=topics_hash,json=topicsHash" json:"topics_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandWatchTopicList) Reset() {
+	*x = CommandWatchTopicList{}
+	mi := &file_pulsar_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandWatchTopicList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandWatchTopicList) ProtoMessage() {}
+
+func (x *CommandWatchTopicList) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandWatchTopicList.ProtoReflect.Descriptor instead.
+func (*CommandWatchTopicList) Descriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CommandWatchTopicList) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandWatchTopicList) GetWatcherId() uint64 {
+	if x != nil && x.WatcherId != nil {
+		return *x.WatcherId
+	}
+	return 0
+}
+
+func (x *CommandWatchTopicList) GetNamespace() string {
+	if x != nil && x.Namespace != nil {
+		return *x.Namespace
+	}
+	return ""
+}
+
+func (x *CommandWatchTopicList) GetTopicsPattern() string {
+	if x != nil && x.TopicsPattern != nil {
+		return *x.TopicsPattern
+	}
+	return ""
+}
+
+func (x *CommandWatchTopicList) GetTopicsHash() string {
+	if x != nil && x.TopicsHash != nil {
+		return *x.TopicsHash
+	}
+	return ""
+}
+
+type CommandWatchTopicListSuccess struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     *uint64                `protobuf:"varint,1,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
+	WatcherId     *uint64                `protobuf:"varint,2,opt,name=watcher_id,json=watcherId" json:"watcher_id,omitempty"`
+	Topic         []string               `protobuf:"bytes,3,rep,name=topic" json:"topic,omitempty"`
+	TopicsHash    *string                `protobuf:"bytes,4,opt,name=topics_hash,json=topicsHash" json:"topics_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandWatchTopicListSuccess) Reset() {
+	*x = CommandWatchTopicListSuccess{}
+	mi := &file_pulsar_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandWatchTopicListSuccess) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandWatchTopicListSuccess) ProtoMessage() {}
+
+func (x *CommandWatchTopicListSuccess) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandWatchTopicListSuccess.ProtoReflect.Descriptor instead.
+func (*CommandWatchTopicListSuccess) Descriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CommandWatchTopicListSuccess) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandWatchTopicListSuccess) GetWatcherId() uint64 {
+	if x != nil && x.WatcherId != nil {
+		return *x.WatcherId
+	}
+	return 0
+}
+
+func (x *CommandWatchTopicListSuccess) GetTopic() []string {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+func (x *CommandWatchTopicListSuccess) GetTopicsHash() string {
+	if x != nil && x.TopicsHash != nil {
+		return *x.TopicsHash
+	}
+	return ""
+}
+
+type CommandWatchTopicUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WatcherId     *uint64                `protobuf:"varint,1,opt,name=watcher_id,json=watcherId" json:"watcher_id,omitempty"`
+	NewTopics     []string               `protobuf:"bytes,2,rep,name=new_topics,json=newTopics" json:"new_topics,omitempty"`
+	DeletedTopics []string               `protobuf:"bytes,3,rep,name=deleted_topics,json=deletedTopics" json:"deleted_topics,omitempty"`
+	TopicsHash    *string                `protobuf:"bytes,4,opt,name=topics_hash,json=topicsHash" json:"topics_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandWatchTopicUpdate) Reset() {
+	*x = CommandWatchTopicUpdate{}
+	mi := &file_pulsar_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandWatchTopicUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandWatchTopicUpdate) ProtoMessage() {}
+
+func (x *CommandWatchTopicUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandWatchTopicUpdate.ProtoReflect.Descriptor instead.
+func (*CommandWatchTopicUpdate) Descriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *CommandWatchTopicUpdate) GetWatcherId() uint64 {
+	if x != nil && x.WatcherId != nil {
+		return *x.WatcherId
+	}
+	return 0
+}
+
+func (x *CommandWatchTopicUpdate) GetNewTopics() []string {
+	if x != nil {
+		return x.NewTopics
+	}
+	return nil
+}
+
+func (x *CommandWatchTopicUpdate) GetDeletedTopics() []string {
+	if x != nil {
+		return x.DeletedTopics
+	}
+	return nil
+}
+
+func (x *CommandWatchTopicUpdate) GetTopicsHash() string {
+	if x != nil && x.TopicsHash != nil {
+		return *x.TopicsHash
+	}
+	return ""
+}
+
+type CommandWatchTopicListClose struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     *uint64                `protobuf:"varint,1,opt,name=request_id,json=requestId" json:"request_id,omitempty"`
+	WatcherId     *uint64                `protobuf:"varint,2,opt,name=watcher_id,json=watcherId" json:"watcher_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandWatchTopicListClose) Reset() {
+	*x = CommandWatchTopicListClose{}
+	mi := &file_pulsar_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandWatchTopicListClose) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandWatchTopicListClose) ProtoMessage() {}
+
+func (x *CommandWatchTopicListClose) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandWatchTopicListClose.ProtoReflect.Descriptor instead.
+func (*CommandWatchTopicListClose) Descriptor() ([]byte, []int) {
+	return file_pulsar_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *CommandWatchTopicListClose) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandWatchTopicListClose) GetWatcherId() uint64 {
+	if x != nil && x.WatcherId != nil {
+		return *x.WatcherId
+	}
+	return 0
+}
+
 type CommandPing struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -4298,7 +4804,7 @@ type CommandPing struct {
 
 func (x *CommandPing) Reset() {
 	*x = CommandPing{}
-	mi := &file_pulsar_proto_msgTypes[42]
+	mi := &file_pulsar_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4310,7 +4816,7 @@ func (x *CommandPing) String() string {
 func (*CommandPing) ProtoMessage() {}
 
 func (x *CommandPing) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[42]
+	mi := &file_pulsar_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4323,7 +4829,7 @@ func (x *CommandPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPing.ProtoReflect.Descriptor instead.
 func (*CommandPing) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{42}
+	return file_pulsar_proto_rawDescGZIP(), []int{48}
 }
 
 type CommandPong struct {
@@ -4334,7 +4840,7 @@ type CommandPong struct {
 
 func (x *CommandPong) Reset() {
 	*x = CommandPong{}
-	mi := &file_pulsar_proto_msgTypes[43]
+	mi := &file_pulsar_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4346,7 +4852,7 @@ func (x *CommandPong) String() string {
 func (*CommandPong) ProtoMessage() {}
 
 func (x *CommandPong) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[43]
+	mi := &file_pulsar_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4359,7 +4865,7 @@ func (x *CommandPong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPong.ProtoReflect.Descriptor instead.
 func (*CommandPong) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{43}
+	return file_pulsar_proto_rawDescGZIP(), []int{49}
 }
 
 type BaseCommand struct {
@@ -4391,11 +4897,17 @@ type BaseCommand struct {
 	ReachedEndOfTopic               *CommandReachedEndOfTopic                `protobuf:"bytes,27,opt,name=reachedEndOfTopic" json:"reachedEndOfTopic,omitempty"`
 	Seek                            *CommandSeek                             `protobuf:"bytes,28,opt,name=seek" json:"seek,omitempty"`
 	ActiveConsumerChange            *CommandActiveConsumerChange             `protobuf:"bytes,31,opt,name=active_consumer_change,json=activeConsumerChange" json:"active_consumer_change,omitempty"`
+	GetTopicsOfNamespace            *CommandGetTopicsOfNamespace             `protobuf:"bytes,32,opt,name=getTopicsOfNamespace" json:"getTopicsOfNamespace,omitempty"`
+	GetTopicsOfNamespaceResponse    *CommandGetTopicsOfNamespaceResponse     `protobuf:"bytes,33,opt,name=getTopicsOfNamespaceResponse" json:"getTopicsOfNamespaceResponse,omitempty"`
 	GetSchema                       *CommandGetSchema                        `protobuf:"bytes,34,opt,name=getSchema" json:"getSchema,omitempty"`
 	GetSchemaResponse               *CommandGetSchemaResponse                `protobuf:"bytes,35,opt,name=getSchemaResponse" json:"getSchemaResponse,omitempty"`
 	AuthChallenge                   *CommandAuthChallenge                    `protobuf:"bytes,36,opt,name=authChallenge" json:"authChallenge,omitempty"`
 	AuthResponse                    *CommandAuthResponse                     `protobuf:"bytes,37,opt,name=authResponse" json:"authResponse,omitempty"`
 	AckResponse                     *CommandAckResponse                      `protobuf:"bytes,38,opt,name=ackResponse" json:"ackResponse,omitempty"`
+	WatchTopicList                  *CommandWatchTopicList                   `protobuf:"bytes,64,opt,name=watchTopicList" json:"watchTopicList,omitempty"`
+	WatchTopicListSuccess           *CommandWatchTopicListSuccess            `protobuf:"bytes,65,opt,name=watchTopicListSuccess" json:"watchTopicListSuccess,omitempty"`
+	WatchTopicUpdate                *CommandWatchTopicUpdate                 `protobuf:"bytes,66,opt,name=watchTopicUpdate" json:"watchTopicUpdate,omitempty"`
+	WatchTopicListClose             *CommandWatchTopicListClose              `protobuf:"bytes,67,opt,name=watchTopicListClose" json:"watchTopicListClose,omitempty"`
 	TopicMigrated                   *CommandTopicMigrated                    `protobuf:"bytes,68,opt,name=topicMigrated" json:"topicMigrated,omitempty"`
 	unknownFields                   protoimpl.UnknownFields
 	sizeCache                       protoimpl.SizeCache
@@ -4403,7 +4915,7 @@ type BaseCommand struct {
 
 func (x *BaseCommand) Reset() {
 	*x = BaseCommand{}
-	mi := &file_pulsar_proto_msgTypes[44]
+	mi := &file_pulsar_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4415,7 +4927,7 @@ func (x *BaseCommand) String() string {
 func (*BaseCommand) ProtoMessage() {}
 
 func (x *BaseCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_proto_msgTypes[44]
+	mi := &file_pulsar_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4428,7 +4940,7 @@ func (x *BaseCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaseCommand.ProtoReflect.Descriptor instead.
 func (*BaseCommand) Descriptor() ([]byte, []int) {
-	return file_pulsar_proto_rawDescGZIP(), []int{44}
+	return file_pulsar_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BaseCommand) GetType() BaseCommand_Type {
@@ -4620,6 +5132,20 @@ func (x *BaseCommand) GetActiveConsumerChange() *CommandActiveConsumerChange {
 	return nil
 }
 
+func (x *BaseCommand) GetGetTopicsOfNamespace() *CommandGetTopicsOfNamespace {
+	if x != nil {
+		return x.GetTopicsOfNamespace
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetGetTopicsOfNamespaceResponse() *CommandGetTopicsOfNamespaceResponse {
+	if x != nil {
+		return x.GetTopicsOfNamespaceResponse
+	}
+	return nil
+}
+
 func (x *BaseCommand) GetGetSchema() *CommandGetSchema {
 	if x != nil {
 		return x.GetSchema
@@ -4651,6 +5177,34 @@ func (x *BaseCommand) GetAuthResponse() *CommandAuthResponse {
 func (x *BaseCommand) GetAckResponse() *CommandAckResponse {
 	if x != nil {
 		return x.AckResponse
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetWatchTopicList() *CommandWatchTopicList {
+	if x != nil {
+		return x.WatchTopicList
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetWatchTopicListSuccess() *CommandWatchTopicListSuccess {
+	if x != nil {
+		return x.WatchTopicListSuccess
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetWatchTopicUpdate() *CommandWatchTopicUpdate {
+	if x != nil {
+		return x.WatchTopicUpdate
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetWatchTopicListClose() *CommandWatchTopicListClose {
+	if x != nil {
+		return x.WatchTopicListClose
 	}
 	return nil
 }
@@ -5047,9 +5601,61 @@ const file_pulsar_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x128\n" +
 	"\x05error\x18\x02 \x01(\x0e2\".recordiobridge.pulsar.ServerErrorR\x05error\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\r\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xb0\x02\n" +
+	"\x1bCommandGetTopicsOfNamespace\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12W\n" +
+	"\x04mode\x18\x03 \x01(\x0e27.recordiobridge.pulsar.CommandGetTopicsOfNamespace.Mode:\n" +
+	"PERSISTENTR\x04mode\x12%\n" +
+	"\x0etopics_pattern\x18\x04 \x01(\tR\rtopicsPattern\x12\x1f\n" +
+	"\vtopics_hash\x18\x05 \x01(\tR\n" +
+	"topicsHash\"3\n" +
+	"\x04Mode\x12\x0e\n" +
+	"\n" +
+	"PERSISTENT\x10\x00\x12\x12\n" +
+	"\x0eNON_PERSISTENT\x10\x01\x12\a\n" +
+	"\x03ALL\x10\x02\"\xc0\x01\n" +
+	"#CommandGetTopicsOfNamespaceResponse\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x16\n" +
+	"\x06topics\x18\x02 \x03(\tR\x06topics\x12!\n" +
+	"\bfiltered\x18\x03 \x01(\b:\x05falseR\bfiltered\x12\x1f\n" +
+	"\vtopics_hash\x18\x04 \x01(\tR\n" +
+	"topicsHash\x12\x1e\n" +
+	"\achanged\x18\x05 \x01(\b:\x04trueR\achanged\"\xbb\x01\n" +
+	"\x15CommandWatchTopicList\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1d\n" +
+	"\n" +
+	"watcher_id\x18\x02 \x01(\x04R\twatcherId\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12%\n" +
+	"\x0etopics_pattern\x18\x04 \x01(\tR\rtopicsPattern\x12\x1f\n" +
+	"\vtopics_hash\x18\x05 \x01(\tR\n" +
+	"topicsHash\"\x93\x01\n" +
+	"\x1cCommandWatchTopicListSuccess\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1d\n" +
+	"\n" +
+	"watcher_id\x18\x02 \x01(\x04R\twatcherId\x12\x14\n" +
+	"\x05topic\x18\x03 \x03(\tR\x05topic\x12\x1f\n" +
+	"\vtopics_hash\x18\x04 \x01(\tR\n" +
+	"topicsHash\"\x9f\x01\n" +
+	"\x17CommandWatchTopicUpdate\x12\x1d\n" +
+	"\n" +
+	"watcher_id\x18\x01 \x01(\x04R\twatcherId\x12\x1d\n" +
+	"\n" +
+	"new_topics\x18\x02 \x03(\tR\tnewTopics\x12%\n" +
+	"\x0edeleted_topics\x18\x03 \x03(\tR\rdeletedTopics\x12\x1f\n" +
+	"\vtopics_hash\x18\x04 \x01(\tR\n" +
+	"topicsHash\"Z\n" +
+	"\x1aCommandWatchTopicListClose\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x1d\n" +
+	"\n" +
+	"watcher_id\x18\x02 \x01(\x04R\twatcherId\"\r\n" +
 	"\vCommandPing\"\r\n" +
-	"\vCommandPong\"\xe2\x18\n" +
+	"\vCommandPong\"\xf7\x1e\n" +
 	"\vBaseCommand\x12;\n" +
 	"\x04type\x18\x01 \x01(\x0e2'.recordiobridge.pulsar.BaseCommand.TypeR\x04type\x12?\n" +
 	"\aconnect\x18\x02 \x01(\v2%.recordiobridge.pulsar.CommandConnectR\aconnect\x12E\n" +
@@ -5079,13 +5685,19 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x13lookupTopicResponse\x18\x18 \x01(\v21.recordiobridge.pulsar.CommandLookupTopicResponseR\x13lookupTopicResponse\x12]\n" +
 	"\x11reachedEndOfTopic\x18\x1b \x01(\v2/.recordiobridge.pulsar.CommandReachedEndOfTopicR\x11reachedEndOfTopic\x126\n" +
 	"\x04seek\x18\x1c \x01(\v2\".recordiobridge.pulsar.CommandSeekR\x04seek\x12h\n" +
-	"\x16active_consumer_change\x18\x1f \x01(\v22.recordiobridge.pulsar.CommandActiveConsumerChangeR\x14activeConsumerChange\x12E\n" +
+	"\x16active_consumer_change\x18\x1f \x01(\v22.recordiobridge.pulsar.CommandActiveConsumerChangeR\x14activeConsumerChange\x12f\n" +
+	"\x14getTopicsOfNamespace\x18  \x01(\v22.recordiobridge.pulsar.CommandGetTopicsOfNamespaceR\x14getTopicsOfNamespace\x12~\n" +
+	"\x1cgetTopicsOfNamespaceResponse\x18! \x01(\v2:.recordiobridge.pulsar.CommandGetTopicsOfNamespaceResponseR\x1cgetTopicsOfNamespaceResponse\x12E\n" +
 	"\tgetSchema\x18\" \x01(\v2'.recordiobridge.pulsar.CommandGetSchemaR\tgetSchema\x12]\n" +
 	"\x11getSchemaResponse\x18# \x01(\v2/.recordiobridge.pulsar.CommandGetSchemaResponseR\x11getSchemaResponse\x12Q\n" +
 	"\rauthChallenge\x18$ \x01(\v2+.recordiobridge.pulsar.CommandAuthChallengeR\rauthChallenge\x12N\n" +
 	"\fauthResponse\x18% \x01(\v2*.recordiobridge.pulsar.CommandAuthResponseR\fauthResponse\x12K\n" +
-	"\vackResponse\x18& \x01(\v2).recordiobridge.pulsar.CommandAckResponseR\vackResponse\x12Q\n" +
-	"\rtopicMigrated\x18D \x01(\v2+.recordiobridge.pulsar.CommandTopicMigratedR\rtopicMigrated\"\xc1\x04\n" +
+	"\vackResponse\x18& \x01(\v2).recordiobridge.pulsar.CommandAckResponseR\vackResponse\x12T\n" +
+	"\x0ewatchTopicList\x18@ \x01(\v2,.recordiobridge.pulsar.CommandWatchTopicListR\x0ewatchTopicList\x12i\n" +
+	"\x15watchTopicListSuccess\x18A \x01(\v23.recordiobridge.pulsar.CommandWatchTopicListSuccessR\x15watchTopicListSuccess\x12Z\n" +
+	"\x10watchTopicUpdate\x18B \x01(\v2..recordiobridge.pulsar.CommandWatchTopicUpdateR\x10watchTopicUpdate\x12c\n" +
+	"\x13watchTopicListClose\x18C \x01(\v21.recordiobridge.pulsar.CommandWatchTopicListCloseR\x13watchTopicListClose\x12Q\n" +
+	"\rtopicMigrated\x18D \x01(\v2+.recordiobridge.pulsar.CommandTopicMigratedR\rtopicMigrated\"\xec\x05\n" +
 	"\x04Type\x12\v\n" +
 	"\aCONNECT\x10\x02\x12\r\n" +
 	"\tCONNECTED\x10\x03\x12\r\n" +
@@ -5115,13 +5727,19 @@ const file_pulsar_proto_rawDesc = "" +
 	"\x0fLOOKUP_RESPONSE\x10\x18\x12\x18\n" +
 	"\x14REACHED_END_OF_TOPIC\x10\x1b\x12\b\n" +
 	"\x04SEEK\x10\x1c\x12\x1a\n" +
-	"\x16ACTIVE_CONSUMER_CHANGE\x10\x1f\x12\x0e\n" +
+	"\x16ACTIVE_CONSUMER_CHANGE\x10\x1f\x12\x1b\n" +
+	"\x17GET_TOPICS_OF_NAMESPACE\x10 \x12$\n" +
+	" GET_TOPICS_OF_NAMESPACE_RESPONSE\x10!\x12\x0e\n" +
 	"\n" +
 	"GET_SCHEMA\x10\"\x12\x17\n" +
 	"\x13GET_SCHEMA_RESPONSE\x10#\x12\x12\n" +
 	"\x0eAUTH_CHALLENGE\x10$\x12\x11\n" +
 	"\rAUTH_RESPONSE\x10%\x12\x10\n" +
-	"\fACK_RESPONSE\x10&\x12\x12\n" +
+	"\fACK_RESPONSE\x10&\x12\x14\n" +
+	"\x10WATCH_TOPIC_LIST\x10@\x12\x1c\n" +
+	"\x18WATCH_TOPIC_LIST_SUCCESS\x10A\x12\x16\n" +
+	"\x12WATCH_TOPIC_UPDATE\x10B\x12\x1a\n" +
+	"\x16WATCH_TOPIC_LIST_CLOSE\x10C\x12\x12\n" +
 	"\x0eTOPIC_MIGRATED\x10D*D\n" +
 	"\x0fCompressionType\x12\b\n" +
 	"\x04NONE\x10\x00\x12\a\n" +
@@ -5182,8 +5800,8 @@ func file_pulsar_proto_rawDescGZIP() []byte {
 	return file_pulsar_proto_rawDescData
 }
 
-var file_pulsar_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_pulsar_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_pulsar_proto_enumTypes = make([]protoimpl.EnumInfo, 14)
+var file_pulsar_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_pulsar_proto_goTypes = []any{
 	(CompressionType)(0),                  // 0: recordiobridge.pulsar.CompressionType
 	(ProducerAccessMode)(0),               // 1: recordiobridge.pulsar.ProducerAccessMode
@@ -5197,133 +5815,147 @@ var file_pulsar_proto_goTypes = []any{
 	(CommandAck_AckType)(0),                                 // 9: recordiobridge.pulsar.CommandAck.AckType
 	(CommandAck_ValidationError)(0),                         // 10: recordiobridge.pulsar.CommandAck.ValidationError
 	(CommandTopicMigrated_ResourceType)(0),                  // 11: recordiobridge.pulsar.CommandTopicMigrated.ResourceType
-	(BaseCommand_Type)(0),                                   // 12: recordiobridge.pulsar.BaseCommand.Type
-	(*Schema)(nil),                                          // 13: recordiobridge.pulsar.Schema
-	(*MessageIdData)(nil),                                   // 14: recordiobridge.pulsar.MessageIdData
-	(*KeyValue)(nil),                                        // 15: recordiobridge.pulsar.KeyValue
-	(*KeyLongValue)(nil),                                    // 16: recordiobridge.pulsar.KeyLongValue
-	(*MessageMetadata)(nil),                                 // 17: recordiobridge.pulsar.MessageMetadata
-	(*EncryptionKeys)(nil),                                  // 18: recordiobridge.pulsar.EncryptionKeys
-	(*SingleMessageMetadata)(nil),                           // 19: recordiobridge.pulsar.SingleMessageMetadata
-	(*BrokerEntryMetadata)(nil),                             // 20: recordiobridge.pulsar.BrokerEntryMetadata
-	(*FeatureFlags)(nil),                                    // 21: recordiobridge.pulsar.FeatureFlags
-	(*CommandConnect)(nil),                                  // 22: recordiobridge.pulsar.CommandConnect
-	(*CommandConnected)(nil),                                // 23: recordiobridge.pulsar.CommandConnected
-	(*AuthData)(nil),                                        // 24: recordiobridge.pulsar.AuthData
-	(*CommandAuthChallenge)(nil),                            // 25: recordiobridge.pulsar.CommandAuthChallenge
-	(*CommandAuthResponse)(nil),                             // 26: recordiobridge.pulsar.CommandAuthResponse
-	(*IntRange)(nil),                                        // 27: recordiobridge.pulsar.IntRange
-	(*KeySharedMeta)(nil),                                   // 28: recordiobridge.pulsar.KeySharedMeta
-	(*CommandSubscribe)(nil),                                // 29: recordiobridge.pulsar.CommandSubscribe
-	(*CommandPartitionedTopicMetadata)(nil),                 // 30: recordiobridge.pulsar.CommandPartitionedTopicMetadata
-	(*CommandPartitionedTopicMetadataResponse)(nil),         // 31: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
-	(*CommandLookupTopic)(nil),                              // 32: recordiobridge.pulsar.CommandLookupTopic
-	(*CommandLookupTopicResponse)(nil),                      // 33: recordiobridge.pulsar.CommandLookupTopicResponse
-	(*CommandProducer)(nil),                                 // 34: recordiobridge.pulsar.CommandProducer
-	(*CommandSend)(nil),                                     // 35: recordiobridge.pulsar.CommandSend
-	(*CommandSendReceipt)(nil),                              // 36: recordiobridge.pulsar.CommandSendReceipt
-	(*CommandSendError)(nil),                                // 37: recordiobridge.pulsar.CommandSendError
-	(*CommandMessage)(nil),                                  // 38: recordiobridge.pulsar.CommandMessage
-	(*CommandAck)(nil),                                      // 39: recordiobridge.pulsar.CommandAck
-	(*CommandAckResponse)(nil),                              // 40: recordiobridge.pulsar.CommandAckResponse
-	(*CommandActiveConsumerChange)(nil),                     // 41: recordiobridge.pulsar.CommandActiveConsumerChange
-	(*CommandFlow)(nil),                                     // 42: recordiobridge.pulsar.CommandFlow
-	(*CommandUnsubscribe)(nil),                              // 43: recordiobridge.pulsar.CommandUnsubscribe
-	(*CommandSeek)(nil),                                     // 44: recordiobridge.pulsar.CommandSeek
-	(*CommandReachedEndOfTopic)(nil),                        // 45: recordiobridge.pulsar.CommandReachedEndOfTopic
-	(*CommandTopicMigrated)(nil),                            // 46: recordiobridge.pulsar.CommandTopicMigrated
-	(*CommandCloseProducer)(nil),                            // 47: recordiobridge.pulsar.CommandCloseProducer
-	(*CommandCloseConsumer)(nil),                            // 48: recordiobridge.pulsar.CommandCloseConsumer
-	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 49: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
-	(*CommandSuccess)(nil),                                  // 50: recordiobridge.pulsar.CommandSuccess
-	(*CommandProducerSuccess)(nil),                          // 51: recordiobridge.pulsar.CommandProducerSuccess
-	(*CommandGetSchema)(nil),                                // 52: recordiobridge.pulsar.CommandGetSchema
-	(*CommandGetSchemaResponse)(nil),                        // 53: recordiobridge.pulsar.CommandGetSchemaResponse
-	(*CommandError)(nil),                                    // 54: recordiobridge.pulsar.CommandError
-	(*CommandPing)(nil),                                     // 55: recordiobridge.pulsar.CommandPing
-	(*CommandPong)(nil),                                     // 56: recordiobridge.pulsar.CommandPong
-	(*BaseCommand)(nil),                                     // 57: recordiobridge.pulsar.BaseCommand
+	(CommandGetTopicsOfNamespace_Mode)(0),                   // 12: recordiobridge.pulsar.CommandGetTopicsOfNamespace.Mode
+	(BaseCommand_Type)(0),                                   // 13: recordiobridge.pulsar.BaseCommand.Type
+	(*Schema)(nil),                                          // 14: recordiobridge.pulsar.Schema
+	(*MessageIdData)(nil),                                   // 15: recordiobridge.pulsar.MessageIdData
+	(*KeyValue)(nil),                                        // 16: recordiobridge.pulsar.KeyValue
+	(*KeyLongValue)(nil),                                    // 17: recordiobridge.pulsar.KeyLongValue
+	(*MessageMetadata)(nil),                                 // 18: recordiobridge.pulsar.MessageMetadata
+	(*EncryptionKeys)(nil),                                  // 19: recordiobridge.pulsar.EncryptionKeys
+	(*SingleMessageMetadata)(nil),                           // 20: recordiobridge.pulsar.SingleMessageMetadata
+	(*BrokerEntryMetadata)(nil),                             // 21: recordiobridge.pulsar.BrokerEntryMetadata
+	(*FeatureFlags)(nil),                                    // 22: recordiobridge.pulsar.FeatureFlags
+	(*CommandConnect)(nil),                                  // 23: recordiobridge.pulsar.CommandConnect
+	(*CommandConnected)(nil),                                // 24: recordiobridge.pulsar.CommandConnected
+	(*AuthData)(nil),                                        // 25: recordiobridge.pulsar.AuthData
+	(*CommandAuthChallenge)(nil),                            // 26: recordiobridge.pulsar.CommandAuthChallenge
+	(*CommandAuthResponse)(nil),                             // 27: recordiobridge.pulsar.CommandAuthResponse
+	(*IntRange)(nil),                                        // 28: recordiobridge.pulsar.IntRange
+	(*KeySharedMeta)(nil),                                   // 29: recordiobridge.pulsar.KeySharedMeta
+	(*CommandSubscribe)(nil),                                // 30: recordiobridge.pulsar.CommandSubscribe
+	(*CommandPartitionedTopicMetadata)(nil),                 // 31: recordiobridge.pulsar.CommandPartitionedTopicMetadata
+	(*CommandPartitionedTopicMetadataResponse)(nil),         // 32: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
+	(*CommandLookupTopic)(nil),                              // 33: recordiobridge.pulsar.CommandLookupTopic
+	(*CommandLookupTopicResponse)(nil),                      // 34: recordiobridge.pulsar.CommandLookupTopicResponse
+	(*CommandProducer)(nil),                                 // 35: recordiobridge.pulsar.CommandProducer
+	(*CommandSend)(nil),                                     // 36: recordiobridge.pulsar.CommandSend
+	(*CommandSendReceipt)(nil),                              // 37: recordiobridge.pulsar.CommandSendReceipt
+	(*CommandSendError)(nil),                                // 38: recordiobridge.pulsar.CommandSendError
+	(*CommandMessage)(nil),                                  // 39: recordiobridge.pulsar.CommandMessage
+	(*CommandAck)(nil),                                      // 40: recordiobridge.pulsar.CommandAck
+	(*CommandAckResponse)(nil),                              // 41: recordiobridge.pulsar.CommandAckResponse
+	(*CommandActiveConsumerChange)(nil),                     // 42: recordiobridge.pulsar.CommandActiveConsumerChange
+	(*CommandFlow)(nil),                                     // 43: recordiobridge.pulsar.CommandFlow
+	(*CommandUnsubscribe)(nil),                              // 44: recordiobridge.pulsar.CommandUnsubscribe
+	(*CommandSeek)(nil),                                     // 45: recordiobridge.pulsar.CommandSeek
+	(*CommandReachedEndOfTopic)(nil),                        // 46: recordiobridge.pulsar.CommandReachedEndOfTopic
+	(*CommandTopicMigrated)(nil),                            // 47: recordiobridge.pulsar.CommandTopicMigrated
+	(*CommandCloseProducer)(nil),                            // 48: recordiobridge.pulsar.CommandCloseProducer
+	(*CommandCloseConsumer)(nil),                            // 49: recordiobridge.pulsar.CommandCloseConsumer
+	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 50: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
+	(*CommandSuccess)(nil),                                  // 51: recordiobridge.pulsar.CommandSuccess
+	(*CommandProducerSuccess)(nil),                          // 52: recordiobridge.pulsar.CommandProducerSuccess
+	(*CommandGetSchema)(nil),                                // 53: recordiobridge.pulsar.CommandGetSchema
+	(*CommandGetSchemaResponse)(nil),                        // 54: recordiobridge.pulsar.CommandGetSchemaResponse
+	(*CommandError)(nil),                                    // 55: recordiobridge.pulsar.CommandError
+	(*CommandGetTopicsOfNamespace)(nil),                     // 56: recordiobridge.pulsar.CommandGetTopicsOfNamespace
+	(*CommandGetTopicsOfNamespaceResponse)(nil),             // 57: recordiobridge.pulsar.CommandGetTopicsOfNamespaceResponse
+	(*CommandWatchTopicList)(nil),                           // 58: recordiobridge.pulsar.CommandWatchTopicList
+	(*CommandWatchTopicListSuccess)(nil),                    // 59: recordiobridge.pulsar.CommandWatchTopicListSuccess
+	(*CommandWatchTopicUpdate)(nil),                         // 60: recordiobridge.pulsar.CommandWatchTopicUpdate
+	(*CommandWatchTopicListClose)(nil),                      // 61: recordiobridge.pulsar.CommandWatchTopicListClose
+	(*CommandPing)(nil),                                     // 62: recordiobridge.pulsar.CommandPing
+	(*CommandPong)(nil),                                     // 63: recordiobridge.pulsar.CommandPong
+	(*BaseCommand)(nil),                                     // 64: recordiobridge.pulsar.BaseCommand
 }
 var file_pulsar_proto_depIdxs = []int32{
 	4,  // 0: recordiobridge.pulsar.Schema.type:type_name -> recordiobridge.pulsar.Schema.Type
-	15, // 1: recordiobridge.pulsar.Schema.properties:type_name -> recordiobridge.pulsar.KeyValue
-	14, // 2: recordiobridge.pulsar.MessageIdData.first_chunk_message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	15, // 3: recordiobridge.pulsar.MessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
+	16, // 1: recordiobridge.pulsar.Schema.properties:type_name -> recordiobridge.pulsar.KeyValue
+	15, // 2: recordiobridge.pulsar.MessageIdData.first_chunk_message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	16, // 3: recordiobridge.pulsar.MessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
 	0,  // 4: recordiobridge.pulsar.MessageMetadata.compression:type_name -> recordiobridge.pulsar.CompressionType
-	18, // 5: recordiobridge.pulsar.MessageMetadata.encryption_keys:type_name -> recordiobridge.pulsar.EncryptionKeys
-	15, // 6: recordiobridge.pulsar.EncryptionKeys.metadata:type_name -> recordiobridge.pulsar.KeyValue
-	15, // 7: recordiobridge.pulsar.SingleMessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
-	21, // 8: recordiobridge.pulsar.CommandConnect.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
-	21, // 9: recordiobridge.pulsar.CommandConnected.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
-	24, // 10: recordiobridge.pulsar.CommandAuthChallenge.challenge:type_name -> recordiobridge.pulsar.AuthData
-	24, // 11: recordiobridge.pulsar.CommandAuthResponse.response:type_name -> recordiobridge.pulsar.AuthData
+	19, // 5: recordiobridge.pulsar.MessageMetadata.encryption_keys:type_name -> recordiobridge.pulsar.EncryptionKeys
+	16, // 6: recordiobridge.pulsar.EncryptionKeys.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	16, // 7: recordiobridge.pulsar.SingleMessageMetadata.properties:type_name -> recordiobridge.pulsar.KeyValue
+	22, // 8: recordiobridge.pulsar.CommandConnect.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
+	22, // 9: recordiobridge.pulsar.CommandConnected.feature_flags:type_name -> recordiobridge.pulsar.FeatureFlags
+	25, // 10: recordiobridge.pulsar.CommandAuthChallenge.challenge:type_name -> recordiobridge.pulsar.AuthData
+	25, // 11: recordiobridge.pulsar.CommandAuthResponse.response:type_name -> recordiobridge.pulsar.AuthData
 	3,  // 12: recordiobridge.pulsar.KeySharedMeta.keySharedMode:type_name -> recordiobridge.pulsar.KeySharedMode
-	27, // 13: recordiobridge.pulsar.KeySharedMeta.hashRanges:type_name -> recordiobridge.pulsar.IntRange
+	28, // 13: recordiobridge.pulsar.KeySharedMeta.hashRanges:type_name -> recordiobridge.pulsar.IntRange
 	5,  // 14: recordiobridge.pulsar.CommandSubscribe.subType:type_name -> recordiobridge.pulsar.CommandSubscribe.SubType
-	14, // 15: recordiobridge.pulsar.CommandSubscribe.start_message_id:type_name -> recordiobridge.pulsar.MessageIdData
-	15, // 16: recordiobridge.pulsar.CommandSubscribe.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	15, // 15: recordiobridge.pulsar.CommandSubscribe.start_message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	16, // 16: recordiobridge.pulsar.CommandSubscribe.metadata:type_name -> recordiobridge.pulsar.KeyValue
 	6,  // 17: recordiobridge.pulsar.CommandSubscribe.initialPosition:type_name -> recordiobridge.pulsar.CommandSubscribe.InitialPosition
-	28, // 18: recordiobridge.pulsar.CommandSubscribe.keySharedMeta:type_name -> recordiobridge.pulsar.KeySharedMeta
-	15, // 19: recordiobridge.pulsar.CommandSubscribe.subscription_properties:type_name -> recordiobridge.pulsar.KeyValue
+	29, // 18: recordiobridge.pulsar.CommandSubscribe.keySharedMeta:type_name -> recordiobridge.pulsar.KeySharedMeta
+	16, // 19: recordiobridge.pulsar.CommandSubscribe.subscription_properties:type_name -> recordiobridge.pulsar.KeyValue
 	7,  // 20: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.response:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
 	2,  // 21: recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse.error:type_name -> recordiobridge.pulsar.ServerError
 	8,  // 22: recordiobridge.pulsar.CommandLookupTopicResponse.response:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse.LookupType
 	2,  // 23: recordiobridge.pulsar.CommandLookupTopicResponse.error:type_name -> recordiobridge.pulsar.ServerError
-	15, // 24: recordiobridge.pulsar.CommandProducer.metadata:type_name -> recordiobridge.pulsar.KeyValue
-	13, // 25: recordiobridge.pulsar.CommandProducer.schema:type_name -> recordiobridge.pulsar.Schema
+	16, // 24: recordiobridge.pulsar.CommandProducer.metadata:type_name -> recordiobridge.pulsar.KeyValue
+	14, // 25: recordiobridge.pulsar.CommandProducer.schema:type_name -> recordiobridge.pulsar.Schema
 	1,  // 26: recordiobridge.pulsar.CommandProducer.producer_access_mode:type_name -> recordiobridge.pulsar.ProducerAccessMode
-	14, // 27: recordiobridge.pulsar.CommandSendReceipt.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	15, // 27: recordiobridge.pulsar.CommandSendReceipt.message_id:type_name -> recordiobridge.pulsar.MessageIdData
 	2,  // 28: recordiobridge.pulsar.CommandSendError.error:type_name -> recordiobridge.pulsar.ServerError
-	14, // 29: recordiobridge.pulsar.CommandMessage.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	15, // 29: recordiobridge.pulsar.CommandMessage.message_id:type_name -> recordiobridge.pulsar.MessageIdData
 	9,  // 30: recordiobridge.pulsar.CommandAck.ack_type:type_name -> recordiobridge.pulsar.CommandAck.AckType
-	14, // 31: recordiobridge.pulsar.CommandAck.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	15, // 31: recordiobridge.pulsar.CommandAck.message_id:type_name -> recordiobridge.pulsar.MessageIdData
 	10, // 32: recordiobridge.pulsar.CommandAck.validation_error:type_name -> recordiobridge.pulsar.CommandAck.ValidationError
-	16, // 33: recordiobridge.pulsar.CommandAck.properties:type_name -> recordiobridge.pulsar.KeyLongValue
+	17, // 33: recordiobridge.pulsar.CommandAck.properties:type_name -> recordiobridge.pulsar.KeyLongValue
 	2,  // 34: recordiobridge.pulsar.CommandAckResponse.error:type_name -> recordiobridge.pulsar.ServerError
-	14, // 35: recordiobridge.pulsar.CommandSeek.message_id:type_name -> recordiobridge.pulsar.MessageIdData
+	15, // 35: recordiobridge.pulsar.CommandSeek.message_id:type_name -> recordiobridge.pulsar.MessageIdData
 	11, // 36: recordiobridge.pulsar.CommandTopicMigrated.resource_type:type_name -> recordiobridge.pulsar.CommandTopicMigrated.ResourceType
-	14, // 37: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> recordiobridge.pulsar.MessageIdData
+	15, // 37: recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> recordiobridge.pulsar.MessageIdData
 	2,  // 38: recordiobridge.pulsar.CommandGetSchemaResponse.error_code:type_name -> recordiobridge.pulsar.ServerError
-	13, // 39: recordiobridge.pulsar.CommandGetSchemaResponse.schema:type_name -> recordiobridge.pulsar.Schema
+	14, // 39: recordiobridge.pulsar.CommandGetSchemaResponse.schema:type_name -> recordiobridge.pulsar.Schema
 	2,  // 40: recordiobridge.pulsar.CommandError.error:type_name -> recordiobridge.pulsar.ServerError
-	12, // 41: recordiobridge.pulsar.BaseCommand.type:type_name -> recordiobridge.pulsar.BaseCommand.Type
-	22, // 42: recordiobridge.pulsar.BaseCommand.connect:type_name -> recordiobridge.pulsar.CommandConnect
-	23, // 43: recordiobridge.pulsar.BaseCommand.connected:type_name -> recordiobridge.pulsar.CommandConnected
-	29, // 44: recordiobridge.pulsar.BaseCommand.subscribe:type_name -> recordiobridge.pulsar.CommandSubscribe
-	34, // 45: recordiobridge.pulsar.BaseCommand.producer:type_name -> recordiobridge.pulsar.CommandProducer
-	35, // 46: recordiobridge.pulsar.BaseCommand.send:type_name -> recordiobridge.pulsar.CommandSend
-	36, // 47: recordiobridge.pulsar.BaseCommand.send_receipt:type_name -> recordiobridge.pulsar.CommandSendReceipt
-	37, // 48: recordiobridge.pulsar.BaseCommand.send_error:type_name -> recordiobridge.pulsar.CommandSendError
-	38, // 49: recordiobridge.pulsar.BaseCommand.message:type_name -> recordiobridge.pulsar.CommandMessage
-	39, // 50: recordiobridge.pulsar.BaseCommand.ack:type_name -> recordiobridge.pulsar.CommandAck
-	42, // 51: recordiobridge.pulsar.BaseCommand.flow:type_name -> recordiobridge.pulsar.CommandFlow
-	43, // 52: recordiobridge.pulsar.BaseCommand.unsubscribe:type_name -> recordiobridge.pulsar.CommandUnsubscribe
-	50, // 53: recordiobridge.pulsar.BaseCommand.success:type_name -> recordiobridge.pulsar.CommandSuccess
-	54, // 54: recordiobridge.pulsar.BaseCommand.error:type_name -> recordiobridge.pulsar.CommandError
-	47, // 55: recordiobridge.pulsar.BaseCommand.close_producer:type_name -> recordiobridge.pulsar.CommandCloseProducer
-	48, // 56: recordiobridge.pulsar.BaseCommand.close_consumer:type_name -> recordiobridge.pulsar.CommandCloseConsumer
-	51, // 57: recordiobridge.pulsar.BaseCommand.producer_success:type_name -> recordiobridge.pulsar.CommandProducerSuccess
-	55, // 58: recordiobridge.pulsar.BaseCommand.ping:type_name -> recordiobridge.pulsar.CommandPing
-	56, // 59: recordiobridge.pulsar.BaseCommand.pong:type_name -> recordiobridge.pulsar.CommandPong
-	49, // 60: recordiobridge.pulsar.BaseCommand.redeliverUnacknowledgedMessages:type_name -> recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
-	30, // 61: recordiobridge.pulsar.BaseCommand.partitionMetadata:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadata
-	31, // 62: recordiobridge.pulsar.BaseCommand.partitionMetadataResponse:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
-	32, // 63: recordiobridge.pulsar.BaseCommand.lookupTopic:type_name -> recordiobridge.pulsar.CommandLookupTopic
-	33, // 64: recordiobridge.pulsar.BaseCommand.lookupTopicResponse:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse
-	45, // 65: recordiobridge.pulsar.BaseCommand.reachedEndOfTopic:type_name -> recordiobridge.pulsar.CommandReachedEndOfTopic
-	44, // 66: recordiobridge.pulsar.BaseCommand.seek:type_name -> recordiobridge.pulsar.CommandSeek
-	41, // 67: recordiobridge.pulsar.BaseCommand.active_consumer_change:type_name -> recordiobridge.pulsar.CommandActiveConsumerChange
-	52, // 68: recordiobridge.pulsar.BaseCommand.getSchema:type_name -> recordiobridge.pulsar.CommandGetSchema
-	53, // 69: recordiobridge.pulsar.BaseCommand.getSchemaResponse:type_name -> recordiobridge.pulsar.CommandGetSchemaResponse
-	25, // 70: recordiobridge.pulsar.BaseCommand.authChallenge:type_name -> recordiobridge.pulsar.CommandAuthChallenge
-	26, // 71: recordiobridge.pulsar.BaseCommand.authResponse:type_name -> recordiobridge.pulsar.CommandAuthResponse
-	40, // 72: recordiobridge.pulsar.BaseCommand.ackResponse:type_name -> recordiobridge.pulsar.CommandAckResponse
-	46, // 73: recordiobridge.pulsar.BaseCommand.topicMigrated:type_name -> recordiobridge.pulsar.CommandTopicMigrated
-	74, // [74:74] is the sub-list for method output_type
-	74, // [74:74] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	12, // 41: recordiobridge.pulsar.CommandGetTopicsOfNamespace.mode:type_name -> recordiobridge.pulsar.CommandGetTopicsOfNamespace.Mode
+	13, // 42: recordiobridge.pulsar.BaseCommand.type:type_name -> recordiobridge.pulsar.BaseCommand.Type
+	23, // 43: recordiobridge.pulsar.BaseCommand.connect:type_name -> recordiobridge.pulsar.CommandConnect
+	24, // 44: recordiobridge.pulsar.BaseCommand.connected:type_name -> recordiobridge.pulsar.CommandConnected
+	30, // 45: recordiobridge.pulsar.BaseCommand.subscribe:type_name -> recordiobridge.pulsar.CommandSubscribe
+	35, // 46: recordiobridge.pulsar.BaseCommand.producer:type_name -> recordiobridge.pulsar.CommandProducer
+	36, // 47: recordiobridge.pulsar.BaseCommand.send:type_name -> recordiobridge.pulsar.CommandSend
+	37, // 48: recordiobridge.pulsar.BaseCommand.send_receipt:type_name -> recordiobridge.pulsar.CommandSendReceipt
+	38, // 49: recordiobridge.pulsar.BaseCommand.send_error:type_name -> recordiobridge.pulsar.CommandSendError
+	39, // 50: recordiobridge.pulsar.BaseCommand.message:type_name -> recordiobridge.pulsar.CommandMessage
+	40, // 51: recordiobridge.pulsar.BaseCommand.ack:type_name -> recordiobridge.pulsar.CommandAck
+	43, // 52: recordiobridge.pulsar.BaseCommand.flow:type_name -> recordiobridge.pulsar.CommandFlow
+	44, // 53: recordiobridge.pulsar.BaseCommand.unsubscribe:type_name -> recordiobridge.pulsar.CommandUnsubscribe
+	51, // 54: recordiobridge.pulsar.BaseCommand.success:type_name -> recordiobridge.pulsar.CommandSuccess
+	55, // 55: recordiobridge.pulsar.BaseCommand.error:type_name -> recordiobridge.pulsar.CommandError
+	48, // 56: recordiobridge.pulsar.BaseCommand.close_producer:type_name -> recordiobridge.pulsar.CommandCloseProducer
+	49, // 57: recordiobridge.pulsar.BaseCommand.close_consumer:type_name -> recordiobridge.pulsar.CommandCloseConsumer
+	52, // 58: recordiobridge.pulsar.BaseCommand.producer_success:type_name -> recordiobridge.pulsar.CommandProducerSuccess
+	62, // 59: recordiobridge.pulsar.BaseCommand.ping:type_name -> recordiobridge.pulsar.CommandPing
+	63, // 60: recordiobridge.pulsar.BaseCommand.pong:type_name -> recordiobridge.pulsar.CommandPong
+	50, // 61: recordiobridge.pulsar.BaseCommand.redeliverUnacknowledgedMessages:type_name -> recordiobridge.pulsar.CommandRedeliverUnacknowledgedMessages
+	31, // 62: recordiobridge.pulsar.BaseCommand.partitionMetadata:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadata
+	32, // 63: recordiobridge.pulsar.BaseCommand.partitionMetadataResponse:type_name -> recordiobridge.pulsar.CommandPartitionedTopicMetadataResponse
+	33, // 64: recordiobridge.pulsar.BaseCommand.lookupTopic:type_name -> recordiobridge.pulsar.CommandLookupTopic
+	34, // 65: recordiobridge.pulsar.BaseCommand.lookupTopicResponse:type_name -> recordiobridge.pulsar.CommandLookupTopicResponse
+	46, // 66: recordiobridge.pulsar.BaseCommand.reachedEndOfTopic:type_name -> recordiobridge.pulsar.CommandReachedEndOfTopic
+	45, // 67: recordiobridge.pulsar.BaseCommand.seek:type_name -> recordiobridge.pulsar.CommandSeek
+	42, // 68: recordiobridge.pulsar.BaseCommand.active_consumer_change:type_name -> recordiobridge.pulsar.CommandActiveConsumerChange
+	56, // 69: recordiobridge.pulsar.BaseCommand.getTopicsOfNamespace:type_name -> recordiobridge.pulsar.CommandGetTopicsOfNamespace
+	57, // 70: recordiobridge.pulsar.BaseCommand.getTopicsOfNamespaceResponse:type_name -> recordiobridge.pulsar.CommandGetTopicsOfNamespaceResponse
+	53, // 71: recordiobridge.pulsar.BaseCommand.getSchema:type_name -> recordiobridge.pulsar.CommandGetSchema
+	54, // 72: recordiobridge.pulsar.BaseCommand.getSchemaResponse:type_name -> recordiobridge.pulsar.CommandGetSchemaResponse
+	26, // 73: recordiobridge.pulsar.BaseCommand.authChallenge:type_name -> recordiobridge.pulsar.CommandAuthChallenge
+	27, // 74: recordiobridge.pulsar.BaseCommand.authResponse:type_name -> recordiobridge.pulsar.CommandAuthResponse
+	41, // 75: recordiobridge.pulsar.BaseCommand.ackResponse:type_name -> recordiobridge.pulsar.CommandAckResponse
+	58, // 76: recordiobridge.pulsar.BaseCommand.watchTopicList:type_name -> recordiobridge.pulsar.CommandWatchTopicList
+	59, // 77: recordiobridge.pulsar.BaseCommand.watchTopicListSuccess:type_name -> recordiobridge.pulsar.CommandWatchTopicListSuccess
+	60, // 78: recordiobridge.pulsar.BaseCommand.watchTopicUpdate:type_name -> recordiobridge.pulsar.CommandWatchTopicUpdate
+	61, // 79: recordiobridge.pulsar.BaseCommand.watchTopicListClose:type_name -> recordiobridge.pulsar.CommandWatchTopicListClose
+	47, // 80: recordiobridge.pulsar.BaseCommand.topicMigrated:type_name -> recordiobridge.pulsar.CommandTopicMigrated
+	81, // [81:81] is the sub-list for method output_type
+	81, // [81:81] is the sub-list for method input_type
+	81, // [81:81] is the sub-list for extension type_name
+	81, // [81:81] is the sub-list for extension extendee
+	0,  // [0:81] is the sub-list for field type_name
 }
 
 func init() { file_pulsar_proto_init() }
@@ -5336,8 +5968,8 @@ func file_pulsar_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulsar_proto_rawDesc), len(file_pulsar_proto_rawDesc)),
-			NumEnums:      13,
-			NumMessages:   45,
+			NumEnums:      14,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
