@@ -51,9 +51,13 @@ type ProducerOptions struct {
 	// A batch is sent when it holds BatchingMaxMessages messages or BatchingMaxBytes
 	// bytes, when BatchingMaxDelay has passed, or as soon as fewer than
 	// BatchingMaxInFlight entries (batches, lone or chunked messages) await their
-	// receipts [1000, 128 KiB, 10 ms, 8]. A message sent while the broker keeps up
-	// therefore leaves at once; messages wait to share an entry only while the broker
-	// answers more slowly than they come (BatchingMaxInFlight entries unanswered).
+	// receipts [1000, 128 KiB, 10 ms, 1]. With a window above one, a message sent while
+	// the broker keeps up leaves at once and messages wait to share an entry only while
+	// the broker answers more slowly than they come; the default stays one because an
+	// entry the broker refuses as corrupt (ChecksumError) while others are in flight
+	// behind it cannot yet be placed exactly: a second corrupt entry whose refusal is
+	// still unread when the connection is reset would be resent and, on a topic with
+	// deduplication, answered as a duplicate though never stored.
 	BatchingMaxMessages int
 	BatchingMaxBytes    int
 	BatchingMaxDelay    time.Duration
@@ -156,7 +160,7 @@ func (o ProducerOptions) withDefaults() (ProducerOptions, error) {
 		o.BatchingMaxDelay = 10 * time.Millisecond
 	}
 	if o.BatchingMaxInFlight == 0 {
-		o.BatchingMaxInFlight = 8
+		o.BatchingMaxInFlight = 1
 	}
 	if o.MaxChunkedMessageSize == 0 {
 		o.MaxChunkedMessageSize = 1 << 30
