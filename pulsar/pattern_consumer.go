@@ -46,6 +46,11 @@ type discovery struct {
 	watch   *topicWatch
 	noWatch bool // the broker has no watchers, or refused one for good
 	pending []topicChange
+	// early holds the updates of a watcher the broker registered that register has not
+	// taken yet: the broker reports a topic created right after the registration before
+	// its answer is read, and dropping that update left the topic unread until the next
+	// DiscoveryInterval. register moves those of its watcher to pending, drops the rest.
+	early   []earlyChange
 	gone    map[string]struct{} // topics whose consumer found them deleted
 	added   int
 	removed int
@@ -54,6 +59,12 @@ type discovery struct {
 
 // topicChange is a watcher's update.
 type topicChange struct{ added, deleted []string }
+
+// earlyChange is an update of watcher w that came before register took w.
+type earlyChange struct {
+	w  *topicWatch
+	ch topicChange
+}
 
 // subscribePattern subscribes cons to the topics its pattern matches now, then starts
 // the discovery.
@@ -179,8 +190,12 @@ func (d *discovery) topicGone(base string) {
 
 func (d *discovery) watchUpdate(w *topicWatch, added, deleted []string, hash string) {
 	d.mu.Lock()
-	if d.watch == w {
-		d.pending = append(d.pending, topicChange{added: filterTopics(d.pat, added), deleted: deleted})
+	ch := topicChange{added: filterTopics(d.pat, added), deleted: deleted}
+	switch {
+	case d.watch == w:
+		d.pending = append(d.pending, ch)
+	case d.watch == nil && !d.noWatch:
+		d.early = append(d.early, earlyChange{w: w, ch: ch}) // register is waiting for w's answer
 	}
 	d.mu.Unlock()
 	d.signal()
@@ -267,6 +282,10 @@ func (d *discovery) register(again bool) bool {
 	ctx, cancelOp := context.WithTimeout(ctx, d.c.client.opts.OperationTimeout)
 	defer cancelOp()
 	w, l, err := d.c.client.watchTopics(ctx, d, d.pat, d.hash)
+	d.mu.Lock()
+	early := d.early
+	d.early = nil
+	d.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, errNoWatchers) || errors.Is(err, ErrTopicListRefused) {
 			d.mu.Lock()
@@ -288,7 +307,13 @@ func (d *discovery) register(again bool) bool {
 		return true
 	}
 	d.watch, d.state = w, DiscoveryWatching
+	for _, e := range early {
+		if e.w == w {
+			d.pending = append(d.pending, e.ch)
+		}
+	}
 	d.mu.Unlock()
+	d.signal()
 	if l.changed {
 		_ = d.reconcile(ctx, l, !d.c.opts.NewTopicsLatest)
 	}
