@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -26,7 +27,7 @@ type wireReceipt struct {
 	retryAfter  int
 	resume      int64
 	hasResume   bool
-	lastTopic   string // the previous receipt's topic, kept across parse calls
+	lastTopic   string // the previous receipt's topic when its JSON is its bytes, kept across parse calls
 }
 
 var errReceiptSyntax = errors.New("not a flat JSON object")
@@ -102,11 +103,16 @@ func (w *wireReceipt) set(key []byte, raw []byte) error {
 	case "status":
 		w.status, err = strconv.Atoi(string(raw))
 	case "topic":
-		if len(raw) >= 2 && string(raw[1:len(raw)-1]) == w.lastTopic && w.lastTopic != "" {
+		if len(raw) >= 2 && raw[0] == '"' && w.lastTopic != "" && string(raw[1:len(raw)-1]) == w.lastTopic {
 			w.topic = w.lastTopic // one topic's receipts share its name
 		} else {
 			w.topic, err = unquote(raw)
-			w.lastTopic = w.topic
+			w.lastTopic = ""
+			if strings.IndexByte(w.topic, '\\') < 0 {
+				// Shared only when its JSON is its own bytes: valid UTF-8 (as every
+				// decoded string is) with no backslash, so no escape can read the same.
+				w.lastTopic = w.topic
+			}
 		}
 	case "messageId":
 		w.messageID, err = unquote(raw)
