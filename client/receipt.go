@@ -34,6 +34,16 @@ var errReceiptSyntax = errors.New("not a flat JSON object")
 
 func (w *wireReceipt) parse(b []byte) error {
 	*w = wireReceipt{seq: -1, lastTopic: w.lastTopic}
+	if w.parseCompact(b) {
+		return nil
+	}
+	return w.parseGeneral(b)
+}
+
+// parseGeneral reads any flat JSON object, with spaces, escapes and fields a receipt
+// does not have.
+func (w *wireReceipt) parseGeneral(b []byte) error {
+	*w = wireReceipt{seq: -1, lastTopic: w.lastTopic}
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return errReceiptSyntax
