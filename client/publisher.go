@@ -10,8 +10,6 @@ import (
 	"regexp"
 	"sync"
 	"time"
-
-	"github.com/recordio-bridge/bridge/recordio"
 )
 
 // Outcome is a record's final outcome.
@@ -127,9 +125,8 @@ type Publisher struct {
 	wake   chan struct{} // kicks run when records arrive or Close begins
 
 	mu       sync.Mutex
-	buf      []byte // the held records, encoded; buf[0] is byte bufBase of the stream
-	bufBase  int64
-	recs     []held // recs[head:] are held, in sequence order, consecutive numbers
+	buf      recordBuffer // the held records, encoded
+	recs     []held       // recs[head:] are held, in sequence order, consecutive numbers
 	head     int
 	held     int64 // record bytes held
 	nextSeq  uint64
@@ -224,9 +221,8 @@ func (p *Publisher) Publish(ctx context.Context, rec []byte) (uint64, error) {
 		return 0, fmt.Errorf("client: record number %d is above 2^63-1", seq)
 	}
 	p.nextSeq++
-	off := p.bufBase + int64(len(p.buf))
-	p.buf = recordio.AppendRecord(p.buf, rec)
-	p.recs = append(p.recs, held{seq: seq, off: off, end: p.bufBase + int64(len(p.buf)), size: int64(len(rec))})
+	off := p.buf.append(rec)
+	p.recs = append(p.recs, held{seq: seq, off: off, end: p.buf.end, size: int64(len(rec))})
 	p.held += int64(len(rec))
 	p.stats.Published++
 	if b := p.body; b != nil {
