@@ -19,7 +19,7 @@ type recordBlock struct {
 
 const (
 	recordBlockSize = 64 << 10
-	recordFreeMax   = 4 // blocks kept for reuse: what a burst of receipts frees at once
+	recordFreeMax   = 16 // blocks kept for reuse (1 MiB): what a burst of receipts frees at once
 )
 
 // append encodes rec at the end and returns its offset in the stream.
