@@ -215,7 +215,7 @@ func (p *Publisher) watch(b *body, answers *atomic.Int64, cancel context.CancelF
 func (p *Publisher) readReceipts(r io.Reader, b *body, first uint64, answers *atomic.Int64) result {
 	var res result
 	rd := recordio.NewReader(r)
-	var w wireReceipt
+	w := wireReceipt{ids: new(idArena)}
 	for {
 		rec, err := rd.Next()
 		if err != nil {

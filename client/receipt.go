@@ -27,13 +27,14 @@ type wireReceipt struct {
 	retryAfter  int
 	resume      int64
 	hasResume   bool
-	lastTopic   string // the previous receipt's topic when its JSON is its bytes, kept across parse calls
+	lastTopic   string   // the previous receipt's topic when its JSON is its bytes, kept across parse calls
+	ids         *idArena // where message ids are made, kept across parse calls; nil: one allocation each
 }
 
 var errReceiptSyntax = errors.New("not a flat JSON object")
 
 func (w *wireReceipt) parse(b []byte) error {
-	*w = wireReceipt{seq: -1, lastTopic: w.lastTopic}
+	*w = wireReceipt{seq: -1, lastTopic: w.lastTopic, ids: w.ids}
 	if w.parseCompact(b) {
 		return nil
 	}
@@ -43,7 +44,7 @@ func (w *wireReceipt) parse(b []byte) error {
 // parseGeneral reads any flat JSON object, with spaces, escapes and fields a receipt
 // does not have.
 func (w *wireReceipt) parseGeneral(b []byte) error {
-	*w = wireReceipt{seq: -1, lastTopic: w.lastTopic}
+	*w = wireReceipt{seq: -1, lastTopic: w.lastTopic, ids: w.ids}
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return errReceiptSyntax

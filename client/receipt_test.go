@@ -1,6 +1,7 @@
 package client
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -116,5 +117,35 @@ func TestCompactReceiptAllocatesOnlyTheMessageID(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = w.parse(in) }); n > 1 {
 		t.Errorf("%v allocations per receipt, want 1 (the message id)", n)
+	}
+}
+
+// With an arena, message ids share their allocations, and each id stays what its receipt
+// said however many come after it.
+func TestReceiptMessageIDsFromTheArenaStayIntact(t *testing.T) {
+	w := wireReceipt{ids: new(idArena)}
+	receipt := func(i int) ([]byte, string) {
+		id := strconv.Itoa(i) + ":" + strconv.Itoa(i*7) + ":-1:-1"
+		if i%500 == 499 {
+			id += strings.Repeat("x", 2*idArenaBlock) // longer than a block
+		}
+		return []byte(`{"seq":` + strconv.Itoa(i) + `,"status":200,"topic":"t","messageId":"` + id + `"}`), id
+	}
+	var got, want []string
+	for i := range 3000 {
+		in, id := receipt(i)
+		if err := w.parse(in); err != nil {
+			t.Fatal(err)
+		}
+		got, want = append(got, w.messageID), append(want, id)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("message id %d reads %q after more receipts, want %q", i, got[i], want[i])
+		}
+	}
+	in, _ := receipt(12)
+	if n := testing.AllocsPerRun(1000, func() { _ = w.parse(in) }); n > 0.2 {
+		t.Errorf("%v allocations per receipt, want a fraction of one", n)
 	}
 }
