@@ -41,12 +41,14 @@ func (o Outcome) String() string {
 type Receipt struct {
 	// Sequence is the record's number: with a stream name, its Stream-Sequence number;
 	// without, its place counted from FirstSequence.
-	Sequence  uint64
-	Outcome   Outcome
-	Status    int    // the record's status: 200, or the refusal's
-	Topic     string // where it was stored (empty when refused)
-	MessageID string // "ledger:entry:partition:batchIndex"; empty for a duplicate or a refusal
-	Err       error  // a *RecordError when Refused, else nil
+	Sequence uint64
+	Outcome  Outcome
+	Status   int    // the record's status: 200, or the refusal's
+	Topic    string // where it was stored (empty when refused)
+	// MessageID is "ledger:entry:partition:batchIndex"; empty for a duplicate or a refusal.
+	// Ids share 1 KiB blocks: keeping a few of very many, strings.Clone them.
+	MessageID string
+	Err       error // a *RecordError when Refused, else nil
 }
 
 // PublisherOptions configure a Publisher. URL is required; the rest have defaults.
