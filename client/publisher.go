@@ -10,8 +10,6 @@ import (
 	"regexp"
 	"sync"
 	"time"
-
-	"github.com/recordio-bridge/bridge/recordio"
 )
 
 // Outcome is a record's final outcome.
@@ -43,12 +41,14 @@ func (o Outcome) String() string {
 type Receipt struct {
 	// Sequence is the record's number: with a stream name, its Stream-Sequence number;
 	// without, its place counted from FirstSequence.
-	Sequence  uint64
-	Outcome   Outcome
-	Status    int    // the record's status: 200, or the refusal's
-	Topic     string // where it was stored (empty when refused)
-	MessageID string // "ledger:entry:partition:batchIndex"; empty for a duplicate or a refusal
-	Err       error  // a *RecordError when Refused, else nil
+	Sequence uint64
+	Outcome  Outcome
+	Status   int    // the record's status: 200, or the refusal's
+	Topic    string // where it was stored (empty when refused)
+	// MessageID is "ledger:entry:partition:batchIndex"; empty for a duplicate or a refusal.
+	// Ids share 1 KiB blocks: keeping a few of very many, strings.Clone them.
+	MessageID string
+	Err       error // a *RecordError when Refused, else nil
 }
 
 // PublisherOptions configure a Publisher. URL is required; the rest have defaults.
@@ -127,9 +127,8 @@ type Publisher struct {
 	wake   chan struct{} // kicks run when records arrive or Close begins
 
 	mu       sync.Mutex
-	buf      []byte // the held records, encoded; buf[0] is byte bufBase of the stream
-	bufBase  int64
-	recs     []held // recs[head:] are held, in sequence order, consecutive numbers
+	buf      recordBuffer // the held records, encoded
+	recs     []held       // recs[head:] are held, in sequence order, consecutive numbers
 	head     int
 	held     int64 // record bytes held
 	nextSeq  uint64
@@ -224,9 +223,8 @@ func (p *Publisher) Publish(ctx context.Context, rec []byte) (uint64, error) {
 		return 0, fmt.Errorf("client: record number %d is above 2^63-1", seq)
 	}
 	p.nextSeq++
-	off := p.bufBase + int64(len(p.buf))
-	p.buf = recordio.AppendRecord(p.buf, rec)
-	p.recs = append(p.recs, held{seq: seq, off: off, end: p.bufBase + int64(len(p.buf)), size: int64(len(rec))})
+	off := p.buf.append(rec)
+	p.recs = append(p.recs, held{seq: seq, off: off, end: p.buf.end, size: int64(len(rec))})
 	p.held += int64(len(rec))
 	p.stats.Published++
 	if b := p.body; b != nil {

@@ -215,7 +215,7 @@ func (p *Publisher) watch(b *body, answers *atomic.Int64, cancel context.CancelF
 func (p *Publisher) readReceipts(r io.Reader, b *body, first uint64, answers *atomic.Int64) result {
 	var res result
 	rd := recordio.NewReader(r)
-	var w wireReceipt
+	w := wireReceipt{ids: new(idArena)}
 	for {
 		rec, err := rd.Next()
 		if err != nil {
@@ -334,19 +334,24 @@ func (p *Publisher) releaseLocked() {
 		return
 	}
 	p.signalLocked()
+	// Free the bytes before the first record held, and before the body's position: it
+	// may still have to send records settled already (on a resend, those reported after
+	// a failure for now).
+	upTo := p.buf.end
+	if p.head < len(p.recs) {
+		upTo = p.recs[p.head].off
+	}
+	if b := p.body; b != nil {
+		upTo = min(upTo, b.pos)
+	}
+	p.buf.release(upTo)
 	if p.head == len(p.recs) {
-		// Nothing held: start the buffers again, unless the body still has bytes to send.
-		if b := p.body; b == nil || b.pos >= p.bufBase+int64(len(p.buf)) {
-			p.bufBase += int64(len(p.buf))
-			p.buf = p.buf[:0]
+		// Nothing held: start the list again, unless the body still has bytes to send.
+		if b := p.body; b == nil || b.pos >= p.buf.end {
 			p.recs = p.recs[:0]
 			p.head = 0
 		}
 		return
-	}
-	if dead := int(p.recs[p.head].off - p.bufBase); dead > 64<<10 && dead > len(p.buf)/2 {
-		p.buf = p.buf[:copy(p.buf, p.buf[dead:])]
-		p.bufBase += int64(dead)
 	}
 	if p.head > 1024 && p.head > len(p.recs)/2 {
 		p.recs = p.recs[:copy(p.recs, p.recs[p.head:])]
@@ -383,11 +388,11 @@ func (b *body) Read(q []byte) (int, error) {
 			p.mu.Unlock()
 			return 0, io.EOF
 		}
-		if b.pos < p.bufBase {
+		if b.pos < p.buf.start() {
 			p.mu.Unlock()
 			return 0, errors.New("client: the request's records were released before they were sent")
 		}
-		if end := p.bufBase + int64(len(p.buf)); b.pos < end {
+		if end := p.buf.end; b.pos < end {
 			if end-b.pos < coalesce && spins < 2 && !p.closing && p.stats.Published != seen {
 				// Records are coming in: let them gather, so a burst goes out as one
 				// chunk and one write instead of one per record. Each yield costs
@@ -398,7 +403,7 @@ func (b *body) Read(q []byte) (int, error) {
 				runtime.Gosched()
 				continue
 			}
-			n := copy(q, p.buf[b.pos-p.bufBase:])
+			n := p.buf.read(q, b.pos)
 			b.pos += int64(n)
 			p.written = max(p.written, b.pos)
 			p.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -26,13 +27,24 @@ type wireReceipt struct {
 	retryAfter  int
 	resume      int64
 	hasResume   bool
-	lastTopic   string // the previous receipt's topic, kept across parse calls
+	lastTopic   string   // the previous receipt's topic when its JSON is its bytes, kept across parse calls
+	ids         *idArena // where message ids are made, kept across parse calls; nil: one allocation each
 }
 
 var errReceiptSyntax = errors.New("not a flat JSON object")
 
 func (w *wireReceipt) parse(b []byte) error {
-	*w = wireReceipt{seq: -1, lastTopic: w.lastTopic}
+	*w = wireReceipt{seq: -1, lastTopic: w.lastTopic, ids: w.ids}
+	if w.parseCompact(b) {
+		return nil
+	}
+	return w.parseGeneral(b)
+}
+
+// parseGeneral reads any flat JSON object, with spaces, escapes and fields a receipt
+// does not have.
+func (w *wireReceipt) parseGeneral(b []byte) error {
+	*w = wireReceipt{seq: -1, lastTopic: w.lastTopic, ids: w.ids}
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return errReceiptSyntax
@@ -102,11 +114,16 @@ func (w *wireReceipt) set(key []byte, raw []byte) error {
 	case "status":
 		w.status, err = strconv.Atoi(string(raw))
 	case "topic":
-		if len(raw) >= 2 && string(raw[1:len(raw)-1]) == w.lastTopic && w.lastTopic != "" {
+		if len(raw) >= 2 && raw[0] == '"' && w.lastTopic != "" && string(raw[1:len(raw)-1]) == w.lastTopic {
 			w.topic = w.lastTopic // one topic's receipts share its name
 		} else {
 			w.topic, err = unquote(raw)
-			w.lastTopic = w.topic
+			w.lastTopic = ""
+			if strings.IndexByte(w.topic, '\\') < 0 {
+				// Shared only when its JSON is its own bytes: valid UTF-8 (as every
+				// decoded string is) with no backslash, so no escape can read the same.
+				w.lastTopic = w.topic
+			}
 		}
 	case "messageId":
 		w.messageID, err = unquote(raw)
