@@ -3,6 +3,7 @@ package pulsar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -41,15 +42,20 @@ type discovery struct {
 	members map[string]struct{}
 	hash    string
 
-	mu      sync.Mutex
-	state   string
-	watch   *topicWatch
-	noWatch bool // the broker has no watchers, or refused one for good
-	pending []topicChange
-	gone    map[string]struct{} // topics whose consumer found them deleted
-	added   int
-	removed int
-	wake    chan struct{}
+	mu    sync.Mutex
+	state string
+	watch *topicWatch
+	// registering is the watcher being registered: its updates are kept and its loss
+	// noted (lostEarly) before register takes it as watch, as both can reach the
+	// connection's reader before the broker's answer reaches register.
+	registering *topicWatch
+	lostEarly   bool
+	noWatch     bool // the broker has no watchers, or refused one for good
+	pending     []topicChange
+	gone        map[string]struct{} // topics whose consumer found them deleted
+	added       int
+	removed     int
+	wake        chan struct{}
 }
 
 // topicChange is a watcher's update.
@@ -179,7 +185,7 @@ func (d *discovery) topicGone(base string) {
 
 func (d *discovery) watchUpdate(w *topicWatch, added, deleted []string, hash string) {
 	d.mu.Lock()
-	if d.watch == w {
+	if d.watch == w || d.registering == w {
 		d.pending = append(d.pending, topicChange{added: filterTopics(d.pat, added), deleted: deleted})
 	}
 	d.mu.Unlock()
@@ -188,6 +194,9 @@ func (d *discovery) watchUpdate(w *topicWatch, added, deleted []string, hash str
 
 func (d *discovery) watchLost(w *topicWatch, reason error) {
 	d.mu.Lock()
+	if d.registering == w {
+		d.lostEarly = true
+	}
 	lost := d.watch == w
 	if lost {
 		d.watch = nil
@@ -266,7 +275,17 @@ func (d *discovery) register(again bool) bool {
 	defer cancel()
 	ctx, cancelOp := context.WithTimeout(ctx, d.c.client.opts.OperationTimeout)
 	defer cancelOp()
-	w, l, err := d.c.client.watchTopics(ctx, d, d.pat, d.hash)
+	w := &topicWatch{d: d, id: d.c.client.watcherID.Add(1)}
+	d.mu.Lock()
+	d.registering, d.lostEarly = w, false
+	d.mu.Unlock()
+	l, err := d.c.client.watchTopics(ctx, w, d.pat, d.hash)
+	d.mu.Lock()
+	if err == nil && d.lostEarly {
+		err = fmt.Errorf("the watcher's connection closed as it registered: %w", ErrConnectionClosed)
+	}
+	d.registering, d.lostEarly = nil, false
+	d.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, errNoWatchers) || errors.Is(err, ErrTopicListRefused) {
 			d.mu.Lock()
