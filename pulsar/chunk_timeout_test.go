@@ -49,4 +49,7 @@ func TestAStreamedMessageWhoseChunksTimedOutFails(t *testing.T) {
 	if r.err != nil && !errors.Is(r.err, pulsar.ErrSendTimeout) {
 		t.Fatalf("SendStream = %v; want ErrSendTimeout", r.err)
 	}
+	if r.err != nil && len(chunks) > 0 {
+		t.Fatalf("chunks %v of a message that had failed were sent after its failure and stored", chunks)
+	}
 }
