@@ -40,6 +40,9 @@ type Consumer struct {
 	// topicsMu guards it (a pattern's discovery adds and removes topics).
 	topicsMu    sync.Mutex
 	partitioned map[string]int
+	// growMu makes one growth of a topic at a time: a pattern's discovery and the
+	// partition refresh may both find the same partitions added.
+	growMu sync.Mutex
 	// discovery, for a TopicsPattern, finds the topics to consume as they come and go.
 	discovery *discovery
 	stop      chan struct{} // ends watchPartitions
@@ -160,6 +163,15 @@ func (c *Consumer) watchPartitions() {
 // growTo subscribes to topic's partitions beyond known and records how many are now
 // consumed, unless the topic was removed meanwhile (a pattern no longer matches it).
 func (c *Consumer) growTo(topic string, known int) {
+	c.growMu.Lock()
+	defer c.growMu.Unlock()
+	c.topicsMu.Lock()
+	cur, ok := c.partitioned[topic]
+	c.topicsMu.Unlock()
+	if !ok {
+		return // removed meanwhile
+	}
+	known = max(known, cur) // grown meanwhile by the other
 	n := c.grow(topic, known)
 	if n <= known {
 		return

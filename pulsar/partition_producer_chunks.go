@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -105,6 +106,24 @@ type chunking struct {
 	window         chan struct{} // a slot per chunk awaiting its receipt
 	free           chan []byte   // chunk buffers whose chunk was persisted
 	done           func(MessageID, error)
+
+	mu     sync.Mutex
+	failed error // the first chunk's failure: the message cannot be whole
+}
+
+// fail records the first failure of one of c's chunks.
+func (c *chunking) fail(err error) {
+	c.mu.Lock()
+	if c.failed == nil {
+		c.failed = err
+	}
+	c.mu.Unlock()
+}
+
+func (c *chunking) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failed
 }
 
 // planChunks sizes the chunks so that every frame, which carries the message's metadata
@@ -149,6 +168,11 @@ func (p *partitionProducer) queueChunk(ctx context.Context, c *chunking, i int) 
 	case <-p.done:
 		return ErrProducerClosed
 	}
+	// A chunk that failed (a send timeout, a refusal) is not sent again: the chunks
+	// after it would make a message no consumer can assemble, reported persisted.
+	if err := c.failure(); err != nil {
+		return fmt.Errorf("pulsar: chunk %d of %d for %s not sent: an earlier chunk failed: %w", i, c.numChunks, p.topic, err)
+	}
 	if err := p.limiter.acquire(ctx, 1, n, p.done); err != nil {
 		return err
 	}
@@ -192,9 +216,17 @@ func (p *partitionProducer) queueChunk(ctx context.Context, c *chunking, i int) 
 			case c.free <- buf:
 			default:
 			}
+		} else {
+			c.fail(err)
 		}
 		<-c.window
 		if last {
+			if err == nil {
+				err = c.failure() // an earlier chunk's: the message is not whole
+			}
+			if err != nil {
+				mid = MessageID{}
+			}
 			c.done(mid, err)
 		}
 	}}}

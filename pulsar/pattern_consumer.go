@@ -3,6 +3,7 @@ package pulsar
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -41,30 +42,24 @@ type discovery struct {
 	members map[string]struct{}
 	hash    string
 
-	mu      sync.Mutex
-	state   string
-	watch   *topicWatch
-	noWatch bool // the broker has no watchers, or refused one for good
-	pending []topicChange
-	// early holds the updates of a watcher the broker registered that register has not
-	// taken yet: the broker reports a topic created right after the registration before
-	// its answer is read, and dropping that update left the topic unread until the next
-	// DiscoveryInterval. register moves those of its watcher to pending, drops the rest.
-	early   []earlyChange
-	gone    map[string]struct{} // topics whose consumer found them deleted
-	added   int
-	removed int
-	wake    chan struct{}
+	mu    sync.Mutex
+	state string
+	watch *topicWatch
+	// registering is the watcher being registered: its updates are kept and its loss
+	// noted (lostEarly) before register takes it as watch, as both can reach the
+	// connection's reader before the broker's answer reaches register.
+	registering *topicWatch
+	lostEarly   bool
+	noWatch     bool // the broker has no watchers, or refused one for good
+	pending     []topicChange
+	gone        map[string]struct{} // topics whose consumer found them deleted
+	added       int
+	removed     int
+	wake        chan struct{}
 }
 
 // topicChange is a watcher's update.
 type topicChange struct{ added, deleted []string }
-
-// earlyChange is an update of watcher w that came before register took w.
-type earlyChange struct {
-	w  *topicWatch
-	ch topicChange
-}
 
 // subscribePattern subscribes cons to the topics its pattern matches now, then starts
 // the discovery.
@@ -190,12 +185,8 @@ func (d *discovery) topicGone(base string) {
 
 func (d *discovery) watchUpdate(w *topicWatch, added, deleted []string, hash string) {
 	d.mu.Lock()
-	ch := topicChange{added: filterTopics(d.pat, added), deleted: deleted}
-	switch {
-	case d.watch == w:
-		d.pending = append(d.pending, ch)
-	case d.watch == nil && !d.noWatch:
-		d.early = append(d.early, earlyChange{w: w, ch: ch}) // register is waiting for w's answer
+	if d.watch == w || d.registering == w {
+		d.pending = append(d.pending, topicChange{added: filterTopics(d.pat, added), deleted: deleted})
 	}
 	d.mu.Unlock()
 	d.signal()
@@ -203,6 +194,9 @@ func (d *discovery) watchUpdate(w *topicWatch, added, deleted []string, hash str
 
 func (d *discovery) watchLost(w *topicWatch, reason error) {
 	d.mu.Lock()
+	if d.registering == w {
+		d.lostEarly = true
+	}
 	lost := d.watch == w
 	if lost {
 		d.watch = nil
@@ -281,10 +275,16 @@ func (d *discovery) register(again bool) bool {
 	defer cancel()
 	ctx, cancelOp := context.WithTimeout(ctx, d.c.client.opts.OperationTimeout)
 	defer cancelOp()
-	w, l, err := d.c.client.watchTopics(ctx, d, d.pat, d.hash)
+	w := &topicWatch{d: d, id: d.c.client.watcherID.Add(1)}
 	d.mu.Lock()
-	early := d.early
-	d.early = nil
+	d.registering, d.lostEarly = w, false
+	d.mu.Unlock()
+	l, err := d.c.client.watchTopics(ctx, w, d.pat, d.hash)
+	d.mu.Lock()
+	if err == nil && d.lostEarly {
+		err = fmt.Errorf("the watcher's connection closed as it registered: %w", ErrConnectionClosed)
+	}
+	d.registering, d.lostEarly = nil, false
 	d.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, errNoWatchers) || errors.Is(err, ErrTopicListRefused) {
@@ -307,13 +307,7 @@ func (d *discovery) register(again bool) bool {
 		return true
 	}
 	d.watch, d.state = w, DiscoveryWatching
-	for _, e := range early {
-		if e.w == w {
-			d.pending = append(d.pending, e.ch)
-		}
-	}
 	d.mu.Unlock()
-	d.signal()
 	if l.changed {
 		_ = d.reconcile(ctx, l, !d.c.opts.NewTopicsLatest)
 	}

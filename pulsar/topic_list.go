@@ -105,20 +105,20 @@ func (w *topicWatch) HandleTopicUpdate(u *pb.CommandWatchTopicUpdate) {
 
 func (w *topicWatch) HandleClose(reason error) { w.d.watchLost(w, reason) }
 
-// watchTopics registers a watcher for pat's topics on the service URL's broker; it
-// returns the list the broker matched when it registered. errNoWatchers: the broker
+// watchTopics registers w (its id and discovery set) as a watcher for pat's topics on
+// the service URL's broker; it returns the list the broker matched when it registered. errNoWatchers: the broker
 // does not offer watchers (enableBrokerSideSubscriptionPatternEvaluation=false).
-func (c *Client) watchTopics(ctx context.Context, d *discovery, pat *TopicsPattern, hash string) (*topicWatch, topicList, error) {
+func (c *Client) watchTopics(ctx context.Context, w *topicWatch, pat *TopicsPattern, hash string) (topicList, error) {
 	cn, err := c.serviceConn(ctx)
 	if err != nil {
-		return nil, topicList{}, err
+		return topicList{}, err
 	}
 	if !cn.SupportsTopicWatchers() {
-		return nil, topicList{}, errNoWatchers
+		return topicList{}, errNoWatchers
 	}
-	w := &topicWatch{d: d, id: c.watcherID.Add(1), cn: cn}
+	w.cn = cn
 	if err := cn.AddTopicWatcher(w.id, w); err != nil {
-		return nil, topicList{}, err
+		return topicList{}, err
 	}
 	id := c.nextRequestID()
 	req := &pb.CommandWatchTopicList{
@@ -134,15 +134,15 @@ func (c *Client) watchTopics(ctx context.Context, d *discovery, pat *TopicsPatte
 	}
 	if err != nil {
 		cn.RemoveTopicWatcher(w.id)
-		return nil, topicList{}, topicListError("watching the topics of namespace", pat, err)
+		return topicList{}, topicListError("watching the topics of namespace", pat, err)
 	}
 	s := resp.GetWatchTopicListSuccess()
 	if hash != "" && s.GetTopicsHash() == hash {
 		// The list is still the one hash stands for: the broker leaves it out.
-		return w, topicList{hash: hash}, nil
+		return topicList{hash: hash}, nil
 	}
 	l := topicList{topics: filterTopics(pat, s.GetTopic()), hash: s.GetTopicsHash(), changed: true}
-	return w, l, nil
+	return l, nil
 }
 
 // close ends the watcher on the broker (best effort: a lost connection ended it).
