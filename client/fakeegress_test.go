@@ -25,8 +25,10 @@ type fakeEgress struct {
 	// cutOnceAcked messages are acknowledged.
 	cutAfter     func(n int) int
 	cutOnceAcked int
-	// endClean: response n ends cleanly after its records (a drained bridge, an ended topic).
+	// endClean: response n ends cleanly after its records (a drained bridge).
 	endClean func(n int) bool
+	// endOfTopic: response n ends cleanly after its records with Stream-End: end-of-topic.
+	endOfTopic func(n int) bool
 	// trailer: response n ends cleanly after its records with this Stream-Error ("": kept
 	// open, or cut).
 	trailer func(n int) string
@@ -92,9 +94,7 @@ func (f *fakeEgress) serveStream(w http.ResponseWriter, r *http.Request) {
 	if f.trailer != nil {
 		trailer = f.trailer(n)
 	}
-	if trailer != "" {
-		w.Header().Set("Trailer", "Stream-Error")
-	}
+	w.Header().Set("Trailer", "Stream-End, Stream-Error") // as the bridge declares them
 	w.Header().Set("Content-Type", "application/recordio")
 	w.Header().Set("Stream-Id", id)
 	http.SetCookie(w, &http.Cookie{Name: "REPLICA", Value: "r-" + id}) // a load balancer's affinity
@@ -128,6 +128,10 @@ func (f *fakeEgress) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	if trailer != "" {
 		w.Header().Set("Stream-Error", trailer)
+		return
+	}
+	if f.endOfTopic != nil && f.endOfTopic(n) {
+		w.Header().Set("Stream-End", "end-of-topic")
 		return
 	}
 	if f.endClean != nil && f.endClean(n) {

@@ -207,10 +207,13 @@ func (s *Subscriber) stop(err error) {
 	s.mu.Unlock()
 }
 
+// errEndOfTopic: the response ended with the trailer Stream-End: end-of-topic.
+var errEndOfTopic = errors.New("the topic was terminated and everything in it delivered")
+
 // run reads one response after another.
 func (s *Subscriber) run() {
 	defer close(s.done)
-	attempt, emptyEnds := 0, 0
+	attempt := 0
 	for {
 		delivered, cause, wait, fatal := s.read()
 		if fatal != nil {
@@ -220,15 +223,13 @@ func (s *Subscriber) run() {
 		if delivered > 0 {
 			attempt = 0
 		}
-		if cause == nil && delivered == 0 {
-			// A clean end without a record: the bridge drained, or the topic was
-			// terminated and delivered. Two in a row are the topic's end.
-			if emptyEnds++; emptyEnds >= 2 {
+		if errors.Is(cause, errEndOfTopic) {
+			if delivered == 0 {
+				// Terminated, and nothing was left to deliver (a response that did
+				// deliver may leave messages unacknowledged to come again).
 				s.stop(io.EOF)
 				return
 			}
-		} else {
-			emptyEnds = 0
 		}
 		if cause == nil {
 			cause = errors.New("the response ended")
@@ -300,6 +301,11 @@ func (s *Subscriber) read() (delivered int64, cause error, wait time.Duration, f
 				if msg := resp.Trailer.Get("Stream-Error"); msg != "" {
 					return delivered, fmt.Errorf("the stream ended: %s", msg), 0, nil
 				}
+				if resp.Trailer.Get("Stream-End") == "end-of-topic" {
+					return delivered, errEndOfTopic, 0, nil
+				}
+				// A clean end without either trailer: the bridge drained (a restart, a
+				// reload); never the topic's end.
 				return delivered, nil, 0, nil
 			}
 			return delivered, fmt.Errorf("reading the stream: %w", err), 0, nil

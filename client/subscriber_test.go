@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,7 +165,7 @@ func TestSubscriberReconnectsAfterAStreamErrorAndStopsAtTheTopicsEnd(t *testing.
 // without a record are the end of a terminated topic: io.EOF.
 func TestSubscriberEndsWithEOFAtTheEndOfATerminatedTopic(t *testing.T) {
 	f := newFakeEgress(t, 3)
-	f.endClean = func(int) bool { return true }
+	f.endOfTopic = func(int) bool { return true }
 	s := newSubscriber(t, client.SubscriberOptions{URL: f.url(), Ack: client.AckClient, Envelope: "json"})
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -185,6 +186,29 @@ func TestSubscriberEndsWithEOFAtTheEndOfATerminatedTopic(t *testing.T) {
 		}
 	}
 	f.ackedOnce(t)
+}
+
+// A bridge that drains ends its responses cleanly without Stream-End: an idle stream
+// through a rolling restart sees several such ends in a row, and they are reconnections,
+// never the topic's end.
+func TestSubscriberTakesCleanEndsWithoutStreamEndForDrains(t *testing.T) {
+	f := newFakeEgress(t, 0)
+	f.endClean = func(int) bool { return true }
+	var mu sync.Mutex
+	reconnects := 0
+	s := newSubscriber(t, client.SubscriberOptions{URL: f.url(), Ack: client.AckClient, Envelope: "json",
+		Backoff:     client.Backoff{Initial: time.Millisecond, Max: 5 * time.Millisecond},
+		OnReconnect: func(error, time.Duration) { mu.Lock(); reconnects++; mu.Unlock() }})
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := s.Next(ctx)
+	mu.Lock()
+	n := reconnects
+	mu.Unlock()
+	if !errors.Is(err, context.DeadlineExceeded) || n < 3 {
+		t.Fatalf("Next after %d clean ends without Stream-End: %v; want it still waiting (context deadline)", n, err)
+	}
 }
 
 // A refusal that retrying cannot change (404, 400, 406, 401) ends Next with it.

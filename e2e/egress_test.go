@@ -520,3 +520,51 @@ func TestEgressEndsWithStreamErrorWhenTheTopicIsDeleted(t *testing.T) {
 	}
 	t.Logf("deleted topic: the stream ended with Stream-Error %q; a new request: %s %s", resp.Trailer.Get("Stream-Error"), again.Status, body)
 }
+
+// TestEgressSaysEndOfTopicAndNothingElseDoes: a terminated topic's stream delivers what
+// the topic holds and ends with Stream-End: end-of-topic; a bridge draining (SIGTERM) ends
+// an idle stream cleanly without it, so a client can tell a rolling restart from the
+// topic's end.
+func TestEgressSaysEndOfTopicAndNothingElseDoes(t *testing.T) {
+	b := broker.Get(t)
+	ns := b.Namespace(t, "egress-end")
+	ended, idle := "persistent://"+ns+"/ended", "persistent://"+ns+"/idle"
+	publishOfficial(t, b, ended, 3, 1, 0)
+	b.MustAdmin(t, http.MethodPut, "/admin/v2/persistent/"+ns+"/idle", nil)
+	b.MustAdmin(t, http.MethodPost, "/admin/v2/persistent/"+ns+"/ended/terminate", nil)
+	p := startBridge(t, fmt.Sprintf("pulsar:\n  url: %s\nstreams:\n  - name: ended\n    topics: [%s]\n    position: earliest\n  - name: idle\n    topics: [%s]\n    position: earliest\n", b.URL, ended, idle))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp := egressGet(t, ctx, p.DataURL+"/v1/streams/ended", nil)
+	defer resp.Body.Close()
+	rd := recordio.NewReader(resp.Body)
+	n := 0
+	for {
+		_, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if got := resp.Trailer.Get("Stream-End"); n != 3 || got != "end-of-topic" {
+		t.Fatalf("terminated topic: %d records, Stream-End %q; want 3 and end-of-topic", n, got)
+	}
+	idleResp := egressGet(t, ctx, p.DataURL+"/v1/streams/idle", nil)
+	defer idleResp.Body.Close()
+	if _, declared := idleResp.Trailer["Stream-End"]; idleResp.StatusCode != 200 || !declared {
+		t.Fatalf("%s, trailers declared %v", idleResp.Status, idleResp.Trailer)
+	}
+	if err, _ := p.terminate(30 * time.Second); err != nil {
+		t.Logf("bridge exit: %v", err)
+	}
+	if rec, err := recordio.NewReader(idleResp.Body).Next(); err != io.EOF {
+		t.Fatalf("idle stream of a draining bridge: %q, %v; want a clean end", rec, err)
+	}
+	if got := idleResp.Trailer.Get("Stream-End"); got != "" {
+		t.Fatalf("a draining bridge ended an idle stream with Stream-End %q", got)
+	}
+	t.Logf("terminated topic: 3 records then Stream-End %q; drained: a clean end without it", resp.Trailer.Get("Stream-End"))
+}

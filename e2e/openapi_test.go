@@ -671,6 +671,7 @@ func openGet(t *testing.T, url string, h map[string]string, n int) *getStream {
 		declared = append(declared, k)
 	}
 	if len(declared) > 0 {
+		slices.Sort(declared)
 		resp.Header.Set("Trailer", strings.Join(declared, ", "))
 	}
 	var raw bytes.Buffer

@@ -200,7 +200,7 @@ func (st *stream) run() int64 {
 	h.Set("Content-Type", recordio.MediaRecordIO)
 	h.Set("Message-Content-Type", st.recordType)
 	h.Set("Stream-Id", st.id)
-	h.Set("Trailer", trailerStreamError)
+	h.Set("Trailer", trailerStreamEnd+", "+trailerStreamError)
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	res.WriteHeader(http.StatusOK)
@@ -413,6 +413,7 @@ func (st *stream) receive(ctx context.Context, w *loopWriter) (*Delivery, string
 	}
 	if errors.Is(rerr, ErrEndOfTopic) {
 		_ = w.send(true)
+		st.c.Response().Header().Set(trailerStreamEnd, streamEndOfTopic)
 		return nil, "end of topic"
 	}
 	if ctx.Err() == nil {
@@ -573,6 +574,12 @@ func (st *stream) failed(err error) {
 	st.srv.log.WarnContext(st.ctx, "egress stream ended: the consumer failed", "stream", st.def.Name, "streamId", st.id, "error", err.Error())
 }
 
-// trailerStreamError is the trailer that says why a stream ended early; a stream that
-// ends without it ended cleanly (the topic was terminated and drained) or was cut.
-const trailerStreamError = "Stream-Error"
+// trailerStreamError is the trailer that says why a stream ended early; trailerStreamEnd
+// says "end-of-topic" when the topic was terminated and everything in it delivered. A
+// response that ends with neither ended cleanly for another reason (the bridge drained)
+// and a client reconnects; one cut has no trailers at all.
+const (
+	trailerStreamError = "Stream-Error"
+	trailerStreamEnd   = "Stream-End"
+	streamEndOfTopic   = "end-of-topic"
+)
