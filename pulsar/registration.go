@@ -92,11 +92,13 @@ func transientRefusal(err error) bool {
 // maxRegistrationRaces times; a transient refusal is tried again after b's backoff
 // (each wait at most maxCreationWait), for as long as ctx leaves time for the wait.
 // When the deadline comes first, the error is the step's own (the last refusal), so
-// callers classify it as before; when ctx is cancelled or the client closes (closing)
+// callers classify it as before, also when the deadline cut the last attempt short (its
+// error then wraps the refusal before it); when ctx is cancelled or the client closes (closing)
 // during a wait, it is context.Canceled or ErrClientClosed, wrapping the last refusal.
 func creationRetry(ctx context.Context, closing <-chan struct{}, b Backoff, step func() error) error {
 	b = b.withDefaults()
 	races, refusals := 0, 0
+	var refused error // the last transient refusal
 	for {
 		err := step()
 		switch {
@@ -109,8 +111,14 @@ func creationRetry(ctx context.Context, closing <-chan struct{}, b Backoff, step
 			}
 			continue
 		case !transientRefusal(err):
+			if refused != nil && ctx.Err() != nil {
+				// The time ran out during this attempt (a dial cut by the deadline, say):
+				// what the broker said before is what the caller needs to hear.
+				return fmt.Errorf("%w (the broker's last answer before: %w)", err, refused)
+			}
 			return err
 		}
+		refused = err
 		wait := min(b.delay(refusals), maxCreationWait)
 		refusals++
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
