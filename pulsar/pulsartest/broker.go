@@ -338,14 +338,25 @@ func (b *Broker) SetMaxMessageSize(n int) { b.mu.Lock(); b.maxMessageSize = int3
 // HoldReceipts persists messages but withholds their receipts until released; releasing
 // sends the held receipts in order on their (possibly dead) connections.
 func (b *Broker) HoldReceipts(on bool) {
-	b.mu.Lock()
-	b.holdReceipts = on
-	held := b.held
-	if !on {
-		b.held = nil
+	if on {
+		b.mu.Lock()
+		b.holdReceipts = true
+		b.mu.Unlock()
+		return
 	}
-	b.mu.Unlock()
-	if !on {
+	// Release in order, as a broker answers one producer: receipts of SENDs that arrive
+	// while the held ones are replayed are held too and replayed after them, never
+	// answered ahead of them.
+	for {
+		b.mu.Lock()
+		held := b.held
+		b.held = nil
+		if len(held) == 0 {
+			b.holdReceipts = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
 		for _, f := range held {
 			f()
 		}
