@@ -443,8 +443,19 @@ streams:
 	}
 	post := func(what string, ps ...int) {
 		body, _ := json.Marshal(ps)
-		if st, m := postAck(t, p.DataURL+"/v1/streams/out/"+what, sid, "application/json", body); st != 200 && (st != 400 || m["unknown"] == nil) {
-			t.Fatalf("POST %s %v: %d %v", what, ps, st, m)
+		// A 503 lists in notAcked what the broker did not confirm (its consumer was
+		// closed by the unload and is resubscribing): posted again, as the contract says.
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			st, m := postAck(t, p.DataURL+"/v1/streams/out/"+what, sid, "application/json", body)
+			if st == http.StatusServiceUnavailable && m["notAcked"] != nil && time.Now().Before(deadline) {
+				body, _ = json.Marshal(m["notAcked"])
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			if st != 200 && (st != 400 || m["unknown"] == nil) {
+				t.Fatalf("POST %s %v: %d %v", what, ps, st, m)
+			}
+			return
 		}
 	}
 	post("ack", next())
