@@ -46,10 +46,8 @@ func (c *ingressClient) runPackage(ctx context.Context, stop <-chan struct{}) {
 			if _, again := c.receipted[id]; !again {
 				c.receipted[id] = r.MessageID
 			}
-			now := time.Now().UnixNano()
-			c.receipts = append(c.receipts, receiptTimes{sent: sentAt[r.Sequence], got: now})
+			c.noteReceiptLocked(sentAt[r.Sequence], time.Now().UnixNano())
 			delete(sentAt, r.Sequence)
-			c.lastOK.Store(now)
 		},
 		OnRetry: func(next uint64, cause error, _ time.Duration) {
 			msg := cause.Error()
