@@ -19,7 +19,7 @@ run() { # run NAME ARGS...: one benchmark, its output kept for the table
 }
 run producer -rounds "${ROUNDS:-5}"
 run consumer -rounds "${ROUNDS:-2}"
-run ingress -bin "$bin" -rounds "${ROUNDS:-5}"
+run ingress -bin "$bin" -rounds "${ROUNDS:-5}" -n "${INGRESS_RECORDS:-200000}"
 run named -bin "$bin" -rounds "${ROUNDS:-3}"
 run egress -bin "$bin" -rounds "${ROUNDS:-3}"
 run latency -bin "$bin" -rounds 1 -duration "${LATENCY_DURATION:-20s}"
