@@ -618,142 +618,26 @@ func (c *serverConn) refused(f *frame.Frame) bool {
 	return c.answerError(f, code, "injected by pulsartest")
 }
 
+// handle answers one command, each family in its own method.
 func (c *serverConn) handle(f *frame.Frame) {
 	cmd := f.Cmd
-	b := c.b
 	switch cmd.GetType() {
 	case pb.BaseCommand_CONNECT:
-		cc := cmd.GetConnect()
-		b.mu.Lock()
-		max, token, check, watchers := b.maxMessageSize, b.token, b.authCheck, b.topicWatchers
-		if cc.ProxyToBrokerUrl != nil {
-			b.proxyTargets = append(b.proxyTargets, cc.GetProxyToBrokerUrl())
-		}
-		b.connectAuth = append(b.connectAuth, Credentials{cc.GetAuthMethodName(), string(cc.GetAuthData())})
-		b.mu.Unlock()
-		if check != nil {
-			if err := check(cc.GetAuthMethodName(), cc.GetAuthData()); err != nil {
-				c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
-					Error: pb.ServerError_AuthenticationError.Enum(), Message: proto.String(err.Error())}})
-				c.nc.Close()
-				return
-			}
-		}
-		if token != "" && (cc.GetAuthMethodName() != "token" || string(cc.GetAuthData()) != token) {
-			c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
-				Error: pb.ServerError_AuthenticationError.Enum(), Message: proto.String("pulsartest: bad or missing token")}})
-			c.nc.Close()
-			return
-		}
-		c.write(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
-			ServerVersion: proto.String("pulsartest"), ProtocolVersion: proto.Int32(20), MaxMessageSize: proto.Int32(max),
-			FeatureFlags: &pb.FeatureFlags{SupportsTopicWatchers: proto.Bool(watchers)}}})
+		c.connect(cmd.GetConnect())
 	case pb.BaseCommand_PING:
-		b.mu.Lock()
-		ignore := b.ignorePings
-		b.mu.Unlock()
-		if !ignore {
-			c.write(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
-		}
+		c.ping()
 	case pb.BaseCommand_PARTITIONED_METADATA:
-		r := cmd.GetPartitionMetadata()
-		b.mu.Lock()
-		n := b.partitions[r.GetTopic()]
-		b.mu.Unlock()
-		c.write(&pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA_RESPONSE.Enum(), PartitionMetadataResponse: &pb.CommandPartitionedTopicMetadataResponse{
-			RequestId: proto.Uint64(r.GetRequestId()), Partitions: proto.Uint32(uint32(n)), Response: pb.CommandPartitionedTopicMetadataResponse_Success.Enum()}})
+		c.partitionedMetadata(cmd.GetPartitionMetadata())
 	case pb.BaseCommand_AUTH_RESPONSE:
-		data := string(cmd.GetAuthResponse().GetResponse().GetAuthData())
-		b.mu.Lock()
-		b.authResponses = append(b.authResponses, data)
-		token, check := b.token, b.authCheck
-		b.mu.Unlock()
-		if (token != "" && data != token) || (check != nil && check(cmd.GetAuthResponse().GetResponse().GetAuthMethodName(), []byte(data)) != nil) {
-			c.nc.Close()
-		}
+		c.authResponse(cmd.GetAuthResponse())
 	case pb.BaseCommand_LOOKUP:
-		r := cmd.GetLookupTopic()
-		b.mu.Lock()
-		rd, ok := b.redirects[r.GetTopic()]
-		b.mu.Unlock()
-		if ok {
-			resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(r.GetRequestId()), BrokerServiceUrl: proto.String(rd.url),
-				BrokerServiceUrlTls: proto.String(rd.url), Authoritative: proto.Bool(true), Response: pb.CommandLookupTopicResponse_Redirect.Enum()}
-			if rd.proxy {
-				resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
-				resp.ProxyThroughServiceUrl = proto.Bool(true)
-			}
-			c.write(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
-			return
-		}
-		c.write(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: &pb.CommandLookupTopicResponse{
-			RequestId: proto.Uint64(r.GetRequestId()), Response: pb.CommandLookupTopicResponse_Connect.Enum(),
-			BrokerServiceUrl: proto.String(b.URL()), BrokerServiceUrlTls: proto.String(b.URL()), Authoritative: proto.Bool(true)}})
+		c.lookup(cmd.GetLookupTopic())
 	case pb.BaseCommand_PRODUCER:
-		r := cmd.GetProducer()
-		b.mu.Lock()
-		name := r.GetProducerName()
-		if name == "" {
-			b.producerSeq++
-			name = fmt.Sprintf("pulsartest-%d", b.producerSeq)
-		}
-		topicEpoch, code, msg, fence := b.accessLocked(c, r, name)
-		if code == nil && b.uniqueNames && b.nameBusyLocked(r.GetTopic(), name) {
-			code, msg = pb.ServerError_ProducerBusy.Enum(), "Producer with name '"+name+"' is already connected to topic"
-		}
-		if code != nil {
-			b.mu.Unlock()
-			fence()
-			c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{RequestId: proto.Uint64(r.GetRequestId()),
-				Error: code, Message: proto.String(msg)}})
-			return
-		}
-		version, refusal := b.checkSchemaLocked(r.GetTopic(), r.GetSchema())
-		if refusal != "" {
-			b.mu.Unlock()
-			c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{RequestId: proto.Uint64(r.GetRequestId()),
-				Error: pb.ServerError_IncompatibleSchema.Enum(), Message: proto.String(refusal)}})
-			return
-		}
-		c.producers[r.GetProducerId()] = r.GetTopic()
-		c.names[r.GetProducerId()] = name
-		last := int64(-1)
-		if h, ok := b.highest[dedupKey(r.GetTopic(), name)]; ok && b.dedup {
-			last = int64(h)
-		}
-		if b.lostProducerOK > 0 {
-			b.lostProducerOK--
-			b.mu.Unlock()
-			fence()
-			return
-		}
-		b.mu.Unlock()
-		fence()
-		c.write(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
-			RequestId: proto.Uint64(r.GetRequestId()), ProducerName: proto.String(name), LastSequenceId: proto.Int64(last), SchemaVersion: version, TopicEpoch: topicEpoch}})
+		c.producer(cmd.GetProducer())
 	case pb.BaseCommand_GET_SCHEMA:
-		r := cmd.GetGetSchema()
-		b.mu.Lock()
-		list := b.schemas[r.GetTopic()]
-		b.mu.Unlock()
-		resp := &pb.CommandGetSchemaResponse{RequestId: proto.Uint64(r.GetRequestId())}
-		v := len(list)
-		if len(r.GetSchemaVersion()) == 8 {
-			v = int(binary.BigEndian.Uint64(r.GetSchemaVersion()))
-		}
-		if v < 1 || v > len(list) {
-			resp.ErrorCode, resp.ErrorMessage = pb.ServerError_TopicNotFound.Enum(), proto.String("No schema found for topic "+r.GetTopic())
-		} else {
-			resp.Schema, resp.SchemaVersion = list[v-1], schemaVersion(v)
-		}
-		c.write(&pb.BaseCommand{Type: pb.BaseCommand_GET_SCHEMA_RESPONSE.Enum(), GetSchemaResponse: resp})
+		c.getSchema(cmd.GetGetSchema())
 	case pb.BaseCommand_CLOSE_PRODUCER:
-		r := cmd.GetCloseProducer()
-		b.mu.Lock()
-		delete(c.producers, r.GetProducerId())
-		delete(c.names, r.GetProducerId())
-		b.mu.Unlock()
-		c.write(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{RequestId: proto.Uint64(r.GetRequestId())}})
+		c.closeProducer(cmd.GetCloseProducer())
 	case pb.BaseCommand_SEND:
 		c.send(f)
 	case pb.BaseCommand_SUBSCRIBE:
@@ -775,6 +659,164 @@ func (c *serverConn) handle(f *frame.Frame) {
 	case pb.BaseCommand_WATCH_TOPIC_LIST_CLOSE:
 		c.closeWatcher(cmd.GetWatchTopicListClose())
 	}
+}
+
+// connect is the handshake: it checks the credentials and answers CONNECTED, or ERROR and a close.
+func (c *serverConn) connect(cc *pb.CommandConnect) {
+	b := c.b
+	b.mu.Lock()
+	max, token, check, watchers := b.maxMessageSize, b.token, b.authCheck, b.topicWatchers
+	if cc.ProxyToBrokerUrl != nil {
+		b.proxyTargets = append(b.proxyTargets, cc.GetProxyToBrokerUrl())
+	}
+	b.connectAuth = append(b.connectAuth, Credentials{cc.GetAuthMethodName(), string(cc.GetAuthData())})
+	b.mu.Unlock()
+	if check != nil {
+		if err := check(cc.GetAuthMethodName(), cc.GetAuthData()); err != nil {
+			c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+				Error: pb.ServerError_AuthenticationError.Enum(), Message: proto.String(err.Error())}})
+			c.nc.Close()
+			return
+		}
+	}
+	if token != "" && (cc.GetAuthMethodName() != "token" || string(cc.GetAuthData()) != token) {
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+			Error: pb.ServerError_AuthenticationError.Enum(), Message: proto.String("pulsartest: bad or missing token")}})
+		c.nc.Close()
+		return
+	}
+	c.write(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
+		ServerVersion: proto.String("pulsartest"), ProtocolVersion: proto.Int32(20), MaxMessageSize: proto.Int32(max),
+		FeatureFlags: &pb.FeatureFlags{SupportsTopicWatchers: proto.Bool(watchers)}}})
+}
+
+// ping answers PING unless SetIgnorePings.
+func (c *serverConn) ping() {
+	b := c.b
+	b.mu.Lock()
+	ignore := b.ignorePings
+	b.mu.Unlock()
+	if !ignore {
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
+	}
+}
+
+// partitionedMetadata answers with the partitions SetPartitions gave the topic.
+func (c *serverConn) partitionedMetadata(r *pb.CommandPartitionedTopicMetadata) {
+	b := c.b
+	b.mu.Lock()
+	n := b.partitions[r.GetTopic()]
+	b.mu.Unlock()
+	c.write(&pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA_RESPONSE.Enum(), PartitionMetadataResponse: &pb.CommandPartitionedTopicMetadataResponse{
+		RequestId: proto.Uint64(r.GetRequestId()), Partitions: proto.Uint32(uint32(n)), Response: pb.CommandPartitionedTopicMetadataResponse_Success.Enum()}})
+}
+
+// authResponse records the credentials and closes the connection if they are refused.
+func (c *serverConn) authResponse(r *pb.CommandAuthResponse) {
+	b := c.b
+	data := string(r.GetResponse().GetAuthData())
+	b.mu.Lock()
+	b.authResponses = append(b.authResponses, data)
+	token, check := b.token, b.authCheck
+	b.mu.Unlock()
+	if (token != "" && data != token) || (check != nil && check(r.GetResponse().GetAuthMethodName(), []byte(data)) != nil) {
+		c.nc.Close()
+	}
+}
+
+// lookup answers with this broker, or the Redirect given for the topic.
+func (c *serverConn) lookup(r *pb.CommandLookupTopic) {
+	b := c.b
+	b.mu.Lock()
+	rd, ok := b.redirects[r.GetTopic()]
+	b.mu.Unlock()
+	if ok {
+		resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(r.GetRequestId()), BrokerServiceUrl: proto.String(rd.url),
+			BrokerServiceUrlTls: proto.String(rd.url), Authoritative: proto.Bool(true), Response: pb.CommandLookupTopicResponse_Redirect.Enum()}
+		if rd.proxy {
+			resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
+			resp.ProxyThroughServiceUrl = proto.Bool(true)
+		}
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
+		return
+	}
+	c.write(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: &pb.CommandLookupTopicResponse{
+		RequestId: proto.Uint64(r.GetRequestId()), Response: pb.CommandLookupTopicResponse_Connect.Enum(),
+		BrokerServiceUrl: proto.String(b.URL()), BrokerServiceUrlTls: proto.String(b.URL()), Authoritative: proto.Bool(true)}})
+}
+
+// producer registers a producer, applying its access mode, name and schema checks.
+func (c *serverConn) producer(r *pb.CommandProducer) {
+	b := c.b
+	b.mu.Lock()
+	name := r.GetProducerName()
+	if name == "" {
+		b.producerSeq++
+		name = fmt.Sprintf("pulsartest-%d", b.producerSeq)
+	}
+	topicEpoch, code, msg, fence := b.accessLocked(c, r, name)
+	if code == nil && b.uniqueNames && b.nameBusyLocked(r.GetTopic(), name) {
+		code, msg = pb.ServerError_ProducerBusy.Enum(), "Producer with name '"+name+"' is already connected to topic"
+	}
+	if code != nil {
+		b.mu.Unlock()
+		fence()
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{RequestId: proto.Uint64(r.GetRequestId()),
+			Error: code, Message: proto.String(msg)}})
+		return
+	}
+	version, refusal := b.checkSchemaLocked(r.GetTopic(), r.GetSchema())
+	if refusal != "" {
+		b.mu.Unlock()
+		c.write(&pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{RequestId: proto.Uint64(r.GetRequestId()),
+			Error: pb.ServerError_IncompatibleSchema.Enum(), Message: proto.String(refusal)}})
+		return
+	}
+	c.producers[r.GetProducerId()] = r.GetTopic()
+	c.names[r.GetProducerId()] = name
+	last := int64(-1)
+	if h, ok := b.highest[dedupKey(r.GetTopic(), name)]; ok && b.dedup {
+		last = int64(h)
+	}
+	if b.lostProducerOK > 0 {
+		b.lostProducerOK--
+		b.mu.Unlock()
+		fence()
+		return
+	}
+	b.mu.Unlock()
+	fence()
+	c.write(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER_SUCCESS.Enum(), ProducerSuccess: &pb.CommandProducerSuccess{
+		RequestId: proto.Uint64(r.GetRequestId()), ProducerName: proto.String(name), LastSequenceId: proto.Int64(last), SchemaVersion: version, TopicEpoch: topicEpoch}})
+}
+
+// getSchema answers with the topic's schema of the version asked for, or the latest.
+func (c *serverConn) getSchema(r *pb.CommandGetSchema) {
+	b := c.b
+	b.mu.Lock()
+	list := b.schemas[r.GetTopic()]
+	b.mu.Unlock()
+	resp := &pb.CommandGetSchemaResponse{RequestId: proto.Uint64(r.GetRequestId())}
+	v := len(list)
+	if len(r.GetSchemaVersion()) == 8 {
+		v = int(binary.BigEndian.Uint64(r.GetSchemaVersion()))
+	}
+	if v < 1 || v > len(list) {
+		resp.ErrorCode, resp.ErrorMessage = pb.ServerError_TopicNotFound.Enum(), proto.String("No schema found for topic "+r.GetTopic())
+	} else {
+		resp.Schema, resp.SchemaVersion = list[v-1], schemaVersion(v)
+	}
+	c.write(&pb.BaseCommand{Type: pb.BaseCommand_GET_SCHEMA_RESPONSE.Enum(), GetSchemaResponse: resp})
+}
+
+// closeProducer unregisters a producer.
+func (c *serverConn) closeProducer(r *pb.CommandCloseProducer) {
+	b := c.b
+	b.mu.Lock()
+	delete(c.producers, r.GetProducerId())
+	delete(c.names, r.GetProducerId())
+	b.mu.Unlock()
+	c.write(&pb.BaseCommand{Type: pb.BaseCommand_SUCCESS.Enum(), Success: &pb.CommandSuccess{RequestId: proto.Uint64(r.GetRequestId())}})
 }
 
 func (c *serverConn) send(f *frame.Frame) {
@@ -941,7 +983,6 @@ func (b *Broker) nameBusyLocked(topic, name string) bool {
 	return false
 }
 
-// dedupKey keys deduplication state, per topic (partition) and producer name, as the broker does.
 // EnforceSchemas makes a topic with a schema refuse producers that declare none, as a
 // namespace with schemaValidationEnforced does.
 func (b *Broker) EnforceSchemas(on bool) { b.mu.Lock(); b.enforceSchemas = on; b.mu.Unlock() }
@@ -982,6 +1023,7 @@ func (b *Broker) checkSchemaLocked(topic string, s *pb.Schema) ([]byte, string) 
 
 func schemaVersion(v int) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
 
+// dedupKey keys deduplication state, per topic (partition) and producer name, as the broker does.
 func dedupKey(topic, producer string) string { return topic + "\x00" + producer }
 
 func decodeMessages(topic string, md *pb.MessageMetadata, payload []byte, ledger, entry uint64) []Message {
