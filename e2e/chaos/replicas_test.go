@@ -422,11 +422,7 @@ func (m *mixed) finish(t *testing.T) verdict {
 		}
 		ec.mu.Unlock()
 	}
-	var b strings.Builder
-	for _, k := range sortedKeys(fails) {
-		fmt.Fprintf(&b, "  %6d× %s\n", fails[k], k)
-	}
-	v.ackFails = b.String()
+	v.ackFails = countLines(fails)
 	m.ecancel()
 	m.ewg.Wait()
 	return v
