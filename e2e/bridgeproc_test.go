@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 	"github.com/recordio-bridge/bridge/recordio"
 )
 
@@ -64,27 +65,10 @@ type bridgeProc struct {
 	Config  string // path given to -config
 	DataURL string // http://127.0.0.1:port
 	OpsURL  string
-	logs    *syncBuffer
+	logs    *logbuf.Buffer
 	exited  chan struct{}
 	exitErr error
 	gen     int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startBridge runs the binary with cfg (YAML without the listen section, which is
@@ -111,7 +95,7 @@ func launchBridge(t testing.TB, cfg string, env []string) *bridgeProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &bridgeProc{t: t, dir: t.TempDir(), logs: &syncBuffer{}, exited: make(chan struct{}),
+	p := &bridgeProc{t: t, dir: t.TempDir(), logs: &logbuf.Buffer{}, exited: make(chan struct{}),
 		DataURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
 	p.Config = filepath.Join(p.dir, "config.yaml")
 	p.write(cfg)

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 )
 
 var (
@@ -49,23 +50,6 @@ func bridgeBin(t testing.TB) string {
 	return binPath
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // bridge is the bridge binary run on fixed ports, so it can be killed and started again
 // where its clients expect it.
 type bridge struct {
@@ -74,7 +58,7 @@ type bridge struct {
 	config      string
 	DataURL     string
 	OpsURL      string
-	logs        *lockedBuffer
+	logs        *logbuf.Buffer
 	mu          sync.Mutex
 	cmd         *exec.Cmd
 	exited      chan struct{}
@@ -91,7 +75,7 @@ func startBridge(t testing.TB, cfg string) *bridge {
 func startBridgeReady(t testing.TB, cfg string, readyWithin time.Duration) *bridge {
 	t.Helper()
 	data, ops := freePort(t), freePort(t)
-	b := &bridge{t: t, readyWithin: readyWithin, config: filepath.Join(t.TempDir(), "config.yaml"), logs: &lockedBuffer{},
+	b := &bridge{t: t, readyWithin: readyWithin, config: filepath.Join(t.TempDir(), "config.yaml"), logs: &logbuf.Buffer{},
 		DataURL: fmt.Sprintf("http://127.0.0.1:%d", data), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", ops)}
 	full := fmt.Sprintf("listen:\n  data: 127.0.0.1:%d\n  ops: 127.0.0.1:%d\n  pprof: true\nmemory:\n  limit: %s\n%s", data, ops, memoryLimitYAML, cfg)
 	if err := os.WriteFile(b.config, []byte(full), 0o600); err != nil {
