@@ -12,47 +12,20 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/recordio-bridge/bridge/e2e/bridgebin"
 	"github.com/recordio-bridge/bridge/e2e/broker"
 	"github.com/recordio-bridge/bridge/internal/logbuf"
 	"github.com/recordio-bridge/bridge/recordio"
 )
 
-// bridgeBin is the binary under test: BRIDGE_BIN (make e2e builds it), or one built here.
-var (
-	bridgeBinOnce sync.Once
-	bridgeBinPath string
-	bridgeBinErr  error
-)
-
+// bridgeBin is the binary under test (bridgebin.Path).
 func bridgeBin(t testing.TB) string {
 	t.Helper()
-	bridgeBinOnce.Do(func() {
-		if p := os.Getenv("BRIDGE_BIN"); p != "" {
-			bridgeBinPath = p
-			return
-		}
-		dir, err := os.MkdirTemp("", "bridge-bin")
-		if err != nil {
-			bridgeBinErr = err
-			return
-		}
-		bridgeBinPath = filepath.Join(dir, "bridge")
-		cmd := exec.Command("go", "build", "-o", bridgeBinPath, "./cmd/bridge")
-		cmd.Dir = ".."
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			bridgeBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if bridgeBinErr != nil {
-		t.Fatal(bridgeBinErr)
-	}
-	return bridgeBinPath
+	return bridgebin.Path(t, "..")
 }
 
 // bridgeProc is a running bridge binary. Its configuration lives the way Kubernetes

@@ -14,40 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordio-bridge/bridge/e2e/bridgebin"
 	"github.com/recordio-bridge/bridge/internal/logbuf"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// bridgeBin is the binary under test: BRIDGE_BIN (make builds it), or one built here.
+// bridgeBin is the binary under test (bridgebin.Path).
 func bridgeBin(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		if p := os.Getenv("BRIDGE_BIN"); p != "" {
-			binPath = p
-			return
-		}
-		dir, err := os.MkdirTemp("", "bridge-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "bridge")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/bridge")
-		cmd.Dir = filepath.Join("..", "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return bridgebin.Path(t, filepath.Join("..", ".."))
 }
 
 // bridge is the bridge binary run on fixed ports, so it can be killed and started again
