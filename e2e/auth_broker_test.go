@@ -3,19 +3,13 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +22,7 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/internal/certtest"
 	"github.com/recordio-bridge/bridge/internal/oidctest"
 )
 
@@ -222,56 +217,14 @@ func TestAuthenticatedBroker(t *testing.T) {
 	})
 }
 
-// clientCert writes a client certificate for cn signed by the broker's CA and its key.
+// ca is the broker's CA, which issues the clients' certificates.
+func (ab *authBroker) ca(t *testing.T) *certtest.CA { return certtest.LoadCA(t, ab.caFile, ab.caKey) }
+
+// clientCert writes a client certificate for cn signed by the broker's CA, valid for a
+// day, and its key.
 func (ab *authBroker) clientCert(t *testing.T, cn string) (certFile, keyFile string) {
 	t.Helper()
-	caPEM, err := os.ReadFile(ab.caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := os.ReadFile(ab.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb, _ := pem.Decode(caPEM)
-	kb, _ := pem.Decode(keyPEM)
-	if cb == nil || kb == nil {
-		t.Fatal("the broker's CA files hold no PEM")
-	}
-	ca, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caKey, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
-	if err != nil {
-		if caKey, err = x509.ParsePKCS1PrivateKey(kb.Bytes); err != nil {
-			t.Fatal(err)
-		}
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
+	return ab.ca(t).IssueFiles(t, certtest.Leaf{CN: cn, NotAfter: time.Now().Add(24 * time.Hour)})
 }
 
 func testMutualTLS(t *testing.T, ab *authBroker, leaks *leakCheck) {

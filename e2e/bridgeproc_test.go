@@ -12,46 +12,20 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/recordio-bridge/bridge/e2e/bridgebin"
 	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 	"github.com/recordio-bridge/bridge/recordio"
 )
 
-// bridgeBin is the binary under test: BRIDGE_BIN (make e2e builds it), or one built here.
-var (
-	bridgeBinOnce sync.Once
-	bridgeBinPath string
-	bridgeBinErr  error
-)
-
+// bridgeBin is the binary under test (bridgebin.Path).
 func bridgeBin(t testing.TB) string {
 	t.Helper()
-	bridgeBinOnce.Do(func() {
-		if p := os.Getenv("BRIDGE_BIN"); p != "" {
-			bridgeBinPath = p
-			return
-		}
-		dir, err := os.MkdirTemp("", "bridge-bin")
-		if err != nil {
-			bridgeBinErr = err
-			return
-		}
-		bridgeBinPath = filepath.Join(dir, "bridge")
-		cmd := exec.Command("go", "build", "-o", bridgeBinPath, "./cmd/bridge")
-		cmd.Dir = ".."
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			bridgeBinErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if bridgeBinErr != nil {
-		t.Fatal(bridgeBinErr)
-	}
-	return bridgeBinPath
+	return bridgebin.Path(t, "..")
 }
 
 // bridgeProc is a running bridge binary. Its configuration lives the way Kubernetes
@@ -64,27 +38,10 @@ type bridgeProc struct {
 	Config  string // path given to -config
 	DataURL string // http://127.0.0.1:port
 	OpsURL  string
-	logs    *syncBuffer
+	logs    *logbuf.Buffer
 	exited  chan struct{}
 	exitErr error
 	gen     int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startBridge runs the binary with cfg (YAML without the listen section, which is
@@ -111,7 +68,7 @@ func launchBridge(t testing.TB, cfg string, env []string) *bridgeProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &bridgeProc{t: t, dir: t.TempDir(), logs: &syncBuffer{}, exited: make(chan struct{}),
+	p := &bridgeProc{t: t, dir: t.TempDir(), logs: &logbuf.Buffer{}, exited: make(chan struct{}),
 		DataURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
 	p.Config = filepath.Join(p.dir, "config.yaml")
 	p.write(cfg)

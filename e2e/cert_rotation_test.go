@@ -2,15 +2,8 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/http"
 	"net/url"
 	"os"
@@ -23,6 +16,7 @@ import (
 	official "github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/internal/certtest"
 	"github.com/recordio-bridge/bridge/pulsar"
 )
 
@@ -41,97 +35,11 @@ func certRotationScale() rotationScale {
 	return rotationScale{stream: 50 * time.Second, grace: 5 * time.Second}
 }
 
-// mountedSecret is a directory laid out as the kubelet mounts a Secret (cert-manager's
-// tls.crt, tls.key, ca.crt): each name a symlink to ..data/name, ..data a symlink to
-// the current generation's directory, swapped at once on renewal.
-type mountedSecret struct {
-	t   *testing.T
-	dir string
-	gen int
-}
-
-func newMountedSecret(t *testing.T, files map[string][]byte) *mountedSecret {
-	s := &mountedSecret{t: t, dir: t.TempDir()}
-	s.renew(files)
-	for name := range files {
-		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(s.dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return s
-}
-
-func (s *mountedSecret) path(name string) string { return filepath.Join(s.dir, name) }
-
-// renew writes a new generation and swaps ..data to it, removing the previous one.
-func (s *mountedSecret) renew(files map[string][]byte) {
-	s.t.Helper()
-	s.gen++
-	gen := fmt.Sprintf("..%s.%d", time.Now().UTC().Format("2006_01_02_15_04_05"), s.gen)
-	if err := os.Mkdir(filepath.Join(s.dir, gen), 0o700); err != nil {
-		s.t.Fatal(err)
-	}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(s.dir, gen, name), b, 0o600); err != nil {
-			s.t.Fatal(err)
-		}
-	}
-	old, _ := os.Readlink(filepath.Join(s.dir, "..data"))
-	tmp := filepath.Join(s.dir, "..data_tmp")
-	if err := os.Symlink(gen, tmp); err != nil {
-		s.t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, "..data")); err != nil {
-		s.t.Fatal(err)
-	}
-	if old != "" {
-		_ = os.RemoveAll(filepath.Join(s.dir, old))
-	}
-}
-
 // shortLivedClientCert issues a client certificate for cn by the broker's CA, valid
 // until notAfter, and returns it and its key in PEM.
 func (ab *authBroker) shortLivedClientCert(t *testing.T, cn string, notAfter time.Time) (certPEM, keyPEM []byte) {
 	t.Helper()
-	caPEM, err := os.ReadFile(ab.caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caKeyPEM, err := os.ReadFile(ab.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb, _ := pem.Decode(caPEM)
-	kb, _ := pem.Decode(caKeyPEM)
-	if cb == nil || kb == nil {
-		t.Fatal("the broker's CA files hold no PEM")
-	}
-	ca, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caKey, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
-	if err != nil {
-		if caKey, err = x509.ParsePKCS1PrivateKey(kb.Bytes); err != nil {
-			t.Fatal(err)
-		}
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: notAfter,
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
+	return ab.ca(t).Issue(t, certtest.Leaf{CN: cn, NotBefore: time.Now().Add(-time.Minute), NotAfter: notAfter})
 }
 
 // refusedByBroker reports whether the broker refuses a client presenting this pair
@@ -210,10 +118,10 @@ func testClientCertificateRotation(t *testing.T, ab *authBroker, leaks *leakChec
 	// Certificate i lasts until renewal i plus the grace; the last one a day.
 	c0, k0 := ab.shortLivedClientCert(t, role, renewals[0].Add(sc.grace))
 	leaks.secret("a client certificate's private key", string(k0))
-	vol := newMountedSecret(t, map[string][]byte{"tls.crt": c0, "tls.key": k0})
+	vol := certtest.NewSecretVolume(t, map[string][]byte{"tls.crt": c0, "tls.key": k0})
 	topic := "persistent://auth/allowed/" + broker.Name("rotated")
 	p := startBridge(t, fmt.Sprintf("pulsar:\n  url: %s\n  tls:\n    caFile: %s\n    certFile: %s\n    keyFile: %s\n    authenticate: true\n"+
-		"routes:\n  - name: r\n    default: {topic: %s}\n", ab.tlsURL, ab.caFile, vol.path("tls.crt"), vol.path("tls.key"), topic))
+		"routes:\n  - name: r\n    default: {topic: %s}\n", ab.tlsURL, ab.caFile, vol.Path("tls.crt"), vol.Path("tls.key"), topic))
 	defer func() { leaks.saw("the bridge's output", p.logs.String()) }()
 	u, err := url.Parse(ab.tlsURL)
 	if err != nil {
@@ -238,7 +146,7 @@ func testClientCertificateRotation(t *testing.T, ab *authBroker, leaks *leakChec
 		}
 		cert, key := ab.shortLivedClientCert(t, role, notAfter)
 		leaks.secret("a client certificate's private key", string(key))
-		vol.renew(map[string][]byte{"tls.crt": cert, "tls.key": key})
+		vol.Renew(map[string][]byte{"tls.crt": cert, "tls.key": key})
 		renewed := time.Now()
 		// The open connection keeps the old certificate until it expires; records flow.
 		publishUntil(at.Add(sc.grace + time.Second))

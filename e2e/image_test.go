@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 	"github.com/recordio-bridge/bridge/recordio"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -337,7 +338,7 @@ func sandboxRunFlags() []string {
 type container struct {
 	name    string
 	cmd     *exec.Cmd
-	logs    *syncBuffer
+	logs    *logbuf.Buffer
 	exited  chan struct{}
 	exitErr error
 	DataURL string
@@ -350,7 +351,7 @@ type container struct {
 func runImage(t *testing.T, img string, dataPort, opsPort int, volumes map[string]string, extra ...string) *container {
 	t.Helper()
 	dep := bridgeDeployment(t)
-	c := &container{name: broker.Name("bridge-image-test"), logs: &syncBuffer{}, exited: make(chan struct{}),
+	c := &container{name: broker.Name("bridge-image-test"), logs: &logbuf.Buffer{}, exited: make(chan struct{}),
 		DataURL: fmt.Sprintf("http://127.0.0.1:%d", dataPort), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", opsPort)}
 	args := append([]string{"run", "--rm", "--name", c.name}, dep.Flags...)
 	args = append(args, sandboxRunFlags()...)

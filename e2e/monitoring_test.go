@@ -22,6 +22,7 @@ import (
 
 	"github.com/recordio-bridge/bridge/e2e/broker"
 	"github.com/recordio-bridge/bridge/e2e/faultproxy"
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 	"github.com/recordio-bridge/bridge/recordio"
 	"github.com/recordio-bridge/bridge/telemetry/telemetrytest"
 )
@@ -169,7 +170,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--enable-feature=exemplar-storage", "--log.level=warn")
 	cmd.Stdout, cmd.Stderr = &logs, &logs

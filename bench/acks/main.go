@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,15 +28,13 @@ import (
 )
 
 func main() {
-	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
-	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
+	url := harness.BrokerFlag()
+	bin := harness.BinFlag()
 	rounds := flag.Int("rounds", 3, "alternating rounds (the best of each is reported)")
 	n := flag.Int("n", 5000, "messages read and acknowledged per measurement")
 	ks := flag.String("k", "1,50", "records per /ack, comma-separated")
 	flag.Parse()
-	if *url == "" {
-		log.Fatal("no broker: set -url or PULSAR_URL")
-	}
+	harness.RequireBroker(*url, "bench-acks")
 	topic := fmt.Sprintf("persistent://public/default/bench-acks-%d", time.Now().UnixNano())
 	stream := func(name string, receipt bool) string {
 		return fmt.Sprintf(`  - name: %s
@@ -49,15 +46,9 @@ func main() {
     overrides: [subscription]
 `, name, topic, receipt)
 	}
-	br, err := harness.StartBridge(*bin, fmt.Sprintf("pulsar:\n  url: %s\nstreams:\n%s%s", *url, stream("receipt", true), stream("queued", false)))
-	if err != nil {
-		log.Fatal(err)
-	}
+	br := harness.MustStartBridge(*bin, fmt.Sprintf("pulsar:\n  url: %s\nstreams:\n%s%s", *url, stream("receipt", true), stream("queued", false)))
 	defer br.Stop()
-	c, err := official.NewClient(official.ClientOptions{URL: *url, Logger: harness.QuietLogger()})
-	if err != nil {
-		log.Fatal(err)
-	}
+	c := harness.MustOfficialClient(*url)
 	defer c.Close()
 	if err := publish(c, topic, *n); err != nil {
 		log.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	official "github.com/apache/pulsar-client-go/pulsar"
@@ -21,12 +20,10 @@ import (
 )
 
 func main() {
-	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
+	url := harness.BrokerFlag()
 	rounds := flag.Int("rounds", 2, "alternating rounds per size (the best of each is reported)")
 	flag.Parse()
-	if *url == "" {
-		log.Fatal("no broker: set -url or PULSAR_URL (make bench starts one)")
-	}
+	harness.RequireBroker(*url, "bench")
 	fmt.Printf("| client | size | messages | msgs/s | MB/s | CPU µs/msg |\n|---|---|---|---|---|---|\n")
 	for _, s := range []struct{ size, count int }{{100, 200_000}, {1024, 100_000}, {16 << 10, 10_000}} {
 		topic := fmt.Sprintf("persistent://public/default/drain-%d-%d", s.size, time.Now().UnixNano())

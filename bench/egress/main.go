@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log"
 	"net/http"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -27,21 +26,19 @@ import (
 )
 
 func main() {
-	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
-	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
+	url := harness.BrokerFlag()
+	bin := harness.BinFlag()
 	rounds := flag.Int("rounds", 3, "alternating rounds (the best of each is reported)")
 	n := flag.Int("n", 100_000, "messages in the backlog")
 	size := flag.Int("size", 1024, "message size in bytes")
 	latN := flag.Int("lat", 1000, "messages for the latency figure (0 skips it)")
 	rate := flag.Int("rate", 200, "messages per second for the latency figure")
 	flag.Parse()
-	if *url == "" {
-		log.Fatal("no broker: set -url or PULSAR_URL (make bench-egress starts one)")
-	}
+	harness.RequireBroker(*url, "bench-egress")
 	stamp := time.Now().UnixNano()
 	topic := fmt.Sprintf("persistent://public/default/bench-egress-%d", stamp)
 	latTopic := fmt.Sprintf("persistent://public/default/bench-egress-lat-%d", stamp)
-	br, err := harness.StartBridge(*bin, fmt.Sprintf(`pulsar:
+	br := harness.MustStartBridge(*bin, fmt.Sprintf(`pulsar:
   url: %s
 streams:
   - name: backlog
@@ -52,14 +49,8 @@ streams:
     topics: [%s]
     position: latest
 `, *url, topic, latTopic))
-	if err != nil {
-		log.Fatal(err)
-	}
 	defer br.Stop()
-	c, err := official.NewClient(official.ClientOptions{URL: *url, Logger: harness.QuietLogger()})
-	if err != nil {
-		log.Fatal(err)
-	}
+	c := harness.MustOfficialClient(*url)
 	defer c.Close()
 	if err := backlog(c, topic, *size, *n); err != nil {
 		log.Fatal(err)
@@ -71,6 +62,7 @@ streams:
 		for _, path := range []string{"bridge", "official"} {
 			sub := fmt.Sprintf("%s-%d", path, r)
 			var x res
+			var err error
 			ccpu0, scpu0, t0 := harness.CPUTime(), br.CPU(), time.Now()
 			if path == "bridge" {
 				err = drainHTTP(br.DataURL+"/v1/streams/backlog?subscription="+sub, *n)

@@ -14,7 +14,6 @@ import (
 	"io"
 	"log"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,8 +26,8 @@ import (
 )
 
 func main() {
-	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
-	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
+	url := harness.BrokerFlag()
+	bin := harness.BinFlag()
 	rounds := flag.Int("rounds", 3, "alternating rounds per size (the best of each is reported)")
 	n := flag.Int("n", 100_000, "records per run")
 	sizesFlag := flag.String("sizes", "100,1024", "record sizes in bytes")
@@ -37,9 +36,7 @@ func main() {
 	profileSeconds := flag.Int("profile-seconds", 2, "the profile's length")
 	flag.Parse()
 	harness.Pprof = *profile != ""
-	if *url == "" {
-		log.Fatal("no broker: set -url or PULSAR_URL (make bench-ingress starts one)")
-	}
+	harness.RequireBroker(*url, "bench-ingress")
 	br, err := startBridge(*bin, *url, *idle)
 	if err != nil {
 		log.Fatal(err)

@@ -44,9 +44,9 @@ import (
 )
 
 func main() {
-	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
+	url := harness.BrokerFlag()
 	web := flag.String("web", os.Getenv("PULSAR_ADMIN_URL"), "the broker's web service URL (its WebSocket producer)")
-	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
+	bin := harness.BinFlag()
 	altBin := flag.String("alt-bin", "", "another bridge binary measured in the same run as path bridge-alt (a before/after comparison)")
 	ratesFlag := flag.String("rates", "100,1000,5000", "records per second")
 	dur := flag.Duration("duration", 20*time.Second, "measured time per path and rate and round")
@@ -56,9 +56,7 @@ func main() {
 	pathsFlag := flag.String("paths", "bridge,websocket,official", "paths to measure, in this order within a rate")
 	gcEnv := flag.Bool("gctrace", false, "run the bridge with GODEBUG=gctrace=1 (its GC lines go to stderr)")
 	flag.Parse()
-	if *url == "" {
-		log.Fatal("no broker: set -url or PULSAR_URL (make bench-latency starts one)")
-	}
+	harness.RequireBroker(*url, "bench-latency")
 	paths := strings.Split(*pathsFlag, ",")
 	bridges := map[string]*harness.Bridge{}
 	for _, p := range paths {

@@ -24,9 +24,9 @@ import (
 )
 
 func main() {
-	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
+	url := harness.BrokerFlag()
 	admin := flag.String("admin", os.Getenv("PULSAR_ADMIN_URL"), "broker admin URL (to turn deduplication on)")
-	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
+	bin := harness.BinFlag()
 	rounds := flag.Int("rounds", 5, "alternating rounds (the best of each path is reported)")
 	n := flag.Int("n", 100_000, "records per run")
 	size := flag.Int("size", 1024, "record size in bytes")
@@ -51,16 +51,13 @@ func main() {
 			log.Fatalf("admin %s %s: %d %s", call.method, call.path, resp.StatusCode, b)
 		}
 	}
-	br, err := harness.StartBridge(*bin, fmt.Sprintf(`pulsar:
+	br := harness.MustStartBridge(*bin, fmt.Sprintf(`pulsar:
   url: %s
 routes:
   - name: bench
     namespaces: [%s]
     default: {topic: "%s/{header:X-Topic}"}
 `, *url, ns, ns))
-	if err != nil {
-		log.Fatal(err)
-	}
 	defer br.Stop()
 	client := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 

@@ -37,7 +37,7 @@ type result struct {
 }
 
 func main() {
-	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
+	url := harness.BrokerFlag()
 	rounds := flag.Int("rounds", 2, "alternating rounds per size (the best of each is reported)")
 	only := flag.Int("size", 0, "run only this message size (100, 1024 or 65536)")
 	n := flag.Int("n", 0, "messages per run (default: 200 000, 100 000 and 4 000 by size)")
@@ -49,9 +49,7 @@ func main() {
 		runChild(*child, *url, *topicFlag, *only, *n, *profile)
 		return
 	}
-	if *url == "" {
-		log.Fatal("no broker: set -url or PULSAR_URL (make bench starts one)")
-	}
+	harness.RequireBroker(*url, "bench")
 	sizes := []struct{ size, count int }{{100, 200_000}, {1024, 100_000}, {64 << 10, 4_000}}
 	fmt.Printf("| client | size | messages | msgs/s | MB/s | p50 | p99 | CPU µs/msg |\n|---|---|---|---|---|---|---|---|\n")
 	for _, s := range sizes {

@@ -90,8 +90,8 @@ import (
 )
 
 func main() {
-	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
-	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
+	url := harness.BrokerFlag()
+	bin := harness.BinFlag()
 	rounds := flag.Int("rounds", 25, "paced cycles: a slice of -records records for each mode's bridge in each, in a random order")
 	satRounds := flag.Int("sat-rounds", 15, "saturated cycles, after the paced ones (0: none)")
 	bspDelay := flag.Duration("bsp-delay", 200*time.Millisecond, "the traced bridges' OTEL_BSP_SCHEDULE_DELAY (the SDK's default 5 s): a slice's spans are exported within this, so within its window")
@@ -109,9 +109,7 @@ func main() {
 	aa := flag.Bool("aa", true, "also run \"off again\", a second bridge with tracing off, measured as a traced one: its cost is the noise floor")
 	flag.Parse()
 	harness.Pprof = *profile != ""
-	if *url == "" {
-		log.Fatal("no broker: set -url or PULSAR_URL (make bench-tracing starts one)")
-	}
+	harness.RequireBroker(*url, "bench-tracing")
 	if *rounds < 1 || *per < 1 || *rate < 0 || *satRecords < 1 || *satRounds < 0 {
 		log.Fatal("-rounds, -records and -sat-records must be positive, -rate and -sat-rounds not negative")
 	}
@@ -203,10 +201,7 @@ func main() {
 		if m.bin != "" {
 			binary = m.bin
 		}
-		br, err := harness.StartBridge(binary, cfg, m.env...)
-		if err != nil {
-			log.Fatal(err)
-		}
+		br := harness.MustStartBridge(binary, cfg, m.env...)
 		defer br.Stop()
 		bridges[i] = &bridge{mode: m, br: br, topic: fmt.Sprintf("bench-tracing-%d-%d", i, time.Now().UnixNano())}
 		// The topic created, the producer connected.

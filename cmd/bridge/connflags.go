@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/textproto"
 	"net/url"
@@ -51,6 +52,41 @@ func (c *connFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.Var(&c.header, "H", "a request header 'Name: value' (repeatable), e.g. one a route maps to message properties")
 }
 
+// newCommandFlags is the flag set of a subcommand that talks to the bridge: its flag
+// errors and -h go to stderr, -h with usage, and the connection flags are registered
+// into conn.
+func newCommandFlags(name, usage string, conn *connFlags, stderr io.Writer, getenv func(string) string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	conn.register(fs, getenv)
+	return fs
+}
+
+// parseCommandFlags parses args as parseInterspersed does. When the command cannot go
+// on it returns ok false and the exit status: exitOK after -h, exitUsage after a flag
+// error (the flag set has already reported either).
+func parseCommandFlags(fs *flag.FlagSet, args []string) (pos []string, exit int, ok bool) {
+	pos, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, exitOK, false
+	}
+	if err != nil {
+		return nil, exitUsage, false
+	}
+	return pos, exitOK, true
+}
+
+// usageError is a subcommand's report of bad arguments: "bridge NAME: " and the
+// problem, then the short usage line synopsis, on stderr; it returns exitUsage.
+func usageError(stderr io.Writer, name, synopsis string) func(format string, a ...any) int {
+	return func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "bridge "+name+": "+format+"\n", a...)
+		fmt.Fprintln(stderr, synopsis)
+		return exitUsage
+	}
+}
+
 // endpoint is the URL of path on the bridge: base + "/v1/<kind>/<name>", or base + name
 // when name is a path of its own (routes[].path, streams[].path).
 func (c *connFlags) endpoint(kind, name string) (string, error) {
@@ -69,6 +105,19 @@ func (c *connFlags) endpoint(kind, name string) (string, error) {
 		return prefix + name, nil
 	}
 	return prefix + "/v1/" + kind + "/" + url.PathEscape(name), nil
+}
+
+// credentials are the TLS configuration and bearer token source the flags ask for.
+func (c *connFlags) credentials(getenv func(string) string) (*tls.Config, client.TokenSource, error) {
+	conf, err := c.tlsConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	tok, err := c.token(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	return conf, tok, nil
 }
 
 // tlsConfig is the TLS the flags ask for, nil when they ask for none (the package's

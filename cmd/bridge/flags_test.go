@@ -195,3 +195,23 @@ func TestBridgeURLFromTheEnvironment(t *testing.T) {
 		t.Fatalf("without the variable -url is %q", conn.url)
 	}
 }
+
+// -h prints the command's usage and its flags on stderr and exits 0, for both commands
+// that talk to the bridge.
+func TestPublishAndTailHelpExitsZeroWithUsage(t *testing.T) {
+	for _, cmd := range []string{"publish", "tail"} {
+		var out, errb bytes.Buffer
+		var code int
+		if cmd == "publish" {
+			code = cmdPublish([]string{"-h"}, strings.NewReader(""), &out, &errb, noEnv, nil)
+		} else {
+			code = cmdTail([]string{"-h"}, &out, &errb, noEnv, nil)
+		}
+		if code != exitOK || !strings.Contains(errb.String(), "usage: bridge "+cmd+" [flags]") || !strings.Contains(errb.String(), "-token-file") {
+			t.Errorf("%s -h: exit %d, stderr %q; want exit 0 with the usage and the connection flags", cmd, code, errb.String())
+		}
+		if out.Len() != 0 {
+			t.Errorf("%s -h: stdout %q, want nothing", cmd, out.String())
+		}
+	}
+}

@@ -48,27 +48,17 @@ type publishCmd struct {
 
 func cmdPublish(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string, sigs <-chan os.Signal) int {
 	var c publishCmd
-	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, publishUsage); fs.PrintDefaults() }
-	c.conn.register(fs, getenv)
+	fs := newCommandFlags("publish", publishUsage, &c.conn, stderr, getenv)
 	fs.StringVar(&c.format, "format", formatJSON, "json (JSON lines, one record a line), recordio (a RecordIO stream) or raw (each FILE one record)")
 	fs.StringVar(&c.contentType, "content-type", "application/json", "the records' type (Message-Content-Type), one the route accepts")
 	fs.StringVar(&c.streamName, "stream-name", "", "publish exactly once as this named stream (1 to 128 of A-Za-z0-9._-; the namespace needs deduplication)")
 	fs.Uint64Var(&c.sequence, "sequence", 0, "with -stream-name: the first record's number; each next record has the next")
 	fs.BoolVar(&c.receipts, "receipts", false, "print each record's receipt on stdout as a JSON line")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	pos, exit, ok := parseCommandFlags(fs, args)
+	if !ok {
+		return exit
 	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "bridge publish: "+format+"\n", a...)
-		fmt.Fprintln(stderr, "usage: bridge publish [-url URL] [-format json|recordio|raw] [-stream-name NAME [-sequence N]] ROUTE [FILE...]")
-		return exitUsage
-	}
+	usageErr := usageError(stderr, "publish", "usage: bridge publish [-url URL] [-format json|recordio|raw] [-stream-name NAME [-sequence N]] ROUTE [FILE...]")
 	if len(pos) < 1 {
 		return usageErr("no ROUTE")
 	}
@@ -89,11 +79,7 @@ func cmdPublish(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	tlsConf, err := c.conn.tlsConfig()
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	tok, err := c.conn.token(getenv)
+	tlsConf, tok, err := c.conn.credentials(getenv)
 	if err != nil {
 		return usageErr("%v", err)
 	}

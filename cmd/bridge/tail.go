@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -40,28 +39,18 @@ type tailCmd struct {
 
 func cmdTail(args []string, stdout, stderr io.Writer, getenv func(string) string, sigs <-chan os.Signal) int {
 	var c tailCmd
-	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, tailUsage); fs.PrintDefaults() }
-	c.conn.register(fs, getenv)
+	fs := newCommandFlags("tail", tailUsage, &c.conn, stderr, getenv)
 	fs.StringVar(&c.output, "o", outputJSON, "json (a record a line: JSON as it is, other text as a JSON string), recordio (the records as RecordIO) or envelope (the JSON envelope of each message, a line each: asks for envelope=json)")
 	fs.Int64Var(&c.n, "n", 0, "stop after this many records (0: until Ctrl-C or the end of the topic)")
 	fs.StringVar(&c.ack, "ack", "", "client: acknowledge each record once it is printed (auto: the bridge does on writing it); default: the stream's setting")
 	fs.StringVar(&c.position, "position", "", "where a new subscription starts (earliest or latest), as the stream allows")
 	fs.StringVar(&c.subscription, "subscription", "", "the subscription to read on, as the stream allows")
 	fs.StringVar(&c.accept, "accept", "", "the records' type to ask for (Message-Accept), e.g. application/json for a protobuf stream")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	pos, exit, ok := parseCommandFlags(fs, args)
+	if !ok {
+		return exit
 	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "bridge tail: "+format+"\n", a...)
-		fmt.Fprintln(stderr, "usage: bridge tail [-url URL] [-o json|recordio|envelope] [-n N] [-ack client] [-position earliest|latest] STREAM")
-		return exitUsage
-	}
+	usageErr := usageError(stderr, "tail", "usage: bridge tail [-url URL] [-o json|recordio|envelope] [-n N] [-ack client] [-position earliest|latest] STREAM")
 	if len(pos) != 1 {
 		return usageErr("want one STREAM, got %d arguments", len(pos))
 	}
@@ -89,11 +78,7 @@ func cmdTail(args []string, stdout, stderr io.Writer, getenv func(string) string
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	tlsConf, err := c.conn.tlsConfig()
-	if err != nil {
-		return usageErr("%v", err)
-	}
-	tok, err := c.conn.token(getenv)
+	tlsConf, tok, err := c.conn.credentials(getenv)
 	if err != nil {
 		return usageErr("%v", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 	"github.com/recordio-bridge/bridge/recordio"
 )
 
@@ -210,7 +211,7 @@ func TestTailPrintsOnWhileAnAcknowledgementIsOnItsWay(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	out := &lockedBuffer{}
+	out := &logbuf.Buffer{}
 	done := make(chan int)
 	go func() {
 		done <- cmdTail([]string{"-url", srv.URL, "-ack", "client", "-n", "4", "s"}, out, io.Discard, noEnv, nil)
@@ -236,21 +237,4 @@ func TestTailPrintsOnWhileAnAcknowledgementIsOnItsWay(t *testing.T) {
 	if acks[0] != "[0]" || strings.Join(all, ",") != "0,1,2,3" {
 		t.Fatalf("acknowledgements %q, want [0] first, then 1 to 3, each once, in order", acks)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

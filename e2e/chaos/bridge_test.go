@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,56 +13,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/recordio-bridge/bridge/e2e/bridgebin"
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// bridgeBin is the binary under test: BRIDGE_BIN (make builds it), or one built here.
+// bridgeBin is the binary under test (bridgebin.Path).
 func bridgeBin(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		if p := os.Getenv("BRIDGE_BIN"); p != "" {
-			binPath = p
-			return
-		}
-		dir, err := os.MkdirTemp("", "bridge-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "bridge")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/bridge")
-		cmd.Dir = filepath.Join("..", "..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	return bridgebin.Path(t, filepath.Join("..", ".."))
 }
 
 // bridge is the bridge binary run on fixed ports, so it can be killed and started again
@@ -74,7 +32,7 @@ type bridge struct {
 	config      string
 	DataURL     string
 	OpsURL      string
-	logs        *lockedBuffer
+	logs        *logbuf.Buffer
 	mu          sync.Mutex
 	cmd         *exec.Cmd
 	exited      chan struct{}
@@ -91,7 +49,7 @@ func startBridge(t testing.TB, cfg string) *bridge {
 func startBridgeReady(t testing.TB, cfg string, readyWithin time.Duration) *bridge {
 	t.Helper()
 	data, ops := freePort(t), freePort(t)
-	b := &bridge{t: t, readyWithin: readyWithin, config: filepath.Join(t.TempDir(), "config.yaml"), logs: &lockedBuffer{},
+	b := &bridge{t: t, readyWithin: readyWithin, config: filepath.Join(t.TempDir(), "config.yaml"), logs: &logbuf.Buffer{},
 		DataURL: fmt.Sprintf("http://127.0.0.1:%d", data), OpsURL: fmt.Sprintf("http://127.0.0.1:%d", ops)}
 	full := fmt.Sprintf("listen:\n  data: 127.0.0.1:%d\n  ops: 127.0.0.1:%d\n  pprof: true\nmemory:\n  limit: %s\n%s", data, ops, memoryLimitYAML, cfg)
 	if err := os.WriteFile(b.config, []byte(full), 0o600); err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 )
 
 // balancer is Debian's HAProxy in front of bridge replicas, run by the test from a
@@ -19,7 +21,7 @@ import (
 type balancer struct {
 	URL      string // the frontend, where clients send everything
 	statsURL string
-	logs     *lockedBuffer
+	logs     *logbuf.Buffer
 	cmd      *exec.Cmd
 	exited   chan struct{}
 }
@@ -89,7 +91,7 @@ backend replicas
 		t.Fatalf("haproxy -c: %v\n%s", err, out)
 	}
 	lb := &balancer{URL: fmt.Sprintf("http://127.0.0.1:%d", front), statsURL: fmt.Sprintf("http://127.0.0.1:%d/stats;csv", stats),
-		logs: &lockedBuffer{}, exited: make(chan struct{})}
+		logs: &logbuf.Buffer{}, exited: make(chan struct{})}
 	// -db: stay in the foreground; -W: master-worker, so the worker dies with its master.
 	lb.cmd = exec.Command(bin, "-db", "-W", "-f", path)
 	lb.cmd.Stdout, lb.cmd.Stderr = lb.logs, lb.logs

@@ -402,3 +402,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(ks)
 	return ks
 }
+
+// countLines lists counts a line each, "  count× what", in the order of what: the failures
+// and errors a scenario logs.
+func countLines(counts map[string]int) string {
+	var b strings.Builder
+	for _, k := range sortedKeys(counts) {
+		fmt.Fprintf(&b, "  %6d× %s\n", counts[k], k)
+	}
+	return b.String()
+}

@@ -212,47 +212,17 @@ func TestReplicasBehindHAProxyWithTheClientPackage(t *testing.T) {
 		}
 	}
 	ld := replicaLoad{perTopic: pick(2, 3), egress: 2, pace: pick(100*time.Millisecond, 50*time.Millisecond), pkg: true}
-	fault := "client package: kill -9 replicas ×5 + broker restart ×2 + unload + partitions 2 → 4"
-	m := startMixed(t, ld)
-	added := false
-	defer func() {
-		if !added {
-			addRow(row{Fault: fault, Load: ld.String(), Result: "FAIL (see the test log)"})
+	runReplicaScenario(t, ld, "client package: kill -9 replicas ×5 + broker restart ×2 + unload + partitions 2 → 4", func(m *mixed, gap time.Duration) []func() {
+		return []func(){
+			func() { m.killReplica(t, 0) },
+			func() { m.restartBroker(t) },
+			func() { m.killReplica(t, 1) },
+			func() { m.unload(t) },
+			func() { m.killReplica(t, 2) },
+			func() { m.growPartitions(t); time.Sleep(partitionSettle - gap) },
+			func() { m.killReplica(t, 0) },
+			func() { m.restartBroker(t) },
+			func() { m.killReplica(t, 1) },
 		}
-	}()
-	for _, ic := range m.ins {
-		ic.peakSince()
-	}
-	gap := pick(10*time.Second, 20*time.Second)
-	steps := []func(){
-		func() { m.killReplica(t, 0) },
-		func() { m.restartBroker(t) },
-		func() { m.killReplica(t, 1) },
-		func() { m.unload(t) },
-		func() { m.killReplica(t, 2) },
-		func() { m.growPartitions(t); time.Sleep(partitionSettle - gap) },
-		func() { m.killReplica(t, 0) },
-		func() { m.restartBroker(t) },
-		func() { m.killReplica(t, 1) },
-	}
-	for _, step := range steps {
-		time.Sleep(gap)
-		step()
-		t.Logf("%s", m.events[len(m.events)-1].what)
-	}
-	time.Sleep(gap)
-	inFlight := 0
-	for _, ic := range m.ins {
-		inFlight += ic.peakSince()
-	}
-	v := m.finish(t)
-	r := v.row(fault, ld, inFlight)
-	added = true
-	addRow(r)
-	t.Logf("failed receipts and retries:\n%s", v.failures)
-	t.Logf("egress acknowledgement failures:\n%s", v.ackFails)
-	t.Logf("lost %d, duplicated %d, receipted %d, duplicate answers %d, egress deliveries %d, Java %d / Go %d", v.lost, v.duplicated, v.receipted, v.dupAnswers, v.deliveries, v.javaCount, v.goCount)
-	if p := v.problems(); len(p) > 0 {
-		t.Errorf("%s\ningress failures:\n%s\negress acknowledgement failures:\n%s", strings.Join(p, "; "), v.failures, v.ackFails)
-	}
+	})
 }

@@ -422,11 +422,7 @@ func (m *mixed) finish(t *testing.T) verdict {
 		}
 		ec.mu.Unlock()
 	}
-	var b strings.Builder
-	for _, k := range sortedKeys(fails) {
-		fmt.Fprintf(&b, "  %6d× %s\n", fails[k], k)
-	}
-	v.ackFails = b.String()
+	v.ackFails = countLines(fails)
 	m.ecancel()
 	m.ewg.Wait()
 	return v
@@ -486,7 +482,24 @@ func (v verdict) row(fault string, ld replicaLoad, inFlight int) row {
 // egress. It runs in the short form too.
 func TestReplicasBehindHAProxy(t *testing.T) {
 	ld := replicaLoad{perTopic: pick(2, 3), egress: 2, pace: pick(100*time.Millisecond, 50*time.Millisecond)}
-	fault := "3 replicas: kill -9 each + broker restart + unload ×2 + partitions 2 → 4"
+	runReplicaScenario(t, ld, "3 replicas: kill -9 each + broker restart + unload ×2 + partitions 2 → 4", func(m *mixed, gap time.Duration) []func() {
+		return []func(){
+			func() { m.killReplica(t, 0) },
+			func() { m.unload(t) },
+			func() { m.killReplica(t, 1) },
+			func() { m.restartBroker(t) },
+			func() { m.growPartitions(t); time.Sleep(partitionSettle - gap) },
+			func() { m.killReplica(t, 2) },
+			func() { m.unload(t) },
+		}
+	})
+}
+
+// runReplicaScenario runs a replica scenario: the topology started with ld, the steps
+// taken one a gap apart (the gap is the scenario's to use, as a step that must wait
+// longer does), then the verdict, its table row (a failed run's too: "FAIL (see the
+// test log)" when it ends early), its figures in the log and its problems reported.
+func runReplicaScenario(t *testing.T, ld replicaLoad, fault string, steps func(m *mixed, gap time.Duration) []func()) {
 	m := startMixed(t, ld)
 	added := false
 	defer func() {
@@ -498,16 +511,7 @@ func TestReplicasBehindHAProxy(t *testing.T) {
 		ic.peakSince()
 	}
 	gap := pick(10*time.Second, 20*time.Second)
-	steps := []func(){
-		func() { m.killReplica(t, 0) },
-		func() { m.unload(t) },
-		func() { m.killReplica(t, 1) },
-		func() { m.restartBroker(t) },
-		func() { m.growPartitions(t); time.Sleep(partitionSettle - gap) },
-		func() { m.killReplica(t, 2) },
-		func() { m.unload(t) },
-	}
-	for _, step := range steps {
+	for _, step := range steps(m, gap) {
 		time.Sleep(gap)
 		step()
 		t.Logf("%s", m.events[len(m.events)-1].what)
@@ -521,7 +525,8 @@ func TestReplicasBehindHAProxy(t *testing.T) {
 	r := v.row(fault, ld, inFlight)
 	added = true
 	addRow(r)
-	t.Logf("failed receipts:\n%s", v.failures)
+	t.Logf("failed receipts and retries:\n%s", v.failures)
+	t.Logf("egress acknowledgement failures:\n%s", v.ackFails)
 	t.Logf("lost %d, duplicated %d, receipted %d, duplicate answers %d, egress deliveries %d, Java %d / Go %d", v.lost, v.duplicated, v.receipted, v.dupAnswers, v.deliveries, v.javaCount, v.goCount)
 	if p := v.problems(); len(p) > 0 {
 		t.Errorf("%s\ningress failures:\n%s\negress acknowledgement failures:\n%s", strings.Join(p, "; "), v.failures, v.ackFails)

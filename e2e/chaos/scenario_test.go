@@ -621,11 +621,7 @@ func (e *env) failures() string {
 		}
 		ic.mu.Unlock()
 	}
-	var b strings.Builder
-	for _, k := range sortedKeys(all) {
-		fmt.Fprintf(&b, "  %6d× %s\n", all[k], k)
-	}
-	return b.String()
+	return countLines(all)
 }
 
 func egressEnds(outs []*egressClient) string {
@@ -637,11 +633,7 @@ func egressEnds(outs []*egressClient) string {
 		}
 		ec.mu.Unlock()
 	}
-	var b strings.Builder
-	for _, k := range sortedKeys(all) {
-		fmt.Fprintf(&b, "  %6d× %s\n", all[k], k)
-	}
-	return b.String()
+	return countLines(all)
 }
 
 // waitFor polls cond until it holds or d passes.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 	"github.com/recordio-bridge/bridge/internal/oidctest"
 	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
 )
@@ -59,7 +60,7 @@ func TestReadyzIsUnreadyOnlyOnceNoValidOAuth2TokenIsLeftAndReadyAgainWhenTheProv
 	}
 	defer p.Close()
 	p.AddClient("bridge", oidctest.Client{Secret: secret})
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	a, err := oauth2App(t, p, secret, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +164,7 @@ func TestARotatedOAuth2CredentialsFileIsUsedOnTheNextTokenRequest(t *testing.T) 
 	}
 	defer p.Close()
 	p.AddClient("bridge", oidctest.Client{Secret: secret})
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	a, err := oauth2App(t, p, secret, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)

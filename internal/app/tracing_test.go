@@ -1,38 +1,19 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/recordio-bridge/bridge/config"
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
 	"github.com/recordio-bridge/bridge/telemetry"
 )
-
-// syncBuffer is a log sink safe for the App's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // tracingOn turns tracing on towards a collector that is never reached (nothing is
 // exported unless a span ends).
@@ -54,7 +35,7 @@ func TestTracingKeysApplyAtStartAndNeedARestart(t *testing.T) {
 	t.Cleanup(b.Close)
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
 	writeConfig(t, path, b.URL(), "tracing:\n  segmentRecords: 500\n  propagateUnsampled: true")
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	a, err := New(Options{ConfigPath: path, Version: "test", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

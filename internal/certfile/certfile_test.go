@@ -1,15 +1,10 @@
 package certfile
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,83 +13,16 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/recordio-bridge/bridge/internal/certtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// issue returns a PEM certificate for cn and its PEM key, self-signed (a CA when ca).
-func issue(t *testing.T, cn string, ca bool) (certPEM, keyPEM []byte) {
+// issue returns a PEM certificate for cn and its PEM key, issued by a CA of its own.
+func issue(t *testing.T, cn string) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: ca, BasicConstraintsValid: ca}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
-}
-
-// secretDir lays files out as a Kubernetes Secret volume does: name -> ..data/name,
-// ..data -> a timestamped directory; swap replaces ..data at once.
-type secretDir struct {
-	t   *testing.T
-	dir string
-	gen int
-}
-
-func newSecretDir(t *testing.T, files map[string][]byte) *secretDir {
-	s := &secretDir{t: t, dir: t.TempDir()}
-	s.swap(files)
-	for name := range files {
-		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(s.dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return s
-}
-
-func (s *secretDir) path(name string) string { return filepath.Join(s.dir, name) }
-
-func (s *secretDir) swap(files map[string][]byte) {
-	s.t.Helper()
-	if err := s.update(files); err != nil {
-		s.t.Fatal(err)
-	}
-}
-
-// update writes a new generation, swaps ..data to it and removes the previous one, as
-// the kubelet does.
-func (s *secretDir) update(files map[string][]byte) error {
-	s.gen++
-	gen := fmt.Sprintf("..gen%d", s.gen)
-	if err := os.Mkdir(filepath.Join(s.dir, gen), 0o700); err != nil {
-		return err
-	}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(s.dir, gen, name), b, 0o600); err != nil {
-			return err
-		}
-	}
-	old, _ := os.Readlink(filepath.Join(s.dir, "..data"))
-	tmp := filepath.Join(s.dir, "..data_tmp")
-	if err := os.Symlink(gen, tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, "..data")); err != nil {
-		return err
-	}
-	if old != "" {
-		return os.RemoveAll(filepath.Join(s.dir, old))
-	}
-	return nil
+	return certtest.NewCA(t, "issuer of "+cn).Issue(t, certtest.Leaf{CN: cn})
 }
 
 // Reads racing the kubelet's updates (..data swapped between reading the certificate
@@ -103,13 +31,13 @@ func (s *secretDir) update(files map[string][]byte) error {
 func TestAPairReadWhileTheSecretIsUpdatedIsNeverMismatched(t *testing.T) {
 	var pairs []map[string][]byte
 	for i := range 16 {
-		c, k := issue(t, fmt.Sprint("gen-", i), false)
+		c, k := issue(t, fmt.Sprint("gen-", i))
 		pairs = append(pairs, map[string][]byte{"tls.crt": c, "tls.key": k})
 	}
-	s := newSecretDir(t, pairs[0])
+	s := certtest.NewSecretVolume(t, pairs[0])
 	var refused atomic.Int32
 	var last atomic.Value
-	p, err := NewPair(s.path("tls.crt"), s.path("tls.key"), Options{Every: time.Nanosecond, Refused: func(err error) {
+	p, err := NewPair(s.Path("tls.crt"), s.Path("tls.key"), Options{Every: time.Nanosecond, Refused: func(err error) {
 		refused.Add(1)
 		last.Store(err)
 	}})
@@ -126,7 +54,7 @@ func TestAPairReadWhileTheSecretIsUpdatedIsNeverMismatched(t *testing.T) {
 				return
 			default:
 			}
-			if err := s.update(pairs[i%len(pairs)]); err != nil {
+			if err := s.Update(pairs[i%len(pairs)]); err != nil {
 				done <- err
 				return
 			}
@@ -156,10 +84,10 @@ func TestAPairReadWhileTheSecretIsUpdatedIsNeverMismatched(t *testing.T) {
 // certificate are refused, each reported once, and the last good pair stays until the
 // files make a good pair again.
 func TestAPairIsReloadedAfterASymlinkSwapAndABadOneNeverReplacesIt(t *testing.T) {
-	c1, k1 := issue(t, "first", false)
-	s := newSecretDir(t, map[string][]byte{"tls.crt": c1, "tls.key": k1})
+	c1, k1 := issue(t, "first")
+	s := certtest.NewSecretVolume(t, map[string][]byte{"tls.crt": c1, "tls.key": k1})
 	var refused []error
-	p, err := NewPair(s.path("tls.crt"), s.path("tls.key"), Options{Every: time.Nanosecond, Refused: func(err error) { refused = append(refused, err) }})
+	p, err := NewPair(s.Path("tls.crt"), s.Path("tls.key"), Options{Every: time.Nanosecond, Refused: func(err error) { refused = append(refused, err) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,14 +96,14 @@ func TestAPairIsReloadedAfterASymlinkSwapAndABadOneNeverReplacesIt(t *testing.T)
 		t.Fatalf("serving %q, want first", got)
 	}
 
-	c2, k2 := issue(t, "second", false)
-	s.swap(map[string][]byte{"tls.crt": c2, "tls.key": k2})
+	c2, k2 := issue(t, "second")
+	s.Renew(map[string][]byte{"tls.crt": c2, "tls.key": k2})
 	if got := cn(); got != "second" {
 		t.Fatalf("after the swap: serving %q, want second", got)
 	}
 
-	c3, _ := issue(t, "mismatched", false)
-	s.swap(map[string][]byte{"tls.crt": c3, "tls.key": k2})
+	c3, _ := issue(t, "mismatched")
+	s.Renew(map[string][]byte{"tls.crt": c3, "tls.key": k2})
 	for range 3 {
 		if got := cn(); got != "second" {
 			t.Fatalf("after a mismatched pair: serving %q, want second (kept)", got)
@@ -185,8 +113,8 @@ func TestAPairIsReloadedAfterASymlinkSwapAndABadOneNeverReplacesIt(t *testing.T)
 		t.Fatalf("refusals reported: %v, want one ErrRefused", refused)
 	}
 
-	c4, k4 := issue(t, "fourth", false)
-	s.swap(map[string][]byte{"tls.crt": append(append([]byte{}, c4...), c2[:len(c2)/2]...), "tls.key": k4})
+	c4, k4 := issue(t, "fourth")
+	s.Renew(map[string][]byte{"tls.crt": append(append([]byte{}, c4...), c2[:len(c2)/2]...), "tls.key": k4})
 	if got := cn(); got != "second" {
 		t.Fatalf("after a half-written chain: serving %q, want second (kept)", got)
 	}
@@ -194,7 +122,7 @@ func TestAPairIsReloadedAfterASymlinkSwapAndABadOneNeverReplacesIt(t *testing.T)
 		t.Fatalf("refusals reported: %v, want two", refused)
 	}
 
-	s.swap(map[string][]byte{"tls.crt": c4, "tls.key": k4})
+	s.Renew(map[string][]byte{"tls.crt": c4, "tls.key": k4})
 	if got := cn(); got != "fourth" {
 		t.Fatalf("after a good pair again: serving %q, want fourth", got)
 	}
@@ -205,7 +133,7 @@ func TestAPairIsReloadedAfterASymlinkSwapAndABadOneNeverReplacesIt(t *testing.T)
 func TestAPairIsCheckedAtMostOnceAnInterval(t *testing.T) {
 	dir := t.TempDir()
 	cf, kf := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
-	c1, k1 := issue(t, "first", false)
+	c1, k1 := issue(t, "first")
 	write := func(c, k []byte) {
 		if err := os.WriteFile(cf, c, 0o600); err != nil {
 			t.Fatal(err)
@@ -219,7 +147,7 @@ func TestAPairIsCheckedAtMostOnceAnInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, k2 := issue(t, "second", false)
+	c2, k2 := issue(t, "second")
 	write(c2, k2)
 	if got := p.Certificate().Leaf.Subject.CommonName; got != "first" {
 		t.Fatalf("within the interval: %q, want first", got)
@@ -232,11 +160,11 @@ func TestAPairIsCheckedAtMostOnceAnInterval(t *testing.T) {
 // A changed CA bundle is taken; one that holds no certificate, or is cut short, is
 // refused and the last good one stays.
 func TestRootsAreReloadedAndABadBundleNeverReplacesThem(t *testing.T) {
-	ca1, _ := issue(t, "ca one", true)
-	ca2, _ := issue(t, "ca two", true)
-	s := newSecretDir(t, map[string][]byte{"ca.crt": ca1})
+	ca1 := certtest.NewCA(t, "ca one").CertPEM
+	ca2 := certtest.NewCA(t, "ca two").CertPEM
+	s := certtest.NewSecretVolume(t, map[string][]byte{"ca.crt": ca1})
 	refusals := 0
-	r, err := NewRoots(s.path("ca.crt"), Options{Every: time.Nanosecond, Refused: func(error) { refusals++ }})
+	r, err := NewRoots(s.Path("ca.crt"), Options{Every: time.Nanosecond, Refused: func(error) { refusals++ }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,15 +177,15 @@ func TestRootsAreReloadedAndABadBundleNeverReplacesThem(t *testing.T) {
 	if !holds(ca1) || holds(ca2) {
 		t.Fatal("the first bundle is not the one used")
 	}
-	s.swap(map[string][]byte{"ca.crt": ca2})
+	s.Renew(map[string][]byte{"ca.crt": ca2})
 	if holds(ca1) || !holds(ca2) {
 		t.Fatal("the second bundle is not the one used after the swap")
 	}
-	s.swap(map[string][]byte{"ca.crt": []byte("not a bundle\n")})
+	s.Renew(map[string][]byte{"ca.crt": []byte("not a bundle\n")})
 	if !holds(ca2) || refusals != 1 {
 		t.Fatalf("after an empty bundle: second kept %v, %d refusals, want true and 1", holds(ca2), refusals)
 	}
-	s.swap(map[string][]byte{"ca.crt": append(append([]byte{}, ca1...), ca2[:len(ca2)/2]...)})
+	s.Renew(map[string][]byte{"ca.crt": append(append([]byte{}, ca1...), ca2[:len(ca2)/2]...)})
 	if !holds(ca2) || holds(ca1) || refusals != 2 {
 		t.Fatalf("after a half-written bundle: second kept %v, %d refusals, want true and 2", holds(ca2), refusals)
 	}
@@ -266,8 +194,8 @@ func TestRootsAreReloadedAndABadBundleNeverReplacesThem(t *testing.T) {
 // Files that do not make a pair at the start are NewPair's error, naming them.
 func TestNewPairNamesTheFilesItCouldNotUse(t *testing.T) {
 	dir := t.TempDir()
-	c1, _ := issue(t, "first", false)
-	_, k2 := issue(t, "second", false)
+	c1, _ := issue(t, "first")
+	_, k2 := issue(t, "second")
 	cf, kf := filepath.Join(dir, "c.pem"), filepath.Join(dir, "k.pem")
 	_ = os.WriteFile(cf, c1, 0o600)
 	_ = os.WriteFile(kf, k2, 0o600)
