@@ -192,7 +192,7 @@ func TestCreationRetriesAHandshakeRefusedWithAuthenticationError(t *testing.T) {
 	cons.Close()
 
 	refuse.Store(-1)
-	short := client(t, b.URL(), func(o *pulsar.ClientOptions) { o.OperationTimeout = 500 * time.Millisecond })
+	short := client(t, b.URL(), func(o *pulsar.ClientOptions) { o.OperationTimeout = 2 * time.Second })
 	_, err = short.CreateProducer(context.Background(), pulsar.ProducerOptions{Topic: "persistent://public/default/other"})
 	var se *pulsar.ServerError
 	if !errors.Is(err, pulsar.ErrHandshake) || !errors.As(err, &se) || se.Code != pulsar.ServerErrorCode(pb.ServerError_AuthenticationError) || !pulsar.IsRetryable(err) {
