@@ -335,8 +335,9 @@ func (b *Broker) SetIgnorePings(on bool) { b.mu.Lock(); b.ignorePings = on; b.mu
 // SetMaxMessageSize sets the limit announced in CONNECTED for new connections.
 func (b *Broker) SetMaxMessageSize(n int) { b.mu.Lock(); b.maxMessageSize = int32(n); b.mu.Unlock() }
 
-// HoldReceipts persists messages but withholds their receipts until released; releasing
-// sends the held receipts in order on their (possibly dead) connections.
+// HoldReceipts persists messages but withholds their receipts (and the ChecksumError
+// refusals of CorruptNextSends) until released; releasing sends the held answers in
+// order on their (possibly dead) connections.
 func (b *Broker) HoldReceipts(on bool) {
 	if on {
 		b.mu.Lock()
@@ -360,6 +361,20 @@ func (b *Broker) HoldReceipts(on bool) {
 		for _, f := range held {
 			f()
 		}
+	}
+}
+
+// ReleaseReceipts sends the n oldest held answers (receipts, and the ChecksumError
+// refusals of CorruptNextSends held with them), in order, and goes on holding the rest
+// and what comes next: a test lets the client read one answer before the next.
+func (b *Broker) ReleaseReceipts(n int) {
+	b.mu.Lock()
+	n = min(n, len(b.held))
+	first := b.held[:n:n]
+	b.held = append([]func(){}, b.held[n:]...)
+	b.mu.Unlock()
+	for _, f := range first {
+		f()
 	}
 }
 
@@ -564,10 +579,20 @@ func (c *serverConn) serve() {
 		if err := frame.Decode(body, &f); err != nil {
 			if errors.Is(err, frame.ErrChecksum) && f.Cmd.GetType() == pb.BaseCommand_SEND {
 				// What a broker does with a corrupt message: refuse it, keep the connection.
+				// Held with the receipts while they are held: a broker answers one
+				// producer's SENDs in order.
 				s := f.Cmd.GetSend()
-				c.write(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
+				refusal := &pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
 					ProducerId: s.ProducerId, SequenceId: s.SequenceId, Error: pb.ServerError_ChecksumError.Enum(),
-					Message: proto.String("pulsartest: checksum mismatch")}})
+					Message: proto.String("pulsartest: checksum mismatch")}}
+				c.b.mu.Lock()
+				if c.b.holdReceipts {
+					c.b.held = append(c.b.held, func() { c.write(refusal) })
+					c.b.mu.Unlock()
+					continue
+				}
+				c.b.mu.Unlock()
+				c.write(refusal)
 				continue
 			}
 			return
