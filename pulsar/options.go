@@ -51,13 +51,13 @@ type ProducerOptions struct {
 	// A batch is sent when it holds BatchingMaxMessages messages or BatchingMaxBytes
 	// bytes, when BatchingMaxDelay has passed, or as soon as fewer than
 	// BatchingMaxInFlight entries (batches, lone or chunked messages) await their
-	// receipts [1000, 128 KiB, 10 ms, 1]. With a window above one, a message sent while
+	// receipts [1000, 128 KiB, 10 ms, 8]. With a window above one, a message sent while
 	// the broker keeps up leaves at once and messages wait to share an entry only while
-	// the broker answers more slowly than they come; the default stays one because an
-	// entry the broker refuses as corrupt (ChecksumError) while others are in flight
-	// behind it cannot yet be placed exactly: a second corrupt entry whose refusal is
-	// still unread when the connection is reset would be resent and, on a topic with
-	// deduplication, answered as a duplicate though never stored.
+	// the broker answers more slowly than they come; with a window of one, a message sent
+	// while an entry is in flight waits for that entry's receipt. When the broker refuses
+	// an entry in a way that calls for a new connection (ChecksumError), the producer
+	// reads the answers to every entry written behind it before resending, so each is
+	// known stored or refused whatever the window.
 	BatchingMaxMessages int
 	BatchingMaxBytes    int
 	BatchingMaxDelay    time.Duration
@@ -160,7 +160,7 @@ func (o ProducerOptions) withDefaults() (ProducerOptions, error) {
 		o.BatchingMaxDelay = 10 * time.Millisecond
 	}
 	if o.BatchingMaxInFlight == 0 {
-		o.BatchingMaxInFlight = 1
+		o.BatchingMaxInFlight = 8
 	}
 	if o.MaxChunkedMessageSize == 0 {
 		o.MaxChunkedMessageSize = 1 << 30

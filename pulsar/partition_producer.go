@@ -63,6 +63,9 @@ type partitionProducer struct {
 	// raised it, and the broker then fences this one.
 	topicEpoch *uint64
 	progress   chan struct{} // closed and replaced when pending shrinks
+	// drain is set while the connection is read to its end after a refusal that resets
+	// it (see drain).
+	drain      *drain
 	reconnects int
 	resent     int // frames sent again after a reconnect
 	// dedupFloor (Deduplication only) is the highest sequence id this producer has
@@ -131,6 +134,7 @@ func (p *partitionProducer) detachLocked(h *handle) {
 	}
 	p.reg = nil
 	p.cn = nil
+	p.stopDrainLocked()
 	h.cn.RemoveProducer(p.id)
 }
 
@@ -242,11 +246,17 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 	p.progressed = false
 	p.maxMsgSize = cn.MaxMessageSize()
 	// Resend, in order and with their sequence ids, what the previous connection left
-	// without a receipt.
+	// without a receipt; not what is settled already (stored, or failed for good), which
+	// waits only for the items ahead of it.
+	resent := 0
 	for _, it := range p.pending {
+		if it.settled {
+			continue
+		}
 		if err := cn.SendFrame(it.frame); err != nil {
 			break // the new connection died too; its close schedules another attempt
 		}
+		resent++
 	}
 	if !first {
 		// Counted with the resends, in the step that makes the producer ready: the
@@ -254,8 +264,8 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		// would take the lock again, and Stats must not show the resends without the
 		// reconnect that made them.
 		p.reconnects++
-		p.resent += len(p.pending)
-		p.log.Info("producer reconnected", "broker", bc.logical, "resent", len(p.pending))
+		p.resent += resent
+		p.log.Info("producer reconnected", "broker", bc.logical, "resent", resent)
 	}
 	return nil
 }
@@ -367,9 +377,18 @@ func (p *partitionProducer) waitBackoff(d time.Duration) bool {
 // connectionLost handles the close of h's connection (or the broker closing the producer).
 func (p *partitionProducer) connectionLost(h *handle, reason error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	var settled settledItems
+	defer func() {
+		p.mu.Unlock()
+		p.completeSettled(settled)
+	}()
 	if p.reg != h {
 		return // an older registration's connection
+	}
+	if p.drain != nil {
+		// Closed while it was drained after a refusal: what was answered is placed,
+		// what was not is resent, as after any lost connection.
+		settled = p.endDrainLocked()
 	}
 	switch p.state {
 	case stateRegistering:

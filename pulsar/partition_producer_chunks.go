@@ -208,7 +208,7 @@ func (p *partitionProducer) queueChunk(ctx context.Context, c *chunking, i int) 
 	// Each chunk's send timeout runs from when its bytes were read, not from the
 	// first chunk: an upload slower than the timeout is fine while every chunk is
 	// persisted in time.
-	it := &pendingItem{seq: c.seq, highestSeq: c.seq, numMsgs: 1, bytes: n, created: time.Now()}
+	it := &pendingItem{seq: c.seq, highestSeq: c.seq, chunk: true, numMsgs: 1, bytes: n, created: time.Now()}
 	last := i == c.numChunks-1
 	it.reqs = []sendRequest{{direct: true, callback: func(mid MessageID, err error) {
 		if err == nil {

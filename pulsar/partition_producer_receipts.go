@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
 
@@ -19,8 +18,12 @@ func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 		p.mu.Unlock()
 		return
 	}
-	head := p.pending[0]
 	seq := r.GetSequenceId()
+	if p.drain != nil {
+		p.drainReceiptLocked(cn, seq, r.GetMessageId())
+		return
+	}
+	head := p.pending[0]
 	switch {
 	case seq < head.seq:
 		p.mu.Unlock() // a receipt for something already completed or timed out
@@ -30,44 +33,82 @@ func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 		cn.Abort(fmt.Errorf("receipt for sequence %d while %d is the oldest pending on %s: resending", seq, head.seq, p.topic))
 		return
 	}
-	p.popLocked()
+	head.settled, head.answer = true, r.GetMessageId()
 	p.progressed = true
-	ids := r.GetMessageId()
-	fns := make([]completion, 0, len(head.reqs))
-	if head.corrupt && messageIDFromPB(ids, p.partition).Duplicate() {
+	done := p.popSettledLocked()
+	if len(p.batch.reqs) > 0 && p.brokerKeepsUpLocked() {
+		p.flushBatchLocked() // room in the window: what accumulated leaves now
+	}
+	p.mu.Unlock()
+	p.completeSettled(done)
+}
+
+// settledItems are items taken off the queue: their completions, and what they held of
+// the limiter.
+type settledItems struct {
+	fns  []completion
+	n, b int
+}
+
+// popSettledLocked takes the settled items at the head of the queue off it, in order: the
+// one a receipt just answered, and those stored behind a refused one (see drain).
+func (p *partitionProducer) popSettledLocked() settledItems {
+	var s settledItems
+	for len(p.pending) > 0 && p.pending[0].settled {
+		it := p.pending[0]
+		p.popLocked()
+		if s.fns == nil {
+			s.fns = make([]completion, 0, len(it.reqs))
+		}
+		s.fns = p.settle(s.fns, it)
+		s.n += it.numMsgs
+		s.b += it.bytes
+	}
+	return s
+}
+
+// completeSettled releases what s held and runs its callbacks (p.mu not held).
+func (p *partitionProducer) completeSettled(s settledItems) {
+	if s.n > 0 || s.b > 0 {
+		p.limiter.release(s.n, s.b)
+	}
+	if len(s.fns) > 0 {
+		p.cbs.push(s.fns...) // p.cbs is set once the first registration is done
+	}
+}
+
+// settle appends the completions of the settled item it: its failure, or the id the
+// broker answered it with.
+func (p *partitionProducer) settle(fns []completion, it *pendingItem) []completion {
+	if it.err != nil {
+		for _, req := range it.reqs {
+			fns = deliver(fns, req, MessageID{}, it.err)
+		}
+		return fns
+	}
+	if it.corrupt && messageIDFromPB(it.answer, p.partition).Duplicate() {
 		err := fmt.Errorf("%w: sequence %d on %s was refused with ChecksumError and later messages were stored before it was resent",
-			ErrCorruptInTransit, head.seq, p.topic)
+			ErrCorruptInTransit, it.seq, p.topic)
 		if p.opts.Deduplication {
 			// The caller's own sequence id: sending it again can only be dropped.
 			err = fmt.Errorf("%w (%w)", err, ErrSequenceUsed)
 		}
-		for _, req := range head.reqs {
+		for _, req := range it.reqs {
 			fns = deliver(fns, req, MessageID{}, err)
 		}
-		if len(p.batch.reqs) > 0 && p.brokerKeepsUpLocked() {
-			p.flushBatchLocked()
-		}
-		p.mu.Unlock()
-		p.limiter.release(head.numMsgs, head.bytes)
-		p.cbs.push(fns...)
-		return
+		return fns
 	}
-	for i, req := range head.reqs {
-		id := messageIDFromPB(ids, p.partition)
-		if head.batched {
+	for i, req := range it.reqs {
+		id := messageIDFromPB(it.answer, p.partition)
+		if it.batched {
 			id.BatchIndex = int32(i)
-			id.BatchSize = int32(len(head.reqs))
+			id.BatchSize = int32(len(it.reqs))
 		} else {
 			id.BatchIndex = -1
 		}
 		fns = deliver(fns, req, id, nil)
 	}
-	if len(p.batch.reqs) > 0 && p.brokerKeepsUpLocked() {
-		p.flushBatchLocked() // room in the window: what accumulated leaves now
-	}
-	p.mu.Unlock()
-	p.limiter.release(head.numMsgs, head.bytes)
-	p.cbs.push(fns...)
+	return fns
 }
 
 func (p *partitionProducer) popLocked() {
@@ -78,57 +119,44 @@ func (p *partitionProducer) popLocked() {
 }
 
 func (p *partitionProducer) sendError(h *handle, e *pb.CommandSendError) {
-	cn := h.cn
 	se := &ServerError{Code: ServerErrorCode(e.GetError()), Message: e.GetMessage()}
 	switch e.GetError() {
 	case pb.ServerError_NotAllowedError:
 		// A refusal of this one message (above the topic's maxMessageSize, say): fail it
 		// and go on, as the Java client does.
-		p.refuseHead(cn, e.GetSequenceId(), se)
+		p.refuseHead(h, e.GetSequenceId(), se)
 	case pb.ServerError_TopicTerminatedError, pb.ServerError_ProducerFenced:
 		p.fail(fmt.Errorf("%w: sequence %d on %s: %w", ErrProducerFailed, e.GetSequenceId(), p.topic, fenced(se)))
 	default:
-		if e.GetError() == pb.ServerError_ChecksumError {
-			p.markCorrupt(h, e.GetSequenceId())
-		}
-		cn.Abort(fmt.Errorf("SEND_ERROR for sequence %d on %s: %w; reconnecting to resend", e.GetSequenceId(), p.topic, se))
+		// ChecksumError (the frame was damaged on the way) and the refusals that call for
+		// a new connection: read the answers to what was written before resending.
+		p.refused(h, e.GetSequenceId(), se)
 	}
 }
 
-// markCorrupt remembers that the broker refused the pending item with sequence seq as
-// corrupt: the broker did not store it, whatever it answers to its resend.
-func (p *partitionProducer) markCorrupt(h *handle, seq uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.reg != h {
-		return
-	}
-	for _, it := range p.pending {
-		if it.seq == seq {
-			it.corrupt = true
-			return
-		}
-	}
-}
-
-// refuseHead fails the oldest pending item, whose sequence id the broker refused for
+// refuseHead fails the item the broker answers next, whose sequence id it refused for
 // good; the producer goes on with the next. A refusal of anything else is out of step
 // with the queue: the connection is reset so everything pending is sent again.
-func (p *partitionProducer) refuseHead(cn *conn.Conn, seq uint64, se *ServerError) {
-	p.mu.Lock()
-	if len(p.pending) == 0 || p.pending[0].seq != seq {
-		p.mu.Unlock()
-		cn.Abort(fmt.Errorf("SEND_ERROR %s for sequence %d, which is not the oldest pending on %s: resending", se.Code, seq, p.topic))
-		return
-	}
-	head := p.pending[0]
-	p.popLocked()
-	p.mu.Unlock()
+func (p *partitionProducer) refuseHead(h *handle, seq uint64, se *ServerError) {
+	cn := h.cn
 	err := fmt.Errorf("pulsar: the broker refused sequence %d on %s: %w", seq, p.topic, se)
 	if strings.Contains(strings.ToLower(se.Message), "size") {
 		err = fmt.Errorf("%w: %w", ErrMessageTooLarge, err) // the topic's maxMessageSize
 	}
-	p.failItems([]*pendingItem{head}, err)
+	p.mu.Lock()
+	it := p.nextUnansweredLocked()
+	if p.reg != h || it == nil || it.seq != seq {
+		var done settledItems
+		if p.drain != nil && p.reg == h {
+			done = p.endDrainLocked()
+		}
+		p.mu.Unlock()
+		p.completeSettled(done)
+		cn.Abort(fmt.Errorf("SEND_ERROR %s for sequence %d, which is not the oldest pending on %s: resending", se.Code, seq, p.topic))
+		return
+	}
+	it.settled, it.err = true, err
+	p.answeredLocked(cn, it)
 }
 
 // fail stops the producer for good: every pending and future message fails with err.
@@ -194,6 +222,11 @@ func (p *partitionProducer) failItems(items []*pendingItem, err error) {
 	for _, it := range items {
 		n += it.numMsgs
 		b += it.bytes
+		if it.settled {
+			// Stored (or failed) already, behind a refused item: its own outcome stands.
+			fns = p.settle(fns, it)
+			continue
+		}
 		for _, req := range it.reqs {
 			fns = deliver(fns, req, MessageID{}, err)
 		}

@@ -56,12 +56,24 @@ type pendingItem struct {
 	frame           []byte
 	reqs            []sendRequest // callbacks completed by this item's receipt
 	batched         bool
+	chunk           bool // one chunk of a chunked message (its chunks share seq)
 	// corrupt: the broker answered this item with ChecksumError, so it was not stored; a
 	// later duplicate answer for it (deduplication) is a loss to report, not a success.
 	corrupt bool
-	numMsgs int // messages counted by the limiter
-	bytes   int // bytes counted by the limiter
-	created time.Time
+	// refusal is the broker's refusal of this item on the last connection it was sent on
+	// (a SEND_ERROR that resets the connection): it was not stored there.
+	refusal *ServerError
+	// settled, once set, settles the item when it reaches the head of the queue, and it
+	// is never sent again: answer is the id the broker stored it under (read while a
+	// connection was drained after a refusal ahead of it), or err the failure to report.
+	settled bool
+	answer  *pb.MessageIdData
+	err     error
+	// answered: the connection being drained (see drain) answered this item.
+	answered bool
+	numMsgs  int // messages counted by the limiter
+	bytes    int // bytes counted by the limiter
+	created  time.Time
 }
 
 // frameHeadroom is kept free in front of a batch's payload for the frame header, so a
@@ -188,16 +200,15 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 }
 
 // brokerKeepsUpLocked reports whether the open batch may leave at once: fewer than
-// BatchingMaxInFlight entries await their receipts. Holding a message until every entry
-// in flight is answered (a window of one, the default) makes it wait for another
-// record's round trip and then its own whenever records come more often than the
+// BatchingMaxInFlight entries await their receipts, and no connection is being drained
+// after a refusal (what leaves then waits for the reconnection anyway). Holding a
+// message until every entry in flight is answered (a window of one) makes it wait for
+// another record's round trip and then its own whenever records come more often than the
 // broker's round trip: a median 1.5x the WebSocket producer's at 1 000 records/s in one
-// run. A wider window (an explicit option until a ChecksumError with several entries in
-// flight is placed exactly, see ProducerOptions) lets it leave at once; messages still
-// share entries when the window is full, which happens only when they come faster than
-// the broker answers.
+// run. The default window of 8 lets it leave at once; messages still share entries when
+// the window is full, which happens only when they come faster than the broker answers.
 func (p *partitionProducer) brokerKeepsUpLocked() bool {
-	return len(p.pending) < p.opts.BatchingMaxInFlight
+	return p.drain == nil && len(p.pending) < p.opts.BatchingMaxInFlight
 }
 
 // nextSeqLocked chooses m's sequence id: the next one, or (Deduplication) the caller's.
@@ -355,8 +366,10 @@ func (p *partitionProducer) appendItemLocked(it *pendingItem, send *pb.CommandSe
 		return
 	}
 	p.pending = append(p.pending, it)
-	if p.cn != nil {
-		_ = p.cn.SendFrame(it.frame) // on failure the reconnect resends it
+	if p.cn != nil && p.drain == nil {
+		// On failure the reconnect resends it; while the connection is drained after a
+		// refusal nothing more is written on it, and the reconnect sends it.
+		_ = p.cn.SendFrame(it.frame)
 	}
 }
 

@@ -365,11 +365,15 @@ func TestSlowReceiptsTimeOutAndLateOnesAreIgnored(t *testing.T) {
 // it. Whatever the interleaving, no message may be reported sent and be missing: each send
 // either succeeded and is stored once, in order, or failed with ErrCorruptInTransit.
 func TestCorruptedSendIsResentAfterChecksumError(t *testing.T) {
-	for _, dedup := range []bool{false, true} {
-		t.Run(fmt.Sprintf("deduplication=%v", dedup), func(t *testing.T) {
+	for _, tc := range []struct {
+		dedup  bool
+		window int // BatchingMaxInFlight; 0 for the default
+	}{{false, 0}, {true, 0}, {false, 1}, {true, 1}} {
+		dedup := tc.dedup
+		t.Run(fmt.Sprintf("deduplication=%v/window=%d", dedup, tc.window), func(t *testing.T) {
 			b := fakeBroker(t)
 			b.SetDeduplication(dedup)
-			p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{})
+			p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{BatchingMaxInFlight: tc.window})
 			b.CorruptNextSends(2)
 			wait := sendAll(t, p, 30)
 			errs := wait()

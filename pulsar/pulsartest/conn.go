@@ -110,10 +110,20 @@ func (c *serverConn) serve() {
 		if err := frame.Decode(body, &f); err != nil {
 			if errors.Is(err, frame.ErrChecksum) && f.Cmd.GetType() == pb.BaseCommand_SEND {
 				// What a broker does with a corrupt message: refuse it, keep the connection.
+				// Held with the receipts while they are held: a broker answers one
+				// producer's SENDs in order.
 				s := f.Cmd.GetSend()
-				c.write(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
+				refusal := &pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
 					ProducerId: s.ProducerId, SequenceId: s.SequenceId, Error: pb.ServerError_ChecksumError.Enum(),
-					Message: proto.String("pulsartest: checksum mismatch")}})
+					Message: proto.String("pulsartest: checksum mismatch")}}
+				c.b.mu.Lock()
+				if c.b.holdReceipts {
+					c.b.held = append(c.b.held, func() { c.write(refusal) })
+					c.b.mu.Unlock()
+					continue
+				}
+				c.b.mu.Unlock()
+				c.write(refusal)
 				continue
 			}
 			return

@@ -40,7 +40,8 @@ func Ignore() Reply { return Reply{kind: replyIgnore} }
 
 // Refuse answers the command with the error code and message: ERROR for a command
 // with a request id (PRODUCER, SUBSCRIBE, LOOKUP, PARTITIONED_METADATA, ...),
-// SEND_ERROR for SEND. A command that has no way to carry an error is ignored.
+// SEND_ERROR for SEND (held with the receipts while HoldReceipts holds them). A command
+// that has no way to carry an error is ignored.
 func Refuse(code ServerError, message string) Reply {
 	return Reply{kind: replyRefuse, code: code, message: message}
 }
@@ -88,8 +89,17 @@ func (c *serverConn) controlled(f *frame.Frame) (handled, close bool) {
 // SEND; false when f is a command that carries neither.
 func (c *serverConn) answerError(f *frame.Frame, code ServerError, message string) bool {
 	if s := f.Cmd.GetSend(); f.Cmd.GetType() == pb.BaseCommand_SEND && s != nil {
-		c.write(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
-			ProducerId: s.ProducerId, SequenceId: s.SequenceId, Error: code.Enum(), Message: proto.String(message)}})
+		refusal := &pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
+			ProducerId: s.ProducerId, SequenceId: s.SequenceId, Error: code.Enum(), Message: proto.String(message)}}
+		c.b.mu.Lock()
+		if c.b.holdReceipts {
+			// Held in order with the receipts: a broker answers one producer's SENDs in order.
+			c.b.held = append(c.b.held, func() { c.write(refusal) })
+			c.b.mu.Unlock()
+			return true
+		}
+		c.b.mu.Unlock()
+		c.write(refusal)
 		return true
 	}
 	reqID, ok := requestID(f.Cmd)

@@ -22,8 +22,9 @@ func (b *Broker) SetReceiptDelay(d time.Duration) { b.mu.Lock(); b.receiptDelay 
 // receipt the client sees is ahead of its oldest pending message.
 func (b *Broker) SkipReceipts(n int) { b.mu.Lock(); b.skipReceipts = n; b.mu.Unlock() }
 
-// HoldReceipts persists messages but withholds their receipts until released; releasing
-// sends the held receipts in order on their (possibly dead) connections.
+// HoldReceipts persists messages but withholds their receipts (and the ChecksumError
+// refusals of CorruptNextSends) until released; releasing sends the held answers in
+// order on their (possibly dead) connections.
 func (b *Broker) HoldReceipts(on bool) {
 	if on {
 		b.mu.Lock()
@@ -102,6 +103,20 @@ func (t throttledReader) Read(p []byte) (int, error) {
 	case <-timer.C:
 	}
 	return t.c.nc.Read(p[:min(len(p), n)])
+}
+
+// ReleaseReceipts sends the n oldest held answers (receipts, and the ChecksumError
+// refusals of CorruptNextSends held with them), in order, and goes on holding the rest
+// and what comes next: a test lets the client read one answer before the next.
+func (b *Broker) ReleaseReceipts(n int) {
+	b.mu.Lock()
+	n = min(n, len(b.held))
+	first := b.held[:n:n]
+	b.held = append([]func(){}, b.held[n:]...)
+	b.mu.Unlock()
+	for _, f := range first {
+		f()
+	}
 }
 
 // DropAfterFrames closes every connection once it has received n more frames (0 disables).
