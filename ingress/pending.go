@@ -19,7 +19,7 @@ type pendingQueue struct {
 	closed    bool
 	waiting   bool          // the collector waits on more
 	more      chan struct{} // a token once an entry is added or the queue closed while the collector waits
-	room      chan struct{} // a token once an entry leaves a full queue
+	room      chan struct{} // a token once an entry leaves a full queue; made when the queue first fills
 	small     [smallRing]*entry
 	ringClass int       // the pool class of ring, 0 while it is small
 	box       *[]*entry // ring's box in the pool, nil while it is small
@@ -31,7 +31,7 @@ const smallRing = 8
 var rings [bits.UintSize]sync.Pool
 
 func newPendingQueue(limit int) *pendingQueue {
-	q := &pendingQueue{limit: max(limit, 1), more: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	q := &pendingQueue{limit: max(limit, 1), more: make(chan struct{}, 1)}
 	q.ring = q.small[:]
 	return q
 }
@@ -41,9 +41,13 @@ func newPendingQueue(limit int) *pendingQueue {
 func (q *pendingQueue) push(e *entry, done <-chan struct{}) bool {
 	q.mu.Lock()
 	for q.n >= q.limit {
+		if q.room == nil {
+			q.room = make(chan struct{}, 1) // only for a stream that fills its queue
+		}
+		room := q.room
 		q.mu.Unlock()
 		select {
-		case <-q.room:
+		case <-room:
 		case <-done:
 			return false
 		}
@@ -110,7 +114,7 @@ func (q *pendingQueue) takeLocked() (*entry, bool) {
 	q.ring[q.head] = nil
 	q.head = (q.head + 1) & (len(q.ring) - 1)
 	q.n--
-	if q.n == q.limit-1 {
+	if q.n == q.limit-1 && q.room != nil {
 		q.signal(q.room)
 	}
 	return e, false
