@@ -177,10 +177,11 @@ type Server struct {
 	obs   Observer
 	state atomic.Pointer[state]
 
-	gate admission.Gate
-	mu   sync.Mutex
-	open map[string]*stream // by Stream-Id
-	stop chan struct{}      // closed by Drain: streams end
+	gate    admission.Gate
+	mu      sync.Mutex
+	open    map[string]*stream // by Stream-Id
+	stop    context.Context    // cancelled by Drain: streams end
+	stopAll context.CancelFunc
 }
 
 type state struct {
@@ -259,7 +260,8 @@ func New(sub Subscriber, log *slog.Logger, obs Observer, tr *telemetry.Tracing) 
 	if tr == nil {
 		tr = telemetry.Disabled()
 	}
-	return &Server{sub: sub, log: log, obs: obs, tr: tr, open: map[string]*stream{}, stop: make(chan struct{})}
+	stop, stopAll := context.WithCancel(context.Background())
+	return &Server{sub: sub, log: log, obs: obs, tr: tr, open: map[string]*stream{}, stop: stop, stopAll: stopAll}
 }
 
 // Update installs stream definitions, the tokens requests are checked against (nil:
@@ -285,7 +287,7 @@ func (s *Server) IsAck(path string) bool {
 // consumer) and refuses new ones; it waits until they are gone or ctx ends.
 func (s *Server) Drain(ctx context.Context) error {
 	if s.gate.Drain() {
-		close(s.stop)
+		s.stopAll()
 	}
 	return s.gate.Wait(ctx)
 }

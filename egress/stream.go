@@ -188,13 +188,9 @@ func (st *stream) run() int64 {
 	defer st.segments.Close()
 	ctx, cancel := context.WithCancel(st.ctx)
 	defer cancel()
-	go func() {
-		select {
-		case <-st.srv.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	// The server's drain ends the stream: a callback on its context, not a goroutine
+	// per stream waiting for it.
+	defer context.AfterFunc(st.srv.stop, cancel)()
 	res := st.c.Response()
 	h := res.Header()
 	h.Set("Content-Type", recordio.MediaRecordIO)

@@ -42,7 +42,7 @@ type stream struct {
 	cancel context.CancelFunc
 
 	// Shared by the goroutines, each under its own lock or atomic.
-	pending     chan *entry    // records awaiting their outcome, in input order
+	pending     *pendingQueue  // records awaiting their outcome, in input order
 	budget      *budget.Budget // ingress.pendingBytes: the bytes awaiting receipts (a record larger than it is admitted alone)
 	bodyMu      sync.Mutex
 	stopErr     error // why reading stopped early (drain), set under bodyMu
@@ -99,7 +99,7 @@ func newStream(s *Server, c echo.Context, parent context.Context, route string, 
 	ctx, cancel := context.WithCancel(parent)
 	st := &stream{srv: s, c: c, rc: http.NewResponseController(c.Response()), route: route, req: req, limits: l,
 		streaming: streaming, recordio: rio, ctx: ctx, cancel: cancel,
-		pending: make(chan *entry, l.PendingRecords), abandonC: make(chan struct{})}
+		pending: newPendingQueue(l.PendingRecords), abandonC: make(chan struct{})}
 	st.budget = budget.New(l.PendingBytes)
 	if s.tr.Enabled {
 		st.streamSpan = trace.SpanContextFromContext(ctx)
@@ -167,7 +167,7 @@ func (st *stream) run() int {
 	}()
 	endErr := st.readAll()
 	records := st.accepted
-	close(st.pending)
+	st.pending.close()
 	<-collected
 	st.segments.Close()
 

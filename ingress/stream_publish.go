@@ -170,10 +170,9 @@ func (st *stream) publish(rec recordio.Record) error {
 		}
 	}
 	start := e.start
-	select {
-	case st.pending <- e:
+	if st.pending.push(e, st.ctx.Done()) {
 		st.accepted++
-	case <-st.ctx.Done():
+	} else {
 		st.budget.Release(charge)
 		st.srv.tr.EndRecord(&e.span, "", st.ctx.Err()) // never sent: a failed record
 		return st.ctx.Err()
@@ -236,10 +235,9 @@ func (st *stream) publishFailed(seq int64, status int, err error) error {
 		// Failed records are always traced (EndRecord records the span if it was not sampled).
 		tr.StartPublish(&e.span, st.recordParent(nil), st.segments.Next(0), "", 0, e.start)
 	}
-	select {
-	case st.pending <- e:
+	if st.pending.push(e, st.ctx.Done()) {
 		st.accepted++
-	case <-st.ctx.Done():
+	} else {
 		st.srv.tr.EndRecord(&e.span, "", e.err)
 		return st.ctx.Err()
 	}

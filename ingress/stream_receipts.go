@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -13,6 +14,12 @@ import (
 
 // maxListedFailures bounds the failures a one-answer response lists.
 const maxListedFailures = 100
+
+// idleReceiptBuffer is the most receipt buffer the collector keeps while it waits for
+// the next record; larger ones wait in receiptBuffers for the next burst of any stream.
+const idleReceiptBuffer = 1 << 10
+
+var receiptBuffers sync.Pool // of *[]byte
 
 // tally aggregates settled records for the Observer between flushes.
 type tally struct {
@@ -25,6 +32,7 @@ type tally struct {
 func (st *stream) collect() {
 	res := st.c.Response()
 	var buf []byte
+	var box *[]byte // buf's box in receiptBuffers, if it came from there
 	flush := func() {
 		st.clock.Stale() // it writes, or the collector waits next: the next span reads the clock again
 		st.flushTallies()
@@ -44,17 +52,28 @@ func (st *stream) collect() {
 		buf = buf[:0]
 	}
 	for {
-		var e *entry
-		var ok bool
 		st.idle = false
-		select {
-		case e, ok = <-st.pending:
-		default:
+		e, closed := st.pending.take()
+		if e == nil && !closed {
 			flush()
+			if cap(buf) > idleReceiptBuffer {
+				// A burst's receipts' room: not kept while the stream is idle.
+				if box == nil {
+					box = new([]byte)
+				}
+				*box, buf = buf, nil
+				receiptBuffers.Put(box)
+				box = nil
+			}
 			st.idle = true
-			e, ok = <-st.pending
+			e = st.pending.wait()
+			if buf == nil {
+				if box, _ = receiptBuffers.Get().(*[]byte); box != nil {
+					buf = (*box)[:0]
+				}
+			}
 		}
-		if !ok {
+		if e == nil {
 			flush()
 			return
 		}

@@ -67,20 +67,22 @@ type completion struct {
 }
 
 // dispatcher runs callbacks in order on its own goroutine, so user code never runs on
-// a connection's reader and a slow callback delays only its own producer.
+// a connection's reader and a slow callback delays only its own producer. The goroutine
+// starts with the first callback: a consumer's dispatcher, which only tells of an
+// active consumer's change, mostly has none, and an idle goroutine per consumer was a
+// stack per egress stream.
 type dispatcher struct {
-	mu     sync.Mutex
-	queue  []completion
-	closed bool // stopped: push runs callbacks itself
-	signal chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
+	mu      sync.Mutex
+	queue   []completion
+	closed  bool // stopped: push runs callbacks itself
+	started bool // run is running (or has run)
+	signal  chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 func newDispatcher() *dispatcher {
-	d := &dispatcher{signal: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	go d.run()
-	return d
+	return &dispatcher{signal: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (d *dispatcher) push(cs ...completion) {
@@ -98,6 +100,10 @@ func (d *dispatcher) push(cs ...completion) {
 		return
 	}
 	d.queue = append(d.queue, cs...)
+	if !d.started {
+		d.started = true
+		go d.run()
+	}
 	d.mu.Unlock()
 	select {
 	case d.signal <- struct{}{}:
@@ -133,6 +139,14 @@ func (d *dispatcher) run() {
 
 // close runs what is queued and stops the goroutine.
 func (d *dispatcher) close() {
+	d.mu.Lock()
+	started := d.started
+	if !started {
+		d.closed = true // nothing queued: later callbacks run in push
+	}
+	d.mu.Unlock()
 	close(d.stop)
-	<-d.done
+	if started {
+		<-d.done
+	}
 }

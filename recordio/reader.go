@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 )
 
 const (
@@ -17,6 +18,9 @@ const (
 	maxDigits = 20
 
 	defaultBufferSize = 16 << 10
+	// smallBuffer is what a Reader waits for input with while no record is in progress:
+	// a whole small record fits, and an idle stream holds no larger buffer.
+	smallBuffer = 512
 )
 
 // Option configures a Reader.
@@ -39,7 +43,10 @@ func StreamLargerRecords(limit int64) Option {
 	return func(r *Reader) { r.streamMax = limit }
 }
 
-// BufferSize sets the initial read buffer (default 16 KiB); it grows when a record needs it.
+// BufferSize sets the read buffer taken while input keeps coming (default 16 KiB); it
+// grows when a record needs it. Between records, once every byte read is consumed, the
+// Reader gives the buffer back to a pool shared by all Readers and waits for more input
+// in a small buffer of its own, so an idle stream holds no large buffer.
 func BufferSize(n int) Option {
 	return func(r *Reader) {
 		if n > MaxHeaderLine {
@@ -57,10 +64,12 @@ type Reader struct {
 	max       int
 	streamMax int64
 	initial   int
-	records   int64 // records returned so far
-	err       error // sticky: once set, every call returns it
-	srcErr    error // error the source returned with data, reported once the data is used
-	body      *body // the streamed record in progress, if any
+	records   int64   // records returned so far
+	err       error   // sticky: once set, every call returns it
+	srcErr    error   // error the source returned with data, reported once the data is used
+	body      *body   // the streamed record in progress, if any
+	held      *[]byte // buf's box in the pool when buf is a pooled buffer, else nil (buf is small or nil)
+	small     [smallBuffer]byte
 }
 
 // NewReader returns a Reader that decodes the RecordIO stream read from r.
@@ -173,6 +182,7 @@ func (r *Reader) next(allowStream bool) (Record, error) {
 
 func (r *Reader) fail(err error) error {
 	r.err = err
+	r.idle() // the buffer is of no further use: every later call returns err
 	return err
 }
 
@@ -187,6 +197,10 @@ func (r *Reader) readHeader() (uint64, int64, error) {
 		}
 		i := bytes.IndexByte(look, '\n')
 		if i < 0 {
+			if len(win) == 0 {
+				// Between records with nothing read ahead: wait in the small buffer.
+				r.idle()
+			}
 			off := r.base + int64(r.r)
 			if len(win) > MaxHeaderLine {
 				return 0, off, &Error{Err: ErrBadHeader, Offset: off, Record: r.records,
@@ -280,16 +294,24 @@ func (r *Reader) need(n int, off int64) error {
 }
 
 // makeRoom moves the unread input to the front of the buffer, growing it when it
-// cannot hold n bytes.
+// cannot hold n bytes. The small buffer is left for a pooled one: room is wanted when
+// input keeps coming (a record or header continues past what was read).
 func (r *Reader) makeRoom(n int) {
-	if n > len(r.buf) {
+	if n > len(r.buf) || r.held == nil {
 		size := max(2*len(r.buf), r.initial, n)
-		if limit := r.max + MaxHeaderLine + 1; size > limit && n <= limit {
-			size = limit
+		if size&(size-1) != 0 {
+			size = 1 << bits.Len(uint(size)) // a pool size class
 		}
-		nb := make([]byte, size)
+		if limit := r.max + MaxHeaderLine + 1; size > limit && n <= limit {
+			size = max(limit, r.initial)
+		}
+		box := takeBuffer(size)
+		nb := *box
 		copy(nb, r.buf[r.r:r.w])
-		r.buf = nb
+		if r.held != nil {
+			giveBuffer(r.held)
+		}
+		r.held, r.buf = box, nb
 	} else {
 		copy(r.buf, r.buf[r.r:r.w])
 	}
@@ -304,10 +326,11 @@ func (r *Reader) fill() error {
 		return r.srcErr
 	}
 	if r.buf == nil {
-		r.buf = make([]byte, r.initial)
+		r.buf = r.small[:]
 	}
 	if r.w == len(r.buf) {
-		if r.r == 0 {
+		// A full small buffer means input keeps coming: take a pooled one.
+		if r.r == 0 || r.held == nil {
 			r.makeRoom(len(r.buf) + 1)
 		} else {
 			r.makeRoom(r.w - r.r)
@@ -338,6 +361,18 @@ func (r *Reader) fill() error {
 func (r *Reader) rewind() {
 	r.base += int64(r.r)
 	r.r, r.w = 0, 0
+}
+
+// idle empties the buffer and gives a pooled one back: the Reader waits for input in
+// its small buffer. Records returned before are only valid until the next call, which
+// is this one or later.
+func (r *Reader) idle() {
+	r.rewind()
+	if r.held != nil {
+		giveBuffer(r.held)
+		r.held = nil
+	}
+	r.buf = r.small[:]
 }
 
 func (r *Reader) sourceError(err error, off int64) error {
@@ -418,6 +453,10 @@ func (b *body) discard() error {
 			continue
 		}
 		rd.rewind()
+		if rd.held == nil {
+			// Skip in large reads, not in the small buffer's.
+			rd.makeRoom(rd.initial)
+		}
 		if err := rd.fill(); err != nil {
 			b.fail(err)
 		}

@@ -3,7 +3,7 @@
 // subscription each round), and the same backlog drained by the official
 // pulsar-client-go consumer, alternating in one run. Then, at a low rate, the latency
 // from publishing a message to its arrival at the HTTP client, and at the official
-// consumer for comparison.
+// consumer for comparison. Last, the bridge's memory with idle streams open (-idle).
 //
 //	go run ./egress -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 3
 package main
@@ -13,9 +13,11 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,14 +35,24 @@ func main() {
 	size := flag.Int("size", 1024, "message size in bytes")
 	latN := flag.Int("lat", 1000, "messages for the latency figure (0 skips it)")
 	rate := flag.Int("rate", 200, "messages per second for the latency figure")
+	idle := flag.Int("idle", 1000, "idle streams for the memory figure (0 skips it)")
+	profile := flag.String("profile", "", "a file name prefix: write the bridge's heap with the idle streams open to PREFIX-idle-heap.pprof, and print its runtime memory per stream")
 	flag.Parse()
+	harness.Pprof = *profile != ""
 	harness.RequireBroker(*url, "bench-egress")
 	stamp := time.Now().UnixNano()
 	topic := fmt.Sprintf("persistent://public/default/bench-egress-%d", stamp)
 	latTopic := fmt.Sprintf("persistent://public/default/bench-egress-lat-%d", stamp)
+	idleTopic := fmt.Sprintf("persistent://public/default/bench-egress-idle-%d", stamp)
 	br := harness.MustStartBridge(*bin, fmt.Sprintf(`pulsar:
   url: %s
+egress:
+  maxStreams: %d
 streams:
+  - name: idle
+    topics: [%s]
+    type: shared
+    position: latest
   - name: backlog
     topics: [%s]
     position: earliest
@@ -48,7 +60,7 @@ streams:
   - name: latency
     topics: [%s]
     position: latest
-`, *url, topic, latTopic))
+`, *url, *idle+100, idleTopic, topic, latTopic))
 	defer br.Stop()
 	c := harness.MustOfficialClient(*url)
 	defer c.Close()
@@ -102,6 +114,63 @@ streams:
 		fmt.Printf("\npublish-to-delivery latency, %d messages at %d/s: HTTP client through the bridge p50 %s p99 %s; official consumer p50 %s p99 %s\n",
 			*latN, *rate, pct(hb, 0.5), pct(hb, 0.99), pct(ho, 0.5), pct(ho, 0.99))
 	}
+	if *idle > 0 {
+		heap := ""
+		if *profile != "" {
+			heap = *profile + "-idle-heap.pprof"
+		}
+		before, after, err := idleStreams(br, br.DataURL+"/v1/streams/idle", *idle, heap)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("\nbridge memory with %d idle streams open: RSS %.1f MiB before, %.1f MiB with them (%.1f KiB per stream)\n",
+			*idle, float64(before)/(1<<20), float64(after)/(1<<20), float64(after-before)/1024/float64(*idle))
+	}
+}
+
+// idleStreams opens n GET streams of one shared subscription of a topic nobody
+// publishes to, and reports the bridge's RSS before and while they are open. One
+// subscription: the bridge holds a consumer per GET either way, and the broker (often
+// shared) keeps one cursor instead of n. With heap set, the bridge's heap profile is
+// written there while they are open.
+func idleStreams(br *harness.Bridge, url string, n int, heap string) (before, after int64, err error) {
+	time.Sleep(time.Second)
+	before = br.RSS()
+	var msBefore harness.MemStats
+	if harness.Pprof {
+		msBefore, _ = harness.FetchMemStats(br.OpsURL)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2000, MaxConnsPerHost: 0, DisableCompression: true}}
+	bodies := make([]io.ReadCloser, 0, n)
+	defer func() {
+		for _, b := range bodies {
+			b.Close()
+		}
+	}()
+	for i := range n {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Accept", "application/recordio")
+		resp, err := client.Do(req)
+		if err != nil {
+			return before, 0, fmt.Errorf("stream %d: %w", i, err)
+		}
+		bodies = append(bodies, resp.Body)
+		if resp.StatusCode != 200 {
+			return before, 0, fmt.Errorf("stream %d: %s", i, resp.Status)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	after = br.RSS()
+	if heap != "" {
+		harness.FetchProfile(br.OpsURL, "heap", 0, heap)
+		harness.FetchProfile(br.OpsURL, "goroutine?debug=1", 0, strings.TrimSuffix(heap, "heap.pprof")+"goroutines.txt")
+	}
+	if harness.Pprof {
+		if ms, err := harness.FetchMemStats(br.OpsURL); err == nil {
+			fmt.Printf("bridge runtime memory with %d idle streams open: %s\n", n, ms.PerStream(msBefore, n))
+		}
+	}
+	return before, after, nil
 }
 
 func pct(l []time.Duration, q float64) time.Duration {

@@ -191,6 +191,10 @@ func (b *bridge) run(topic string, size, count int) (result, error) {
 func (b *bridge) idleStreams(n int, heap string) (before, after int64, err error) {
 	time.Sleep(time.Second)
 	before = b.RSS()
+	var msBefore harness.MemStats
+	if harness.Pprof {
+		msBefore, _ = harness.FetchMemStats(b.OpsURL)
+	}
 	type open struct {
 		pw   *io.PipeWriter
 		resp *http.Response
@@ -226,6 +230,11 @@ func (b *bridge) idleStreams(n int, heap string) (before, after int64, err error
 	after = b.RSS()
 	if heap != "" {
 		harness.FetchProfile(b.OpsURL, "heap", 0, heap)
+	}
+	if harness.Pprof {
+		if ms, err := harness.FetchMemStats(b.OpsURL); err == nil {
+			fmt.Printf("bridge runtime memory with %d idle streams open: %s\n", n, ms.PerStream(msBefore, n))
+		}
 	}
 	return before, after, nil
 }
