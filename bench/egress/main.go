@@ -5,6 +5,12 @@
 // from publishing a message to its arrival at the HTTP client, and at the official
 // consumer for comparison.
 //
+// "bridge CPU" is the bridge process's user+system time per message (from /proc), "client
+// CPU" the load generator's: for the official path, the official consumer's own. With
+// -alt-bin a second bridge binary drains the same backlog in the same rounds (path
+// bridge-alt: a before/after comparison); -profile writes each bridge's CPU profile of
+// its first round.
+//
 //	go run ./egress -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 3
 package main
 
@@ -34,14 +40,18 @@ func main() {
 	size := flag.Int("size", 1024, "message size in bytes")
 	latN := flag.Int("lat", 1000, "messages for the latency figure (0 skips it)")
 	rate := flag.Int("rate", 200, "messages per second for the latency figure")
+	altBin := flag.String("alt-bin", "", "another bridge binary draining the same backlog in the same rounds, as path bridge-alt (a before/after comparison)")
+	profile := flag.String("profile", "", "a file name prefix: write each bridge's CPU profile of its first round to PREFIX-bridge.pprof (and PREFIX-bridge-alt.pprof); -n large enough for the round to outlast -profile-seconds")
+	profileSeconds := flag.Int("profile-seconds", 2, "the profile's length")
 	flag.Parse()
+	harness.Pprof = *profile != ""
 	if *url == "" {
 		log.Fatal("no broker: set -url or PULSAR_URL (make bench-egress starts one)")
 	}
 	stamp := time.Now().UnixNano()
 	topic := fmt.Sprintf("persistent://public/default/bench-egress-%d", stamp)
 	latTopic := fmt.Sprintf("persistent://public/default/bench-egress-lat-%d", stamp)
-	br, err := harness.StartBridge(*bin, fmt.Sprintf(`pulsar:
+	cfg := fmt.Sprintf(`pulsar:
   url: %s
 streams:
   - name: backlog
@@ -51,11 +61,23 @@ streams:
   - name: latency
     topics: [%s]
     position: latest
-`, *url, topic, latTopic))
+`, *url, topic, latTopic)
+	br, err := harness.StartBridge(*bin, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer br.Stop()
+	bridges := map[string]*harness.Bridge{"bridge": br}
+	paths := []string{"bridge", "official"}
+	if *altBin != "" {
+		alt, err := harness.StartBridge(*altBin, cfg)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer alt.Stop()
+		bridges["bridge-alt"] = alt
+		paths = []string{"bridge", "bridge-alt", "official"}
+	}
 	c, err := official.NewClient(official.ClientOptions{URL: *url, Logger: harness.QuietLogger()})
 	if err != nil {
 		log.Fatal(err)
@@ -68,37 +90,60 @@ streams:
 	type res struct{ elapsed, serverCPU, clientCPU time.Duration }
 	best := map[string]res{}
 	for r := range *rounds {
-		for _, path := range []string{"bridge", "official"} {
+		for _, path := range paths {
 			sub := fmt.Sprintf("%s-%d", path, r)
-			var x res
-			ccpu0, scpu0, t0 := harness.CPUTime(), br.CPU(), time.Now()
-			if path == "bridge" {
-				err = drainHTTP(br.DataURL+"/v1/streams/backlog?subscription="+sub, *n)
+			b := bridges[path]
+			var scpu0 time.Duration
+			if b != nil {
+				scpu0 = b.CPU()
+			}
+			ccpu0, t0 := harness.CPUTime(), time.Now()
+			var profiled chan struct{}
+			if b != nil && *profile != "" && r == 0 {
+				profiled = make(chan struct{})
+				go func() {
+					defer close(profiled)
+					harness.FetchProfile(b.OpsURL, "profile", *profileSeconds, fmt.Sprintf("%s-%s.pprof", *profile, path))
+				}()
+			}
+			if b != nil {
+				err = drainHTTP(b.DataURL+"/v1/streams/backlog?subscription="+sub, *n)
 			} else {
 				err = drainOfficial(c, topic, sub, *n)
 			}
 			if err != nil {
 				log.Fatalf("%s: %v", path, err)
 			}
-			x = res{time.Since(t0), br.CPU() - scpu0, harness.CPUTime() - ccpu0}
+			x := res{elapsed: time.Since(t0), clientCPU: harness.CPUTime() - ccpu0}
+			if b != nil {
+				x.serverCPU = b.CPU() - scpu0
+			}
+			if profiled != nil {
+				<-profiled
+			}
 			if b, ok := best[path]; !ok || x.elapsed < b.elapsed {
 				best[path] = x
 			}
 		}
 	}
+	fmt.Printf("load average %s\n", harness.LoadAvg())
 	fmt.Printf("| path | size | messages | records/s | MB/s | bridge CPU µs/msg | client CPU µs/msg |\n|---|---|---|---|---|---|---|\n")
-	for _, path := range []string{"bridge", "official"} {
+	label := map[string]string{"bridge": "broker -> bridge -> HTTP RecordIO client", "bridge-alt": "broker -> bridge (-alt-bin) -> HTTP RecordIO client", "official": "broker -> official consumer"}
+	for _, path := range paths {
 		x := best[path]
 		rps := float64(*n) / x.elapsed.Seconds()
-		label := map[string]string{"bridge": "broker -> bridge -> HTTP RecordIO client", "official": "broker -> official consumer"}[path]
 		bcpu := "-"
-		if path == "bridge" {
+		if path != "official" {
 			bcpu = fmt.Sprintf("%.2f", float64(x.serverCPU.Nanoseconds())/1e3/float64(*n))
 		}
-		fmt.Printf("| %s | %d B | %d | %.0f | %.1f | %s | %.2f |\n", label, *size, *n, rps, rps*float64(*size)/1e6, bcpu,
+		fmt.Printf("| %s | %d B | %d | %.0f | %.1f | %s | %.2f |\n", label[path], *size, *n, rps, rps*float64(*size)/1e6, bcpu,
 			float64(x.clientCPU.Nanoseconds())/1e3/float64(*n))
 	}
-	fmt.Printf("| ratio bridge/official | %d B | | %.2fx | | | |\n", *size, best["official"].elapsed.Seconds()/best["bridge"].elapsed.Seconds())
+	// CPU: the bridge's own against the official consumer's (both per message).
+	for _, path := range paths[:len(paths)-1] {
+		fmt.Printf("| ratio %s/official | %d B | | %.2fx | | %.2fx (CPU per message) | |\n", path, *size,
+			best["official"].elapsed.Seconds()/best[path].elapsed.Seconds(), float64(best[path].serverCPU)/float64(best["official"].clientCPU))
+	}
 
 	if *latN > 0 {
 		hb, ho, err := latency(c, br.DataURL+"/v1/streams/latency", latTopic, *latN, *rate)
