@@ -30,7 +30,7 @@ import (
 func main() {
 	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
 	rounds := flag.Int("rounds", 2, "alternating rounds per size (the best of each is reported)")
-	sizesFlag := flag.String("sizes", "100,1024,16384", "message sizes in bytes, comma-separated (the backlog is 20 MB of each, at least 10 000 messages)")
+	sizesFlag := flag.String("sizes", "100,1024,16384", "message sizes in bytes, comma-separated (a backlog of about 160 MB each, 2 000 to 200 000 messages)")
 	queueBytes := flag.Int("queue-bytes", 1<<20, "the bridge consumer's ReceiverQueueBytes (the bridge's receiverQueueBytes); 0: bounded in messages only")
 	budgetBytes := flag.Int64("budget", 128<<20, "the process-wide budget the bridge consumer charges (the bridge's memory.budget); 0: none")
 	flag.Parse()
@@ -43,7 +43,9 @@ func main() {
 		if err != nil || size < 1 {
 			log.Fatalf("-sizes: %q is not a message size in bytes", f)
 		}
-		sizes = append(sizes, struct{ size, count int }{size, max(10_000, 20_000_000/size)})
+		// About 160 MB of backlog (the broker keeps it until the topic is deleted), and
+		// between 2 000 and 200 000 messages.
+		sizes = append(sizes, struct{ size, count int }{size, min(200_000, max(2_000, 160_000_000/size))})
 	}
 	opts := pulsar.ConsumerOptions{ReceiverQueueBytes: *queueBytes}
 	if *budgetBytes > 0 {
