@@ -159,11 +159,6 @@ func TestMemoryLimiterNoLeak(t *testing.T) {
 	const (
 		limit = 256 << 10
 		size  = 4 << 10
-		// The window adapts to the messages' size, up to 8 times ReceiverQueueBytes
-		// (here as much as the budget); a backlog three times the budget is queued in
-		// part, so the broker has the rest to send after the reconnect.
-		window = 8 * (32 << 10)
-		n      = 3 * limit / size
 	)
 	bud := budget.New(limit)
 	b := fakeBroker(t)
@@ -177,25 +172,25 @@ func TestMemoryLimiterNoLeak(t *testing.T) {
 		b.Deliver(faultTopic, out...)
 	}
 	// Filled, then the connection drops: the queue and the reservation go back.
-	deliver(n)
-	waitFor(t, "the queue to fill", settled(b, cons, n))
+	deliver(40)
+	waitFor(t, "the queue to fill", settled(b, cons, 40))
 	if used := bud.Stats().Used; used == 0 {
 		t.Fatal("nothing charged for a full queue")
 	}
 	b.DropConnections()
 	waitFor(t, "the resubscription", func() bool { return cons.Stats().Reconnects >= 1 })
-	waitFor(t, "the queue to refill after the reconnect", settled(b, cons, n))
+	waitFor(t, "the queue to refill after the reconnect", settled(b, cons, 40))
 	used, held := bud.Stats().Used, int64(cons.Stats().HeldBytes)
 	// What is charged now is what is queued plus at most the reservation for the
 	// permits in flight: the old registration's queue and reservation are gone.
-	if used > held+window+size {
+	if used > held+(32<<10)+size {
 		t.Fatalf("after the reconnect %d bytes are charged for a queue of %d bytes", used, held)
 	}
 	// Everything redelivered: the queue is dropped and its charge goes back.
 	cons.RedeliverUnacknowledged()
-	waitFor(t, "the queue to refill after the redelivery", settled(b, cons, n))
+	waitFor(t, "the queue to refill after the redelivery", settled(b, cons, 40))
 	used, held = bud.Stats().Used, int64(cons.Stats().HeldBytes)
-	if used > held+window+size {
+	if used > held+(32<<10)+size {
 		t.Fatalf("after the redelivery %d bytes are charged for a queue of %d bytes", used, held)
 	}
 	// Some taken (their charge moves to the application), the rest closed with the queue.

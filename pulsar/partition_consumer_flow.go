@@ -30,6 +30,9 @@ func (p *partitionConsumer) taken(m *Message) {
 	p.mu.Lock()
 	if m.gen == p.gen {
 		p.heldBytes = max(0, p.heldBytes-m.size)
+		if p.heldBytes == 0 {
+			p.emptiedAt = time.Now() // the application keeps up (see windowBytesLocked)
+		}
 	}
 	p.returnPermitsLocked(m.permits)
 	p.wakeDrainLocked()
@@ -84,18 +87,25 @@ const windowEntries = 128
 // reserve the whole shared budget.
 const maxWindowScale = 8
 
+// keepingUp is how recently the application must have emptied a partition's queue for
+// its window to adapt: a reader slower than the broker gains nothing from a larger
+// window (its queue is full), and would only hold more of the budget.
+const keepingUp = time.Second
+
 // windowBytesLocked is the partition's byte window for entries of per bytes (0: none
 // seen yet). It is ReceiverQueueBytes (no bound when 0), except with a MemoryLimiter,
-// the process-wide budget that bounds what is queued and in flight: then it grows with
-// the entries' size to windowEntries of them, up to maxWindowScale × ReceiverQueueBytes,
-// and shrinks back as they get smaller (per decays); the limiter still covers every
-// permit granted, so a spent budget grants no more whatever the window.
+// the process-wide budget that bounds what is queued and in flight, while the
+// application keeps up (it emptied the queue within keepingUp): then it grows with the
+// entries' size to windowEntries of them, up to maxWindowScale × ReceiverQueueBytes,
+// and shrinks back as they get smaller (per decays) or the application falls behind;
+// the limiter still covers every permit granted, so a spent budget grants no more
+// whatever the window.
 func (p *partitionConsumer) windowBytesLocked(per int) int {
 	bound := p.opts.ReceiverQueueBytes
 	if bound <= 0 {
 		return math.MaxInt
 	}
-	if p.opts.MemoryLimiter == nil || per <= 0 {
+	if p.opts.MemoryLimiter == nil || per <= 0 || p.emptiedAt.IsZero() || time.Since(p.emptiedAt) > keepingUp {
 		return bound
 	}
 	return min(max(bound, windowEntries*per), maxWindowScale*bound)

@@ -14,11 +14,23 @@ import (
 
 // fillWindow delivers n messages of size bytes, lets the consumer fill its queue without
 // taking anything, and returns the bytes it queued once the broker has used every permit
-// it was given; then it takes every message, in order.
-func fillWindow(t *testing.T, opts pulsar.ConsumerOptions, size, n int) (held int) {
+// it was given; then it takes every message, in order. keptUp: a first message of the
+// same size is delivered and taken first, so the application has just emptied the queue.
+func fillWindow(t *testing.T, opts pulsar.ConsumerOptions, size, n int, keptUp bool) (held int) {
 	t.Helper()
 	b := fakeBroker(t)
 	cons := subscribe(t, client(t, b.URL()), opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if keptUp {
+		b.Deliver(faultTopic, single(strings.Repeat("f", size)))
+		m, err := cons.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cons.Settled(m)
+		_ = cons.Ack(m)
+	}
 	var out []pulsartest.Outgoing
 	var want []string
 	for i := range n {
@@ -36,8 +48,6 @@ func fillWindow(t *testing.T, opts pulsar.ConsumerOptions, size, n int) (held in
 		held = cons.Stats().HeldBytes
 		return held == before
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	for i, w := range want {
 		m, err := cons.Receive(ctx)
 		if err != nil {
@@ -54,10 +64,11 @@ func fillWindow(t *testing.T, opts pulsar.ConsumerOptions, size, n int) (held in
 }
 
 // TestByteWindowGrowsWithTheMessageSize: with the process-wide budget (a MemoryLimiter)
-// a partition's byte window holds 128 entries of the size arriving, up to 8 times
-// ReceiverQueueBytes, so large messages keep the broker sending while the application
-// takes them; with a fixed window of ReceiverQueueBytes a FLOW of 16 KiB entries brought
-// a handful, and the broker waited between FLOWs. The budget still bounds it.
+// the byte window of a partition whose application keeps up holds 128 entries of the
+// size arriving, up to 8 times ReceiverQueueBytes, so large messages keep the broker
+// sending while the application takes them; with a fixed window of ReceiverQueueBytes a
+// FLOW of 16 KiB entries brought a handful, and the broker waited between FLOWs. The
+// budget still bounds it.
 func TestByteWindowGrowsWithTheMessageSize(t *testing.T) {
 	const (
 		queueBytes = 64 << 10
@@ -66,7 +77,7 @@ func TestByteWindowGrowsWithTheMessageSize(t *testing.T) {
 	)
 	window := 8 * queueBytes // 128 entries of 16 KiB would be 2 MiB: the scale caps it
 	held := fillWindow(t, pulsar.ConsumerOptions{ReceiverQueueSize: 1000, ReceiverQueueBytes: queueBytes,
-		MemoryLimiter: budget.New(64 << 20), KeepMemoryCharge: true}, size, n)
+		MemoryLimiter: budget.New(64 << 20), KeepMemoryCharge: true}, size, n, true)
 	if held < window-size || held > window+size {
 		t.Fatalf("the queue filled to %d bytes (%d messages of %d), want the adapted window %d (ReceiverQueueBytes %d)",
 			held, held/size, size, window, queueBytes)
@@ -75,21 +86,34 @@ func TestByteWindowGrowsWithTheMessageSize(t *testing.T) {
 	// The budget bounds the window: 96 KiB of budget, not 512 KiB.
 	const limit = 96 << 10
 	held = fillWindow(t, pulsar.ConsumerOptions{ReceiverQueueSize: 1000, ReceiverQueueBytes: queueBytes,
-		MemoryLimiter: budget.New(limit), KeepMemoryCharge: true}, size, n)
+		MemoryLimiter: budget.New(limit), KeepMemoryCharge: true}, size, n, true)
 	if held > limit+size {
 		t.Fatalf("the queue filled to %d bytes with a budget of %d", held, limit)
 	}
 }
 
-// TestByteWindowWithoutABudgetIsReceiverQueueBytes: without a MemoryLimiter nothing
-// bounds memory but ReceiverQueueBytes, so the window does not grow beyond it.
-func TestByteWindowWithoutABudgetIsReceiverQueueBytes(t *testing.T) {
+// TestByteWindowStaysReceiverQueueBytesWhenItCannotHelp: the window does not grow for an
+// application that has not emptied its queue lately (a slow reader gains nothing from
+// more in flight, and would only hold more of the budget), nor without a MemoryLimiter
+// (nothing but ReceiverQueueBytes bounds memory then).
+func TestByteWindowStaysReceiverQueueBytesWhenItCannotHelp(t *testing.T) {
 	const (
 		queueBytes = 64 << 10
 		size       = 16 << 10
 	)
-	held := fillWindow(t, pulsar.ConsumerOptions{ReceiverQueueSize: 1000, ReceiverQueueBytes: queueBytes}, size, 40)
-	if held > queueBytes {
-		t.Fatalf("the queue filled to %d bytes, more than ReceiverQueueBytes %d", held, queueBytes)
+	for _, tc := range []struct {
+		name   string
+		opts   pulsar.ConsumerOptions
+		keptUp bool
+	}{
+		{"a reader that never emptied its queue", pulsar.ConsumerOptions{MemoryLimiter: budget.New(64 << 20), KeepMemoryCharge: true}, false},
+		{"no MemoryLimiter", pulsar.ConsumerOptions{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.ReceiverQueueSize, tc.opts.ReceiverQueueBytes = 1000, queueBytes
+			if held := fillWindow(t, tc.opts, size, 40, tc.keptUp); held > queueBytes {
+				t.Fatalf("the queue filled to %d bytes, more than ReceiverQueueBytes %d", held, queueBytes)
+			}
+		})
 	}
 }

@@ -276,10 +276,8 @@ func TestAnUndecodableEntryDeliveredAsStoredIsChargedLikeAnyMessage(t *testing.T
 	if s.ChargedBytes != cons.Buffered()*size || s.HeldBytes != s.ChargedBytes {
 		t.Fatalf("%d queued: charged %d, held %d; want %d each", cons.Buffered(), s.ChargedBytes, s.HeldBytes, cons.Buffered()*size)
 	}
-	// With the MemoryLimiter the window adapts to the entries' size, up to 8 times
-	// ReceiverQueueBytes.
-	if s.HeldBytes > 8*bound+size {
-		t.Fatalf("%d bytes queued, beyond the %d-byte window (8 times ReceiverQueueBytes) and one message", s.HeldBytes, 8*bound)
+	if s.HeldBytes > bound+size {
+		t.Fatalf("%d bytes queued, beyond the %d-byte bound and one message", s.HeldBytes, bound)
 	}
 	for range n {
 		m := receiveOne(t, cons)

@@ -245,10 +245,8 @@ func TestSubscriberQueuesAreInTheBudget(t *testing.T) {
 			settledQueue(t, b, topic, s, 40-i)
 			held := sub.(*subscription).c.Stats().HeldBytes
 			maxHeld = max(maxHeld, held)
-			// With the budget the window adapts to the messages' size, up to 8 times
-			// receiverQueueBytes (pulsar.ConsumerOptions.MemoryLimiter).
-			if held > 8*bound+size {
-				t.Fatalf("before delivery %d the queue holds %d bytes, receiverQueueBytes %d (8 times: %d)", i, held, bound, 8*bound)
+			if held > bound+size {
+				t.Fatalf("before delivery %d the queue holds %d bytes, receiverQueueBytes %d", i, held, bound)
 			}
 			dl, err := sub.Receive(ctx)
 			if err != nil {
