@@ -104,8 +104,8 @@ type ConsumerOptions struct {
 	// MaxChunkedMessageSize). With a MemoryLimiter, read the adapted window for
 	// ReceiverQueueBytes throughout (see MemoryLimiter) [0: bounded in messages only].
 	ReceiverQueueBytes int
-	// With a MemoryLimiter, while the application keeps up (it emptied the partition's
-	// queue within the last second), the window adapts to the size of the entries: it
+	// With a MemoryLimiter, while the application keeps up (a take left the partition's
+	// queue below half of ReceiverQueueBytes within the last second), the window adapts to the size of the entries: it
 	// holds 128 of them at the bytes a permit is assumed to bring, never less than
 	// ReceiverQueueBytes and never more than 8 times it (1 MiB: 2 MiB for entries of
 	// 16 KiB, 8 MiB from 64 KiB), so a FLOW of half the window asks for about what the

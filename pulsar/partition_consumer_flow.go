@@ -30,7 +30,7 @@ func (p *partitionConsumer) taken(m *Message) {
 	p.mu.Lock()
 	if m.gen == p.gen {
 		p.heldBytes = max(0, p.heldBytes-m.size)
-		if p.heldBytes == 0 {
+		if p.heldBytes < p.opts.ReceiverQueueBytes/2 {
 			p.emptiedAt = time.Now() // the application keeps up (see windowBytesLocked)
 		}
 	}
@@ -87,15 +87,16 @@ const windowEntries = 128
 // reserve the whole shared budget.
 const maxWindowScale = 8
 
-// keepingUp is how recently the application must have emptied a partition's queue for
-// its window to adapt: a reader slower than the broker gains nothing from a larger
-// window (its queue is full), and would only hold more of the budget.
+// keepingUp is how recently the application must have left a partition's queue below
+// half of ReceiverQueueBytes for its window to adapt: a reader slower than the broker
+// gains nothing from a larger window (its queue is full), and would only hold more of
+// the budget. (Not an empty queue: arrivals keep a reader that keeps up from seeing one.)
 const keepingUp = time.Second
 
 // windowBytesLocked is the partition's byte window for entries of per bytes (0: none
 // seen yet). It is ReceiverQueueBytes (no bound when 0), except with a MemoryLimiter,
 // the process-wide budget that bounds what is queued and in flight, while the
-// application keeps up (it emptied the queue within keepingUp): then it grows with the
+// application keeps up (see keepingUp): then it grows with the
 // entries' size to windowEntries of them, up to maxWindowScale × ReceiverQueueBytes,
 // and shrinks back as they get smaller (per decays) or the application falls behind;
 // the limiter still covers every permit granted, so a spent budget grants no more

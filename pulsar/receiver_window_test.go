@@ -15,7 +15,8 @@ import (
 // fillWindow delivers n messages of size bytes, lets the consumer fill its queue without
 // taking anything, and returns the bytes it queued once the broker has used every permit
 // it was given; then it takes every message, in order. keptUp: a first message of the
-// same size is delivered and taken first, so the application has just emptied the queue.
+// same size is delivered and taken first, so the application has just left the queue
+// empty.
 func fillWindow(t *testing.T, opts pulsar.ConsumerOptions, size, n int, keptUp bool) (held int) {
 	t.Helper()
 	b := fakeBroker(t)
@@ -93,7 +94,7 @@ func TestByteWindowGrowsWithTheMessageSize(t *testing.T) {
 }
 
 // TestByteWindowStaysReceiverQueueBytesWhenItCannotHelp: the window does not grow for an
-// application that has not emptied its queue lately (a slow reader gains nothing from
+// application that has not kept its queue below half of ReceiverQueueBytes lately (a slow reader gains nothing from
 // more in flight, and would only hold more of the budget), nor without a MemoryLimiter
 // (nothing but ReceiverQueueBytes bounds memory then).
 func TestByteWindowStaysReceiverQueueBytesWhenItCannotHelp(t *testing.T) {
