@@ -30,7 +30,7 @@ func (p *partitionConsumer) taken(m *Message) {
 	p.mu.Lock()
 	if m.gen == p.gen {
 		p.heldBytes = max(0, p.heldBytes-m.size)
-		if p.heldBytes < p.opts.ReceiverQueueBytes/2 {
+		if p.opts.MemoryLimiter != nil && p.heldBytes < p.opts.ReceiverQueueBytes/2 {
 			p.emptiedAt = time.Now() // the application keeps up (see windowBytesLocked)
 		}
 	}
