@@ -33,5 +33,5 @@ awk -F'|' "$trim"'/^\| ratio bridge\/official/ {printf "| producer | %s | offici
 awk -F'|' "$trim"'/^\| ratio bridge\/official/ {printf "| consumer | %s | official consumer | %s | %s | |\n", t($3), t($5), t($7)}' "$out/consumer.md"
 awk -F'|' "$trim"'/^\| ratio bridge\/official/ {printf "| ingress | %s | official client | %s | | |\n", t($3), t($5)}' "$out/ingress.md"
 awk -F'|' "$trim"'/named\/unnamed/ {printf "| named ingress | 1 KiB | unnamed streams | %s | | |\n", t($3)}' "$out/named.md"
-awk -F'|' "$trim"'/^\| ratio bridge\/official/ {printf "| egress | %s | official consumer | %s | | |\n", t($3), t($5)}' "$out/egress.md"
+awk -F'|' "$trim"'/^\| ratio bridge\/official/ {printf "| egress | %s | official consumer | %s | %s | |\n", t($3), t($5), t($7)}' "$out/egress.md"
 awk -F'|' "$trim"'/^\| bridge - websocket/ {printf "| receipt latency | %s | WebSocket producer | | | p50 %s, p99.9 %s |\n", t($3), t($5), t($8)}' "$out/latency.md"

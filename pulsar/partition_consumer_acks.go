@@ -19,6 +19,21 @@ type pendingNack struct {
 	indexes []int32 // batch indexes, or -1 for an entry's only message
 }
 
+// idData is a MessageIdData with its ledger and entry ids in one allocation: an ack
+// per message made three (the message and its two optional fields), and with the
+// slice that carried it a fourth, a good part of a consumer's cost per message.
+type idData struct {
+	pb            pb.MessageIdData
+	ledger, entry uint64
+}
+
+// newIDData returns the MessageIdData of (ledger, entry), allocated once.
+func newIDData(ledger, entry uint64) *pb.MessageIdData {
+	d := &idData{ledger: ledger, entry: entry}
+	d.pb.LedgerId, d.pb.EntryId = &d.ledger, &d.entry
+	return &d.pb
+}
+
 // ackIDsLocked turns m into the entries to acknowledge, updating batch trackers. It
 // returns nothing when m is part of a batch that is not wholly acknowledged yet and
 // batch-index acknowledgements are off.
@@ -26,11 +41,11 @@ func (p *partitionConsumer) ackIDsLocked(m *Message) []*pb.MessageIdData {
 	if len(m.chunkID) > 0 {
 		ids := make([]*pb.MessageIdData, 0, len(m.chunkID))
 		for _, c := range m.chunkID {
-			ids = append(ids, &pb.MessageIdData{LedgerId: proto.Uint64(uint64(c.LedgerID)), EntryId: proto.Uint64(uint64(c.EntryID))})
+			ids = append(ids, newIDData(uint64(c.LedgerID), uint64(c.EntryID)))
 		}
 		return ids
 	}
-	id := &pb.MessageIdData{LedgerId: proto.Uint64(uint64(m.ID.LedgerID)), EntryId: proto.Uint64(uint64(m.ID.EntryID))}
+	id := newIDData(uint64(m.ID.LedgerID), uint64(m.ID.EntryID))
 	if m.ID.BatchSize <= 1 || m.ID.BatchIndex < 0 {
 		return []*pb.MessageIdData{id}
 	}
@@ -69,9 +84,15 @@ func (p *partitionConsumer) ack(m *Message) error {
 		return ErrConsumerClosed
 	}
 	p.unnackLocked(m)
-	for _, id := range p.ackIDsLocked(m) {
-		key := entryKey{id.GetLedgerId(), id.GetEntryId()}
-		p.acks[key] = id // a later, fuller ack_set of the same entry replaces the earlier one
+	if len(m.chunkID) == 0 && (m.ID.BatchSize <= 1 || m.ID.BatchIndex < 0) {
+		// A message of its own entry (the common case): no slice to carry its id.
+		key := entryKey{uint64(m.ID.LedgerID), uint64(m.ID.EntryID)}
+		p.acks[key] = newIDData(key.ledger, key.entry)
+	} else {
+		for _, id := range p.ackIDsLocked(m) {
+			key := entryKey{id.GetLedgerId(), id.GetEntryId()}
+			p.acks[key] = id // a later, fuller ack_set of the same entry replaces the earlier one
+		}
 	}
 	if len(p.acks) >= p.opts.AckGroupMax {
 		p.flushAcksLocked()

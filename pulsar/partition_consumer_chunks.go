@@ -194,5 +194,5 @@ func (p *partitionConsumer) dropAllChunksLocked() {
 // ackDroppedLocked acknowledges a chunk entry that was dropped (grouped with the others).
 func (p *partitionConsumer) ackDroppedLocked(id MessageID) {
 	key := entryKey{uint64(id.LedgerID), uint64(id.EntryID)}
-	p.acks[key] = &pb.MessageIdData{LedgerId: proto.Uint64(key.ledger), EntryId: proto.Uint64(key.entry)}
+	p.acks[key] = newIDData(key.ledger, key.entry)
 }

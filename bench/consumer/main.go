@@ -1,9 +1,13 @@
 // Command consumer drains the same backlog with the bridge's own consumer and with the
 // official pulsar-client-go (each on a fresh subscription of one topic, alternating,
 // in one run) and prints a Markdown table: messages/s, MB/s and client CPU per message.
-// Both acknowledge every message (grouped) and use a receiver queue of 1000.
+// Both acknowledge every message (grouped) and use a receiver queue of 1000. The bridge's
+// consumer is configured as the bridge configures it for an egress stream: a window of
+// -queue-bytes per partition (receiverQueueBytes, 1 MiB by default) charged to a
+// process-wide budget of -budget bytes (memory.budget, 128 MiB); -queue-bytes 0 and
+// -budget 0 measure it bounded in messages only.
 //
-//	go run ./consumer -url pulsar://127.0.0.1:6650 -rounds 3
+//	go run ./consumer -url pulsar://127.0.0.1:6650 -rounds 3 -sizes 16384
 package main
 
 import (
@@ -11,21 +15,43 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"strconv"
+	"strings"
 	"time"
 
 	official "github.com/apache/pulsar-client-go/pulsar"
 
 	"github.com/recordio-bridge/bridge/bench/internal/harness"
+	"github.com/recordio-bridge/bridge/internal/budget"
 	"github.com/recordio-bridge/bridge/pulsar"
 )
 
 func main() {
 	url := harness.BrokerFlag()
 	rounds := flag.Int("rounds", 2, "alternating rounds per size (the best of each is reported)")
+	sizesFlag := flag.String("sizes", "100,1024,16384", "message sizes in bytes, comma-separated (a backlog of about 160 MB each, 2 000 to 200 000 messages)")
+	queueBytes := flag.Int("queue-bytes", 1<<20, "the bridge consumer's ReceiverQueueBytes (the bridge's receiverQueueBytes); 0: bounded in messages only")
+	budgetBytes := flag.Int64("budget", 128<<20, "the process-wide budget the bridge consumer charges (the bridge's memory.budget); 0: none")
 	flag.Parse()
 	harness.RequireBroker(*url, "bench")
+	var sizes []struct{ size, count int }
+	for _, f := range strings.Split(*sizesFlag, ",") {
+		size, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || size < 1 {
+			log.Fatalf("-sizes: %q is not a message size in bytes", f)
+		}
+		// About 160 MB of backlog (the broker keeps it until the topic is deleted), and
+		// between 2 000 and 200 000 messages.
+		sizes = append(sizes, struct{ size, count int }{size, min(200_000, max(2_000, 160_000_000/size))})
+	}
+	opts := pulsar.ConsumerOptions{ReceiverQueueBytes: *queueBytes}
+	if *budgetBytes > 0 {
+		opts.MemoryLimiter = budget.New(*budgetBytes)
+		opts.KeepMemoryCharge = true
+	}
+	fmt.Printf("load average %s; bridge consumer: receiverQueueBytes %d, budget %d\n", harness.LoadAvg(), *queueBytes, *budgetBytes)
 	fmt.Printf("| client | size | messages | msgs/s | MB/s | CPU µs/msg |\n|---|---|---|---|---|---|\n")
-	for _, s := range []struct{ size, count int }{{100, 200_000}, {1024, 100_000}, {16 << 10, 10_000}} {
+	for _, s := range sizes {
 		topic := fmt.Sprintf("persistent://public/default/drain-%d-%d", s.size, time.Now().UnixNano())
 		if err := backlog(*url, topic, s.size, s.count); err != nil {
 			log.Fatal(err)
@@ -37,7 +63,7 @@ func main() {
 				cpu0, t0 := harness.CPUTime(), time.Now()
 				var err error
 				if c == "bridge" {
-					err = drainOurs(*url, topic, sub, s.count)
+					err = drainOurs(*url, topic, sub, s.count, opts)
 				} else {
 					err = drainOfficial(*url, topic, sub, s.count)
 				}
@@ -90,14 +116,18 @@ func backlog(url, topic string, size, count int) error {
 	return p.Flush(ctx)
 }
 
-func drainOurs(url, topic, sub string, count int) error {
+// drainOurs drains count messages with opts (its topic, subscription and position set
+// here); with KeepMemoryCharge each message's charge is given back once it is
+// acknowledged, as egress does once it has written it.
+func drainOurs(url, topic, sub string, count int, opts pulsar.ConsumerOptions) error {
 	c, err := pulsar.NewClient(pulsar.ClientOptions{URL: url})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	ctx := context.Background()
-	cons, err := c.Subscribe(ctx, pulsar.ConsumerOptions{Topics: []string{topic}, Subscription: sub, InitialPosition: pulsar.Earliest})
+	opts.Topics, opts.Subscription, opts.InitialPosition = []string{topic}, sub, pulsar.Earliest
+	cons, err := c.Subscribe(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -109,6 +139,9 @@ func drainOurs(url, topic, sub string, count int) error {
 		}
 		if err := cons.Ack(m); err != nil {
 			return err
+		}
+		if opts.KeepMemoryCharge {
+			cons.Settled(m)
 		}
 	}
 	return nil

@@ -5,6 +5,12 @@
 // from publishing a message to its arrival at the HTTP client, and at the official
 // consumer for comparison. Last, the bridge's memory with idle streams open (-idle).
 //
+// "bridge CPU" is the bridge process's user+system time per message (from /proc), "client
+// CPU" the load generator's: for the official path, the official consumer's own. With
+// -alt-bin a second bridge binary drains the same backlog in the same rounds (path
+// bridge-alt: a before/after comparison); -profile writes each bridge's CPU profile of
+// its first round, and the bridge's heap with the idle streams open.
+//
 //	go run ./egress -url pulsar://127.0.0.1:6650 -bin ../bin/bridge -rounds 3
 package main
 
@@ -16,6 +22,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -28,15 +35,17 @@ import (
 )
 
 func main() {
-	url := harness.BrokerFlag()
-	bin := harness.BinFlag()
+	url := flag.String("url", os.Getenv("PULSAR_URL"), "broker URL")
+	bin := flag.String("bin", "../bin/bridge", "the bridge binary (make build)")
 	rounds := flag.Int("rounds", 3, "alternating rounds (the best of each is reported)")
 	n := flag.Int("n", 100_000, "messages in the backlog")
 	size := flag.Int("size", 1024, "message size in bytes")
 	latN := flag.Int("lat", 1000, "messages for the latency figure (0 skips it)")
 	rate := flag.Int("rate", 200, "messages per second for the latency figure")
+	altBin := flag.String("alt-bin", "", "another bridge binary draining the same backlog in the same rounds, as path bridge-alt (a before/after comparison)")
 	idle := flag.Int("idle", 1000, "idle streams for the memory figure (0 skips it)")
-	profile := flag.String("profile", "", "a file name prefix: write the bridge's heap with the idle streams open to PREFIX-idle-heap.pprof, and print its runtime memory per stream")
+	profile := flag.String("profile", "", "a file name prefix: write each bridge's CPU profile of its first round to PREFIX-bridge.pprof (and PREFIX-bridge-alt.pprof; -n large enough for the round to outlast -profile-seconds), and the bridge's heap with the idle streams open to PREFIX-idle-heap.pprof, printing its runtime memory per stream")
+	profileSeconds := flag.Int("profile-seconds", 2, "the profile's length")
 	flag.Parse()
 	harness.Pprof = *profile != ""
 	harness.RequireBroker(*url, "bench-egress")
@@ -44,7 +53,7 @@ func main() {
 	topic := fmt.Sprintf("persistent://public/default/bench-egress-%d", stamp)
 	latTopic := fmt.Sprintf("persistent://public/default/bench-egress-lat-%d", stamp)
 	idleTopic := fmt.Sprintf("persistent://public/default/bench-egress-idle-%d", stamp)
-	br := harness.MustStartBridge(*bin, fmt.Sprintf(`pulsar:
+	cfg := fmt.Sprintf(`pulsar:
   url: %s
 egress:
   maxStreams: %d
@@ -60,8 +69,23 @@ streams:
   - name: latency
     topics: [%s]
     position: latest
-`, *url, *idle+100, idleTopic, topic, latTopic))
+`, *url, *idle+100, idleTopic, topic, latTopic)
+	br, err := harness.StartBridge(*bin, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer br.Stop()
+	bridges := map[string]*harness.Bridge{"bridge": br}
+	paths := []string{"bridge", "official"}
+	if *altBin != "" {
+		alt, err := harness.StartBridge(*altBin, cfg)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer alt.Stop()
+		bridges["bridge-alt"] = alt
+		paths = []string{"bridge", "bridge-alt", "official"}
+	}
 	c := harness.MustOfficialClient(*url)
 	defer c.Close()
 	if err := backlog(c, topic, *size, *n); err != nil {
@@ -71,38 +95,61 @@ streams:
 	type res struct{ elapsed, serverCPU, clientCPU time.Duration }
 	best := map[string]res{}
 	for r := range *rounds {
-		for _, path := range []string{"bridge", "official"} {
+		for _, path := range paths {
 			sub := fmt.Sprintf("%s-%d", path, r)
-			var x res
-			var err error
-			ccpu0, scpu0, t0 := harness.CPUTime(), br.CPU(), time.Now()
-			if path == "bridge" {
-				err = drainHTTP(br.DataURL+"/v1/streams/backlog?subscription="+sub, *n)
+			b := bridges[path]
+			var scpu0 time.Duration
+			if b != nil {
+				scpu0 = b.CPU()
+			}
+			ccpu0, t0 := harness.CPUTime(), time.Now()
+			var profiled chan struct{}
+			if b != nil && *profile != "" && r == 0 {
+				profiled = make(chan struct{})
+				go func() {
+					defer close(profiled)
+					harness.FetchProfile(b.OpsURL, "profile", *profileSeconds, fmt.Sprintf("%s-%s.pprof", *profile, path))
+				}()
+			}
+			if b != nil {
+				err = drainHTTP(b.DataURL+"/v1/streams/backlog?subscription="+sub, *n)
 			} else {
 				err = drainOfficial(c, topic, sub, *n)
 			}
 			if err != nil {
 				log.Fatalf("%s: %v", path, err)
 			}
-			x = res{time.Since(t0), br.CPU() - scpu0, harness.CPUTime() - ccpu0}
+			x := res{elapsed: time.Since(t0), clientCPU: harness.CPUTime() - ccpu0}
+			if b != nil {
+				x.serverCPU = b.CPU() - scpu0
+			}
+			if profiled != nil {
+				<-profiled
+			}
 			if b, ok := best[path]; !ok || x.elapsed < b.elapsed {
 				best[path] = x
 			}
 		}
 	}
+	fmt.Printf("load average %s\n", harness.LoadAvg())
 	fmt.Printf("| path | size | messages | records/s | MB/s | bridge CPU µs/msg | client CPU µs/msg |\n|---|---|---|---|---|---|---|\n")
-	for _, path := range []string{"bridge", "official"} {
+	label := map[string]string{"bridge": "broker -> bridge -> HTTP RecordIO client", "bridge-alt": "broker -> bridge (-alt-bin) -> HTTP RecordIO client", "official": "broker -> official consumer"}
+	for _, path := range paths {
 		x := best[path]
 		rps := float64(*n) / x.elapsed.Seconds()
-		label := map[string]string{"bridge": "broker -> bridge -> HTTP RecordIO client", "official": "broker -> official consumer"}[path]
 		bcpu := "-"
-		if path == "bridge" {
+		if path != "official" {
 			bcpu = fmt.Sprintf("%.2f", float64(x.serverCPU.Nanoseconds())/1e3/float64(*n))
 		}
-		fmt.Printf("| %s | %d B | %d | %.0f | %.1f | %s | %.2f |\n", label, *size, *n, rps, rps*float64(*size)/1e6, bcpu,
+		fmt.Printf("| %s | %d B | %d | %.0f | %.1f | %s | %.2f |\n", label[path], *size, *n, rps, rps*float64(*size)/1e6, bcpu,
 			float64(x.clientCPU.Nanoseconds())/1e3/float64(*n))
 	}
-	fmt.Printf("| ratio bridge/official | %d B | | %.2fx | | | |\n", *size, best["official"].elapsed.Seconds()/best["bridge"].elapsed.Seconds())
+	// The bridge's CPU column of a ratio row: the bridge's own CPU per message against
+	// the official consumer's.
+	for _, path := range paths[:len(paths)-1] {
+		fmt.Printf("| ratio %s/official | %d B | | %.2fx | | %.2fx | |\n", path, *size,
+			best["official"].elapsed.Seconds()/best[path].elapsed.Seconds(), float64(best[path].serverCPU)/float64(best["official"].clientCPU))
+	}
 
 	if *latN > 0 {
 		hb, ho, err := latency(c, br.DataURL+"/v1/streams/latency", latTopic, *latN, *rate)

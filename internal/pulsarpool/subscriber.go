@@ -205,7 +205,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, o egress.SubscribeOptions) (
 		// AuthenticationError (see ClassifyCreate).
 		return nil, fmt.Errorf("%w: %w", egress.ErrUnavailable, err)
 	}
-	sub := &subscription{c: c, owner: s, name: o.Subscription, held: map[*handle]struct{}{}}
+	sub := &subscription{c: c, owner: s, name: o.Subscription}
 	if pattern != nil {
 		sub.patternStream = o.Stream
 	}
@@ -222,8 +222,10 @@ type subscription struct {
 	// patternStream names the topicsPattern stream the consumer reads for ("": not one).
 	patternStream string
 
-	mu        sync.Mutex
-	held      map[*handle]struct{} // delivered, charged to the budget, not yet settled
+	mu sync.Mutex
+	// held lists what was delivered, charged to the budget and not yet settled, linked
+	// through the handles: a map cost a hash insert and delete per message.
+	held      handleList
 	heldBytes int64
 	closed    bool
 }
@@ -238,6 +240,44 @@ const streamFrom = 32 << 10
 type handle struct {
 	m           *pulsar.Message
 	size, extra int64
+	// prev and next link the handle in its subscription's held list while it is there.
+	prev, next *handle
+	listed     bool
+}
+
+// handleList is a doubly-linked list of handles, in no particular order.
+type handleList struct{ head *handle }
+
+func (l *handleList) push(h *handle) {
+	h.prev, h.next, h.listed = nil, l.head, true
+	if l.head != nil {
+		l.head.prev = h
+	}
+	l.head = h
+}
+
+// remove unlinks h, and says whether it was listed.
+func (l *handleList) remove(h *handle) bool {
+	if !h.listed {
+		return false
+	}
+	if h.prev != nil {
+		h.prev.next = h.next
+	} else {
+		l.head = h.next
+	}
+	if h.next != nil {
+		h.next.prev = h.prev
+	}
+	h.prev, h.next, h.listed = nil, nil, false
+	return true
+}
+
+// delivered is a delivery and its handle in one allocation (two per message were a
+// good part of a stream's allocations).
+type delivered struct {
+	d egress.Delivery
+	h handle
 }
 
 // release gives back what h was charged.
@@ -247,17 +287,20 @@ func (s *subscription) release(h *handle) {
 }
 
 func (s *subscription) delivery(m *pulsar.Message) *egress.Delivery {
-	h := s.transfer(m)
+	x := &delivered{}
+	h := &x.h
+	s.transfer(h, m)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		s.release(h)
 	} else {
-		s.held[h] = struct{}{}
+		s.held.push(h)
 		s.heldBytes += h.size
 		s.mu.Unlock()
 	}
-	d := &egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, OrderingKey: m.OrderingKey, Properties: m.Properties, PublishTime: m.PublishTime,
+	d := &x.d
+	*d = egress.Delivery{ID: FormatID(m.ID), Topic: m.Topic, Key: m.Key, OrderingKey: m.OrderingKey, Properties: m.Properties, PublishTime: m.PublishTime,
 		EventTime: m.EventTime, Redeliveries: m.RedeliveryCount, SchemaVersion: m.SchemaVersion, Handle: h}
 	if m.Undecodable != nil {
 		d.Undecodable = m.Undecodable
@@ -281,9 +324,8 @@ func (s *subscription) delivery(m *pulsar.Message) *egress.Delivery {
 func (s *subscription) settle(d *egress.Delivery) *pulsar.Message {
 	h := d.Handle.(*handle)
 	s.mu.Lock()
-	_, ok := s.held[h]
+	ok := s.held.remove(h)
 	if ok {
-		delete(s.held, h)
 		s.heldBytes -= h.size
 	}
 	s.mu.Unlock()
@@ -312,11 +354,10 @@ func (s *subscription) Receive(ctx context.Context) (*egress.Delivery, error) {
 // transfer makes m's budget charge the delivery's: the consumer hands over what it
 // charged while m was queued (KeepMemoryCharge), and the rest, if any (a message taken
 // after its consumer closed), is charged here.
-func (s *subscription) transfer(m *pulsar.Message) *handle {
+func (s *subscription) transfer(h *handle, m *pulsar.Message) {
 	size, c := int64(m.Size()), m.MemoryCharge()
-	h := &handle{m: m, size: max(size, c), extra: max(size-c, 0)}
+	h.m, h.size, h.extra = m, max(size, c), max(size-c, 0)
 	s.owner.budget.Charge(h.extra)
-	return h
 }
 
 // TryReceive returns a buffered message without waiting (see Receive).
@@ -327,6 +368,9 @@ func (s *subscription) TryReceive() (*egress.Delivery, bool) {
 	}
 	return s.delivery(m), true
 }
+
+// Arriving implements egress.Arriver.
+func (s *subscription) Arriving() bool { return s.c.Arriving() }
 
 func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(s.settle(d)) }
 
@@ -377,10 +421,16 @@ func (s *subscription) Close() error {
 	err := s.c.Close()
 	s.mu.Lock()
 	s.closed = true
-	held := s.held
-	s.held, s.heldBytes = nil, 0
+	var held []*handle
+	for h := s.held.head; h != nil; h = h.next {
+		held = append(held, h)
+	}
+	for _, h := range held {
+		s.held.remove(h)
+	}
+	s.heldBytes = 0
 	s.mu.Unlock()
-	for h := range held {
+	for _, h := range held {
 		s.release(h)
 	}
 	cs := s.c.Stats()

@@ -4,6 +4,8 @@ package harness
 
 import (
 	"io"
+	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,4 +32,19 @@ func QuietLogger() plog.Logger {
 	l := logrus.New()
 	l.SetOutput(io.Discard)
 	return plog.NewLoggerWithLogrus(l)
+}
+
+// LoadAvg is the machine's load average over 1, 5 and 15 minutes, as /proc/loadavg
+// gives it ("?" where it cannot be read): the figures of a shared machine mean little
+// without it.
+func LoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
