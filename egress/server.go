@@ -148,14 +148,6 @@ type Subscription interface {
 	Close() error
 }
 
-// Arriver is a Subscription that can tell a message is on its way at once: its
-// consumer's connection has read it from the broker and is dispatching it (see
-// pulsar.Consumer.Arriving). A stream that finds nothing at hand waits for it instead of
-// flushing what it wrote once per message.
-type Arriver interface {
-	Arriving() bool
-}
-
 // Converter turns a message stored as one record type into another, by the topic's
 // schema of the message's version: a Subscriber that implements it lets a stream whose
 // records are application/x-protobuf serve Message-Accept: application/json.

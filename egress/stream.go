@@ -362,9 +362,6 @@ func (st *stream) receive(ctx context.Context, w *loopWriter) (*Delivery, string
 	if d, ok := st.sub.TryReceive(); ok {
 		return d, ""
 	}
-	if d, ok := st.arriving(); ok {
-		return d, ""
-	}
 	// Nothing at hand: what is written goes out now.
 	if err := w.send(true); err != nil {
 		return nil, "write: " + err.Error()

@@ -369,9 +369,6 @@ func (s *subscription) TryReceive() (*egress.Delivery, bool) {
 	return s.delivery(m), true
 }
 
-// Arriving implements egress.Arriver.
-func (s *subscription) Arriving() bool { return s.c.Arriving() }
-
 func (s *subscription) Ack(d *egress.Delivery) error { return s.c.Ack(s.settle(d)) }
 
 // AckConfirmed implements egress.ConfirmedAcker: the deliveries are acknowledged at

@@ -113,7 +113,6 @@ type Conn struct {
 	done         chan struct{}
 	closeErr     error
 	lastReceived atomic.Int64 // unix nanos
-	frameAtHand  atomic.Bool  // see FrameAtHand
 	lastSent     atomic.Int64 // unix nanos: when the writer last finished a write
 	pingInTail   bool         // a keep-alive PING is queued and not yet taken by the writer; guarded by mu
 	live         liveness

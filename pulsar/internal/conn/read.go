@@ -2,7 +2,6 @@ package conn
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -32,23 +31,6 @@ func readFrame(br *bufio.Reader, f *frame.Frame, maxFrame int) error {
 	return frame.Decode(body, f)
 }
 
-// wholeFrameBuffered says whether br holds a whole further frame already read from the
-// socket: the reader dispatches it next, without waiting for the network.
-func wholeFrameBuffered(br *bufio.Reader) bool {
-	n := br.Buffered()
-	if n < 4 {
-		return false
-	}
-	b, err := br.Peek(4) // buffered: does not read
-	return err == nil && int64(n)-4 >= int64(binary.BigEndian.Uint32(b))
-}
-
-// FrameAtHand says whether, when the frame being dispatched was read, a whole further
-// frame had arrived behind it: a consumer that finds its queue empty can expect the
-// reader to dispatch it within microseconds, and a writer downstream can wait for it
-// rather than flush what it holds once per message.
-func (c *Conn) FrameAtHand() bool { return c.frameAtHand.Load() }
-
 func (c *Conn) readLoop(br *bufio.Reader) {
 	defer c.wg.Done()
 	maxFrame := c.maxMessageSize + frame.Padding
@@ -59,12 +41,10 @@ func (c *Conn) readLoop(br *bufio.Reader) {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 				err = fmt.Errorf("the broker closed the connection: %w", err)
 			}
-			c.frameAtHand.Store(false)
 			c.closeWith(err)
 			return
 		}
 		c.lastReceived.Store(time.Now().UnixNano())
-		c.frameAtHand.Store(wholeFrameBuffered(br))
 		c.dispatch(&f, err)
 	}
 }
