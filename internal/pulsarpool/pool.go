@@ -515,30 +515,59 @@ func (ps *Pool) publishAsync(ctx context.Context, m *ingress.Message, done func(
 		pm.SequenceID = seq
 		pm.RoutingKey = namedRoutingKey(m)
 	}
-	producer, topic := m.Producer, m.Topic // m is not kept
-	e.p.SendAsync(ctx, pm, func(id pulsar.MessageID, err error) {
-		ps.o.Budget.Release(size)
-		if err != nil {
-			err = Classify(err)
-			if producer != "" {
-				err = ps.stopNamedAt(producer, topic, err) // before the eviction, so no new producer takes the next record
-			}
-		}
-		if err != nil && (failed(err) || e.p.Err() != nil) {
-			ps.evict(e, err)
-		}
-		ps.release(e)
-		switch {
-		case err != nil:
-			done("", err)
-		case id.Duplicate():
-			done("", ingress.ErrDuplicate)
-		default:
-			done(FormatID(id), nil)
-		}
-	})
+	pb := newPublication()
+	pb.ps, pb.e, pb.size, pb.producer, pb.topic, pb.done = ps, e, size, m.Producer, m.Topic, done // m is not kept
+	e.p.SendAsync(ctx, pm, pb.settle)
 	*pm = pulsar.ProducerMessage{}
 	messagePool.Put(pm) // SendAsync does not keep it
+}
+
+// publication is a record between SendAsync and its callback. Pooled, with its
+// callback made once per publication: a closure made per record was one of the ingress
+// path's allocations per record.
+type publication struct {
+	ps              *Pool
+	e               *producerEntry
+	size            int64
+	producer, topic string
+	done            func(string, error)
+	settle          func(pulsar.MessageID, error) // p.complete, made once
+}
+
+var publicationPool sync.Pool // of *publication; no New: its callback refers to the pool
+
+func newPublication() *publication {
+	if p, ok := publicationPool.Get().(*publication); ok {
+		return p
+	}
+	p := &publication{}
+	p.settle = p.complete
+	return p
+}
+
+func (p *publication) complete(id pulsar.MessageID, err error) {
+	ps, e, size, producer, topic, done := p.ps, p.e, p.size, p.producer, p.topic, p.done
+	*p = publication{settle: p.settle}
+	publicationPool.Put(p) // the producer runs a callback once
+	ps.o.Budget.Release(size)
+	if err != nil {
+		err = Classify(err)
+		if producer != "" {
+			err = ps.stopNamedAt(producer, topic, err) // before the eviction, so no new producer takes the next record
+		}
+	}
+	if err != nil && (failed(err) || e.p.Err() != nil) {
+		ps.evict(e, err)
+	}
+	ps.release(e)
+	switch {
+	case err != nil:
+		done("", err)
+	case id.Duplicate():
+		done("", ingress.ErrDuplicate)
+	default:
+		done(FormatID(id), nil)
+	}
 }
 
 // budgetErr is the error of a record that could not be charged to the budget.

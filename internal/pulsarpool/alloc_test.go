@@ -1,0 +1,96 @@
+package pulsarpool
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/recordio-bridge/bridge/ingress"
+)
+
+// TestPublishingAllocatesAtMostOnceARecord holds the bridge's side of a published
+// record, from PublishAsync to its outcome, to one allocation (the message id's string),
+// what the record's batch costs shared among its records: publishing is the ingress
+// path's hot loop, and every allocation per record is paid again in garbage collection.
+// The fake broker's own allocations are not counted (see bridgeAllocs).
+func TestPublishingAllocatesAtMostOnceARecord(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector's sync.Pool drops what is put at random")
+	}
+	b := fakeBroker(t)
+	p, _ := newPool(t, newClient(t, b.URL()), Options{})
+	topic := topicName(1)
+	const records = 20000
+	var wg sync.WaitGroup
+	m := &ingress.Message{Topic: topic, Payload: make([]byte, 100)}
+	done := func(_ string, err error) { // one for all: the caller's own
+		if err != nil {
+			t.Error(err)
+		}
+		wg.Done()
+	}
+	run := func(n int) {
+		wg.Add(n)
+		for range n {
+			p.PublishAsync(context.Background(), m, done)
+		}
+		wg.Wait()
+	}
+	run(1000) // the producer, its connection and its pools are made
+	n := bridgeAllocs(t, func() { run(records) })
+	per := float64(n) / records
+	t.Logf("%.3f allocations per record", per)
+	if per > 1.5 {
+		t.Fatalf("%.2f allocations per record published (%d for %d)", per, n, records)
+	}
+}
+
+// bridgeAllocs is how many heap objects f made outside the fake broker (whose
+// allocations, decoding and storing every message, are not the bridge's): every
+// allocation is profiled meanwhile, and those with a pulsartest frame on their stack are
+// left out.
+func bridgeAllocs(t *testing.T, f func()) int64 {
+	t.Helper()
+	old := runtime.MemProfileRate
+	runtime.MemProfileRate = 1
+	defer func() { runtime.MemProfileRate = old }()
+	count := func() int64 {
+		// The profile is published by the collections that follow the allocations.
+		runtime.GC()
+		runtime.GC()
+		var recs []runtime.MemProfileRecord
+		for {
+			n, ok := runtime.MemProfile(recs, true)
+			if ok {
+				recs = recs[:n]
+				break
+			}
+			recs = make([]runtime.MemProfileRecord, n+64)
+		}
+		var total int64
+		for i := range recs {
+			if !fromFakeBroker(recs[i].Stack()) {
+				total += recs[i].AllocObjects
+			}
+		}
+		return total
+	}
+	before := count()
+	f()
+	return count() - before
+}
+
+func fromFakeBroker(stack []uintptr) bool {
+	frames := runtime.CallersFrames(stack)
+	for {
+		fr, more := frames.Next()
+		if strings.Contains(fr.Function, "/pulsartest.") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
