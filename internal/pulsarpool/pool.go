@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -566,7 +567,10 @@ func (p *publication) complete(id pulsar.MessageID, err error) {
 	case id.Duplicate():
 		done("", ingress.ErrDuplicate)
 	default:
-		done(FormatID(id), nil)
+		a := idArenas.Get().(*idArena)
+		s := a.format(id)
+		idArenas.Put(a)
+		done(s, nil)
 	}
 }
 
@@ -648,14 +652,40 @@ func (ps *Pool) publishStream(ctx context.Context, m *ingress.Message, size int6
 // without fmt.
 func FormatID(id pulsar.MessageID) string {
 	var b [64]byte
-	s := strconv.AppendInt(b[:0], id.LedgerID, 10)
-	s = append(s, ':')
-	s = strconv.AppendInt(s, id.EntryID, 10)
-	s = append(s, ':')
-	s = strconv.AppendInt(s, int64(id.Partition), 10)
-	s = append(s, ':')
-	s = strconv.AppendInt(s, int64(id.BatchIndex), 10)
-	return string(s)
+	return string(appendID(b[:0], id))
+}
+
+func appendID(b []byte, id pulsar.MessageID) []byte {
+	b = strconv.AppendInt(b, id.LedgerID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, id.EntryID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(id.Partition), 10)
+	b = append(b, ':')
+	return strconv.AppendInt(b, int64(id.BatchIndex), 10)
+}
+
+// idArena makes published records' message ids out of shared 1 KiB blocks: one
+// allocation for dozens of ids instead of one each, which was the last allocation per
+// record of the ingress path. A strings.Builder only ever appends, so the strings it
+// returned never change; an id a caller keeps (a stream's first and last) keeps its
+// block alive, 1 KiB at most.
+type idArena struct{ b strings.Builder }
+
+const idArenaBlock = 1 << 10
+
+var idArenas = sync.Pool{New: func() any { return new(idArena) }}
+
+func (a *idArena) format(id pulsar.MessageID) string {
+	var tmp [64]byte
+	s := appendID(tmp[:0], id)
+	if a.b.Cap()-a.b.Len() < len(s) {
+		a.b = strings.Builder{} // the old block stays with the strings made from it
+		a.b.Grow(idArenaBlock)
+	}
+	n := a.b.Len()
+	a.b.Write(s)
+	return a.b.String()[n:]
 }
 
 // Classify wraps a Pulsar error in the ingress error that decides the HTTP status.
