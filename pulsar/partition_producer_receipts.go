@@ -30,7 +30,7 @@ func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 		cn.Abort(fmt.Errorf("receipt for sequence %d while %d is the oldest pending on %s: resending", seq, head.seq, p.topic))
 		return
 	}
-	p.popLocked()
+	p.popAnsweredLocked()
 	p.progressed = true
 	ids := r.GetMessageId()
 	fns := make([]completion, 0, len(head.reqs))
@@ -68,6 +68,19 @@ func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 	p.mu.Unlock()
 	p.limiter.release(head.numMsgs, head.bytes)
 	p.cbs.push(fns...)
+}
+
+// popAnsweredLocked is popLocked for the item the broker answered (a receipt or a
+// refusal of it): the broker read the whole frame, so the connection wrote it and
+// refers to it no more, and it is never resent; its batch buffer can hold a new batch.
+// An item taken off for any other reason (a send timeout) may still be queued on a
+// stalled connection: its buffer is left to the collector.
+func (p *partitionProducer) popAnsweredLocked() {
+	if it := p.pending[0]; it.buf != nil {
+		putBatchBuf(it.buf)
+		it.buf, it.frame = nil, nil
+	}
+	p.popLocked()
 }
 
 func (p *partitionProducer) popLocked() {
@@ -122,7 +135,7 @@ func (p *partitionProducer) refuseHead(cn *conn.Conn, seq uint64, se *ServerErro
 		return
 	}
 	head := p.pending[0]
-	p.popLocked()
+	p.popAnsweredLocked()
 	p.mu.Unlock()
 	err := fmt.Errorf("pulsar: the broker refused sequence %d on %s: %w", seq, p.topic, se)
 	if strings.Contains(strings.ToLower(se.Message), "size") {
