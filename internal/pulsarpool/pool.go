@@ -78,7 +78,7 @@ type producerEntry struct {
 	retryAt  time.Time // a failed creation is not tried again before
 	failures int       // creations failed in a row (for the backoff)
 	inflight int       // messages sent and not settled; under Pool.mu
-	lastUse  time.Time // under Pool.mu
+	lastUse  time.Time // when inflight last fell to 0; under Pool.mu
 	retired  bool      // out of the map; closed once nothing is in flight
 	closing  bool
 }
@@ -229,8 +229,7 @@ func (ps *Pool) acquire(ctx context.Context, topic, name string, sch *schema.Sch
 			ps.o.hook("create", topic)
 			go ps.create(e)
 		}
-		e.inflight++
-		e.lastUse = ps.o.now()
+		e.inflight++ // lastUse is read only while nothing is in flight: release sets it
 		ps.mu.Unlock()
 		select {
 		case <-e.ready:
@@ -318,8 +317,11 @@ func (ps *Pool) wakeLocked() {
 func (ps *Pool) release(e *producerEntry) {
 	ps.mu.Lock()
 	e.inflight--
-	e.lastUse = ps.o.now()
 	if e.inflight == 0 {
+		// The clock is read when the producer becomes idle, not for every record: idle
+		// eviction and the cap's least-recently-used choice look only at producers with
+		// nothing in flight.
+		e.lastUse = ps.o.now()
 		ps.wakeLocked()
 		ps.closeIfDoneLocked(e)
 	}

@@ -6,7 +6,9 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/recordio-bridge/bridge/ingress"
 	"github.com/recordio-bridge/bridge/pulsar"
@@ -157,5 +159,37 @@ func TestMessageIDsFromTheArenaStayIntact(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(1000, func() { _ = a.format(id(12)) }); n > 0.2 {
 		t.Errorf("%v allocations per message id, want a fraction of one", n)
+	}
+}
+
+// TestPoolReadsTheClockWhenAProducerGoesIdle: the pool notes when a producer was last
+// used for its idle eviction and the cap's least-recently-used choice, both of which look
+// only at producers with nothing in flight; reading the clock for every record, twice
+// (when it was sent and when it was answered), was a share of the ingress path's CPU.
+func TestPoolReadsTheClockWhenAProducerGoesIdle(t *testing.T) {
+	b := fakeBroker(t)
+	var reads atomic.Int64
+	p, _ := newPool(t, newClient(t, b.URL()), Options{now: func() time.Time { reads.Add(1); return time.Now() }})
+	topic := topicName(1)
+	if _, err := publish(t, p, topic, "first"); err != nil {
+		t.Fatal(err)
+	}
+	const records = 200
+	var wg sync.WaitGroup
+	wg.Add(records)
+	b.HoldReceipts(true)
+	reads.Store(0)
+	for range records {
+		p.PublishAsync(context.Background(), &ingress.Message{Topic: topic, Payload: []byte("x")}, func(_ string, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			wg.Done()
+		})
+	}
+	b.HoldReceipts(false)
+	wg.Wait()
+	if n := reads.Load(); n > 2 {
+		t.Fatalf("the clock was read %d times for %d records sent and answered together", n, records)
 	}
 }
