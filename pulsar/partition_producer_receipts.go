@@ -56,7 +56,7 @@ func (p *partitionProducer) popSettledLocked() settledItems {
 	var s settledItems
 	for len(p.pending) > 0 && p.pending[0].settled {
 		it := p.pending[0]
-		p.popLocked()
+		p.popAnsweredLocked() // settled: answered by the broker, on this connection or one drained before
 		if s.fns == nil {
 			s.fns = make([]completion, 0, len(it.reqs))
 		}
@@ -109,6 +109,20 @@ func (p *partitionProducer) settle(fns []completion, it *pendingItem) []completi
 		fns = deliver(fns, req, id, nil)
 	}
 	return fns
+}
+
+// popAnsweredLocked is popLocked for the item the broker answered (a receipt or a
+// refusal of it, on this connection or one drained after a refusal: see drain): the
+// broker read the whole frame, so the connection wrote it and refers to it no more, and
+// it is never resent; its batch buffer can hold a new batch.
+// An item taken off for any other reason (a send timeout) may still be queued on a
+// stalled connection: its buffer is left to the collector.
+func (p *partitionProducer) popAnsweredLocked() {
+	if it := p.pending[0]; it.buf != nil {
+		putBatchBuf(it.buf)
+		it.buf, it.frame = nil, nil
+	}
+	p.popLocked()
 }
 
 func (p *partitionProducer) popLocked() {

@@ -74,6 +74,10 @@ type pendingItem struct {
 	numMsgs  int // messages counted by the limiter
 	bytes    int // bytes counted by the limiter
 	created  time.Time
+	// buf is the batch buffer frame was built in, given back (putBatchBuf) when the
+	// item is taken off the queue answered (popAnsweredLocked); nil when frame is not in
+	// a pooled buffer.
+	buf []byte
 }
 
 // frameHeadroom is kept free in front of a batch's payload for the frame header, so a
@@ -187,7 +191,7 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		// Size the buffer like the previous batch, so a busy producer fills it without
 		// growing (copying) and an idle one does not hold 128 KiB per lone message.
 		size := min(max(p.lastBatchBytes+p.lastBatchBytes/8, len(m.Payload)+256), p.opts.BatchingMaxBytes+len(m.Payload)+256)
-		p.batch.buf = make([]byte, frameHeadroom, frameHeadroom+size)
+		p.batch.buf = getBatchBuf(frameHeadroom, frameHeadroom+size)
 		p.batch.reqs = make([]sendRequest, 0, min(max(p.lastBatchMsgs, 1), p.opts.BatchingMaxMessages))
 	}
 	p.batch.buf = appendSingleMessage(p.batch.buf, seq, m)
@@ -275,8 +279,18 @@ func (p *partitionProducer) flushBatchLocked() {
 	if n > 1 {
 		send.HighestSequenceId = proto.Uint64(b.lastSeq)
 	}
-	p.appendItemLocked(&pendingItem{seq: b.firstSeq, highestSeq: b.lastSeq, reqs: b.reqs, batched: true,
-		numMsgs: n, bytes: b.acquired, created: b.created}, send, md, buf, headroom)
+	it := &pendingItem{seq: b.firstSeq, highestSeq: b.lastSeq, reqs: b.reqs, batched: true,
+		numMsgs: n, bytes: b.acquired, created: b.created}
+	if &buf[0] == &b.buf[0] {
+		it.buf = b.buf // the frame is built in it: reused once the receipt comes
+	}
+	p.appendItemLocked(it, send, md, buf, headroom)
+	if it.buf == nil || (len(it.frame) > 0 && &it.frame[len(it.frame)-1] != &it.buf[len(it.buf)-1]) {
+		// Compressed into another buffer, or framed in a new one (a header larger than
+		// the headroom): the batch's own buffer is not referred to any more.
+		it.buf = nil
+		putBatchBuf(b.buf)
+	}
 }
 
 // compressLocked returns the payload to send, raw or compressed, and how many unused

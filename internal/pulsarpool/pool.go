@@ -77,7 +77,7 @@ type producerEntry struct {
 	retryAt  time.Time // a failed creation is not tried again before
 	failures int       // creations failed in a row (for the backoff)
 	inflight int       // messages sent and not settled; under Pool.mu
-	lastUse  time.Time // under Pool.mu
+	lastUse  time.Time // when inflight last fell to 0; under Pool.mu
 	retired  bool      // out of the map; closed once nothing is in flight
 	closing  bool
 }
@@ -228,8 +228,7 @@ func (ps *Pool) acquire(ctx context.Context, topic, name string, sch *schema.Sch
 			ps.o.hook("create", topic)
 			go ps.create(e)
 		}
-		e.inflight++
-		e.lastUse = ps.o.now()
+		e.inflight++ // lastUse is read only while nothing is in flight: release sets it
 		ps.mu.Unlock()
 		select {
 		case <-e.ready:
@@ -317,8 +316,11 @@ func (ps *Pool) wakeLocked() {
 func (ps *Pool) release(e *producerEntry) {
 	ps.mu.Lock()
 	e.inflight--
-	e.lastUse = ps.o.now()
 	if e.inflight == 0 {
+		// The clock is read when the producer becomes idle, not for every record: idle
+		// eviction and the cap's least-recently-used choice look only at producers with
+		// nothing in flight.
+		e.lastUse = ps.o.now()
 		ps.wakeLocked()
 		ps.closeIfDoneLocked(e)
 	}
@@ -515,28 +517,9 @@ func (ps *Pool) publishAsync(ctx context.Context, m *ingress.Message, done func(
 		pm.SequenceID = seq
 		pm.RoutingKey = namedRoutingKey(m)
 	}
-	producer, topic := m.Producer, m.Topic // m is not kept
-	e.p.SendAsync(ctx, pm, func(id pulsar.MessageID, err error) {
-		ps.o.Budget.Release(size)
-		if err != nil {
-			err = Classify(err)
-			if producer != "" {
-				err = ps.stopNamedAt(producer, topic, err) // before the eviction, so no new producer takes the next record
-			}
-		}
-		if err != nil && (failed(err) || e.p.Err() != nil) {
-			ps.evict(e, err)
-		}
-		ps.release(e)
-		switch {
-		case err != nil:
-			done("", err)
-		case id.Duplicate():
-			done("", ingress.ErrDuplicate)
-		default:
-			done(FormatID(id), nil)
-		}
-	})
+	pb := newPublication()
+	pb.ps, pb.e, pb.size, pb.producer, pb.topic, pb.done = ps, e, size, m.Producer, m.Topic, done // m is not kept
+	e.p.SendAsync(ctx, pm, pb.settle)
 	*pm = pulsar.ProducerMessage{}
 	messagePool.Put(pm) // SendAsync does not keep it
 }
@@ -619,14 +602,17 @@ func (ps *Pool) publishStream(ctx context.Context, m *ingress.Message, size int6
 // without fmt.
 func FormatID(id pulsar.MessageID) string {
 	var b [64]byte
-	s := strconv.AppendInt(b[:0], id.LedgerID, 10)
-	s = append(s, ':')
-	s = strconv.AppendInt(s, id.EntryID, 10)
-	s = append(s, ':')
-	s = strconv.AppendInt(s, int64(id.Partition), 10)
-	s = append(s, ':')
-	s = strconv.AppendInt(s, int64(id.BatchIndex), 10)
-	return string(s)
+	return string(appendID(b[:0], id))
+}
+
+func appendID(b []byte, id pulsar.MessageID) []byte {
+	b = strconv.AppendInt(b, id.LedgerID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, id.EntryID, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(id.Partition), 10)
+	b = append(b, ':')
+	return strconv.AppendInt(b, int64(id.BatchIndex), 10)
 }
 
 // Classify wraps a Pulsar error in the ingress error that decides the HTTP status.

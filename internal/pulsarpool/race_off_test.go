@@ -1,0 +1,5 @@
+//go:build !race
+
+package pulsarpool
+
+const raceOn = false
