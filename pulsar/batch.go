@@ -10,6 +10,18 @@ import (
 
 // appendSingleMessage appends one batch entry, [u32 size][SingleMessageMetadata][payload],
 // encoding the metadata by hand: it runs once per message on the hot path.
+// singleMessageBound is at least how many bytes appendSingleMessage appends for m.
+func singleMessageBound(m *ProducerMessage) int {
+	n := 4 + len(m.Payload) + len(m.Key) + len(m.OrderingKey) + 48 // tags, lengths and varints
+	for k, v := range m.Properties {
+		n += len(k) + len(v) + 16
+	}
+	if m.Extra.Key != "" {
+		n += len(m.Extra.Key) + len(m.Extra.Value) + 16
+	}
+	return n
+}
+
 func appendSingleMessage(dst []byte, seq uint64, m *ProducerMessage) []byte {
 	at := len(dst)
 	dst = append(dst, 0, 0, 0, 0)

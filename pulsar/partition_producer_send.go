@@ -194,6 +194,15 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 		p.batch.buf = getBatchBuf(frameHeadroom, frameHeadroom+size)
 		p.batch.reqs = make([]sendRequest, 0, min(max(p.lastBatchMsgs, 1), p.opts.BatchingMaxMessages))
 	}
+	if need := len(p.batch.buf) + singleMessageBound(m); need > cap(p.batch.buf) {
+		// A batch larger than the last one: grow into a pooled buffer, not by append,
+		// whose new buffer is garbage the pools never see (batches of one message
+		// while the window has room, then a full one when it fills, grew every time).
+		nb := getBatchBuf(len(p.batch.buf), max(need, 2*cap(p.batch.buf)))
+		copy(nb, p.batch.buf)
+		putBatchBuf(p.batch.buf)
+		p.batch.buf = nb
+	}
 	p.batch.buf = appendSingleMessage(p.batch.buf, seq, m)
 	p.batch.reqs = append(p.batch.reqs, req)
 	p.batch.acquired += len(m.Payload)
