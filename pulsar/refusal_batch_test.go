@@ -80,3 +80,39 @@ func TestARefusedBatchIsNamedByItsHighestSequenceID(t *testing.T) {
 		})
 	}
 }
+
+// TestABatchAboveTheTopicsMaxMessageSizeFailsAndTheProducerGoesOn: a batch the broker
+// refuses for good (NotAllowedError, above the topic's maxMessageSize) is named by its
+// highest sequence id too. Its messages fail with ErrMessageTooLarge and the producer
+// goes on; taken for an answer out of step, the connection was reset and the batch
+// resent, refused again, without end.
+func TestABatchAboveTheTopicsMaxMessageSizeFailsAndTheProducerGoesOn(t *testing.T) {
+	b := fakeBroker(t)
+	p := producer(t, client(t, b.URL()), pulsar.ProducerOptions{BatchingMaxInFlight: 1, BatchingMaxDelay: time.Hour})
+	b.SetControl(func(cmd pulsartest.Command) pulsartest.Reply {
+		if cmd.Cmd.GetType() == pulsartest.CommandSend && bytes.Contains(cmd.Payload, []byte("m-00001")) {
+			return pulsartest.Refuse(pb.ServerError_NotAllowedError, "Exceed maximum message size")
+		}
+		return pulsartest.Pass()
+	})
+	b.HoldReceipts(true)
+	waitFirst := sendEach(t, p, "m-00000")
+	waitStored(t, b, 1)
+	waitBatch := sendEach(t, p, "m-00001", "m-00002") // behind m-00000: one batch
+	b.HoldReceipts(false)
+	results := append(waitFirst(10*time.Second), waitBatch(10*time.Second)...)
+	if results[0].err != nil {
+		t.Fatalf("m-00000: %v", results[0].err)
+	}
+	for i, r := range results[1:] {
+		if !errors.Is(r.err, pulsar.ErrMessageTooLarge) {
+			t.Fatalf("m-%05d: err = %v, want ErrMessageTooLarge", i+1, r.err)
+		}
+	}
+	if r := sendEach(t, p, "m-00003")(10 * time.Second)[0]; r.err != nil {
+		t.Fatalf("the producer did not go on after the refused batch: %v", r.err)
+	}
+	if n := b.Frames(pulsartest.CommandSend); n != 3 {
+		t.Fatalf("the broker read %d SEND frames, want 3 (the refused batch sent once)", n)
+	}
+}
