@@ -25,6 +25,21 @@ func TestProducerSurvivesBrokerKill9WithDeduplication(t *testing.T) {
 	b.SetDeduplication(t, ns, true)
 	topic := "persistent://" + ns + "/" + broker.Name("kill9")
 
+	// The subscription is made before anything is sent (and its consumer closed, so the
+	// kill redelivers nothing to it): it is what keeps the messages. Without one, the
+	// broker deletes the ledger the kill closed as soon as the deduplication cursor's
+	// snapshot has moved past it (no retention is configured), and the messages stored
+	// before the kill are gone for want of a reader, not lost by the producer.
+	theirs := newOfficialClient(t, b)
+	subscribe := func() official.Consumer {
+		cons, err := theirs.Subscribe(official.ConsumerOptions{Topic: topic, SubscriptionName: "verify", SubscriptionInitialPosition: official.SubscriptionPositionEarliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cons
+	}
+	subscribe().Close()
+
 	ours := newOurClient(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -79,11 +94,7 @@ func TestProducerSurvivesBrokerKill9WithDeduplication(t *testing.T) {
 		t.Fatal("the producer never reconnected or resent anything: the kill did not hit it")
 	}
 
-	theirs := newOfficialClient(t, b)
-	cons, err := theirs.Subscribe(official.ConsumerOptions{Topic: topic, SubscriptionName: "verify", SubscriptionInitialPosition: official.SubscriptionPositionEarliest})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cons := subscribe()
 	defer cons.Close()
 	seen := map[string]int{}
 	last := -1

@@ -57,7 +57,10 @@ type ProducerOptions struct {
 	// while an entry is in flight waits for that entry's receipt. When the broker refuses
 	// an entry in a way that calls for a new connection (ChecksumError), the producer
 	// reads the answers to every entry written behind it before resending, so each is
-	// known stored or refused whatever the window.
+	// known stored or refused whatever the window. Without deduplication the refused
+	// entry, resent, is stored after the entries behind it that were stored meanwhile (as
+	// with the Java client); with a window of one (and batching on) nothing is written
+	// behind it.
 	BatchingMaxMessages int
 	BatchingMaxBytes    int
 	BatchingMaxDelay    time.Duration

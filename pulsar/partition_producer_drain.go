@@ -63,11 +63,11 @@ func (p *partitionProducer) refused(h *handle, seq uint64, se *ServerError) {
 		return
 	}
 	it := p.nextUnansweredLocked()
-	if it == nil || it.seq != seq {
+	if it == nil || !it.refusedAs(seq) {
 		// Out of step with the queue (an answer skipped): mark what was refused and
 		// reset now.
 		for _, x := range p.pending {
-			if !x.settled && x.seq == seq {
+			if !x.settled && x.refusedAs(seq) {
 				refuse(x, se)
 				break
 			}
@@ -98,6 +98,14 @@ func (p *partitionProducer) refused(h *handle, seq uint64, se *ServerError) {
 			"sequence", seq, "error", se, "awaited", d.left-1)
 	}
 	p.answeredLocked(cn, it)
+}
+
+// refusedAs reports whether a SEND_ERROR naming seq refuses it. A broker names a refused
+// entry by its highest sequence id (for a batch, its last message's; Producer.publishMessage
+// checks the entry under it, and a failed write answers the greater of the two), while
+// the receipt of a stored one names the lowest.
+func (it *pendingItem) refusedAs(seq uint64) bool {
+	return seq == it.seq || seq == it.highestSeq
 }
 
 // refuse marks it refused by the broker on the connection it was last sent on.

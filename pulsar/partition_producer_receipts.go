@@ -159,7 +159,7 @@ func (p *partitionProducer) refuseHead(h *handle, seq uint64, se *ServerError) {
 	}
 	p.mu.Lock()
 	it := p.nextUnansweredLocked()
-	if p.reg != h || it == nil || it.seq != seq {
+	if p.reg != h || it == nil || !it.refusedAs(seq) {
 		var done settledItems
 		if p.drain != nil && p.reg == h {
 			done = p.endDrainLocked()

@@ -114,7 +114,7 @@ func (c *serverConn) serve() {
 				// producer's SENDs in order.
 				s := f.Cmd.GetSend()
 				refusal := &pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
-					ProducerId: s.ProducerId, SequenceId: s.SequenceId, Error: pb.ServerError_ChecksumError.Enum(),
+					ProducerId: s.ProducerId, SequenceId: proto.Uint64(refusedSequenceID(s)), Error: pb.ServerError_ChecksumError.Enum(),
 					Message: proto.String("pulsartest: checksum mismatch")}}
 				c.b.mu.Lock()
 				if c.b.holdReceipts {

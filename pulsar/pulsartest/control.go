@@ -90,7 +90,7 @@ func (c *serverConn) controlled(f *frame.Frame) (handled, close bool) {
 func (c *serverConn) answerError(f *frame.Frame, code ServerError, message string) bool {
 	if s := f.Cmd.GetSend(); f.Cmd.GetType() == pb.BaseCommand_SEND && s != nil {
 		refusal := &pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
-			ProducerId: s.ProducerId, SequenceId: s.SequenceId, Error: code.Enum(), Message: proto.String(message)}}
+			ProducerId: s.ProducerId, SequenceId: proto.Uint64(refusedSequenceID(s)), Error: code.Enum(), Message: proto.String(message)}}
 		c.b.mu.Lock()
 		if c.b.holdReceipts {
 			// Held in order with the receipts: a broker answers one producer's SENDs in order.

@@ -29,6 +29,13 @@ func (b *Broker) Messages(topic string) []Message {
 	return out
 }
 
+// refusedSequenceID is the sequence id a SEND_ERROR names for s: a broker names a batch
+// by its highest sequence id (Producer.publishMessage checks the entry with it, and a
+// failed write answers max(highest, lowest)), not by the lowest one its receipt names.
+func refusedSequenceID(s *pb.CommandSend) uint64 {
+	return max(s.GetSequenceId(), s.GetHighestSequenceId())
+}
+
 func (c *serverConn) send(f *frame.Frame) {
 	b := c.b
 	s := f.Cmd.GetSend()
@@ -42,7 +49,7 @@ func (c *serverConn) send(f *frame.Frame) {
 		b.sendErrors = b.sendErrors[1:]
 		b.mu.Unlock()
 		c.write(&pb.BaseCommand{Type: pb.BaseCommand_SEND_ERROR.Enum(), SendError: &pb.CommandSendError{
-			ProducerId: s.ProducerId, SequenceId: s.SequenceId, Error: code.Enum(), Message: proto.String("injected by pulsartest")}})
+			ProducerId: s.ProducerId, SequenceId: proto.Uint64(refusedSequenceID(s)), Error: code.Enum(), Message: proto.String("injected by pulsartest")}})
 		return
 	}
 	topic, ok := c.producers[s.GetProducerId()]
