@@ -325,32 +325,38 @@ func (p *partitionConsumer) unbatchLocked(mid MessageID, e *delivery.Entry, ackS
 		p.trackers[key] = t
 	}
 	msgs = make([]*Message, 0, len(e.Messages))
-	for _, bm := range e.Messages {
-		smd := bm.Metadata
-		m := base
+	// The batch's messages are one allocation, not one each: they live as long as the
+	// frame their payloads point into does anyway.
+	store := make([]Message, 0, len(e.Messages))
+	for i := range e.Messages {
+		bm := &e.Messages[i]
+		smd := &bm.Metadata
+		store = append(store, base)
+		m := &store[len(store)-1]
 		if t != nil {
 			ok, count := t.deliver(bm.Index, handedBack, base.RedeliveryCount)
 			if !ok {
 				filtered++
+				store = store[:len(store)-1]
 				continue
 			}
 			m.RedeliveryCount = count
 		}
 		m.ID = mid
 		m.ID.BatchIndex, m.ID.BatchSize = int32(bm.Index), int32(n)
-		m.Key = smd.GetPartitionKey()
-		m.OrderingKey = smd.GetOrderingKey()
-		if t := smd.GetEventTime(); t > 0 {
+		m.Key = smd.PartitionKey
+		m.OrderingKey = smd.OrderingKey
+		if t := smd.EventTime; t > 0 {
 			m.EventTime = time.UnixMilli(int64(t))
 		}
-		if len(smd.GetProperties()) > 0 {
-			m.Properties = make(map[string]string, len(smd.GetProperties()))
-			for _, kv := range smd.GetProperties() {
+		if len(smd.Properties) > 0 {
+			m.Properties = make(map[string]string, len(smd.Properties))
+			for _, kv := range smd.Properties {
 				m.Properties[kv.GetKey()] = kv.GetValue()
 			}
 		}
 		m.payload, m.size, m.permits = bm.Payload, len(bm.Payload), 1
-		msgs = append(msgs, &m)
+		msgs = append(msgs, m)
 	}
 	if t != nil {
 		if handedBack {

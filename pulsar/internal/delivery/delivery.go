@@ -109,7 +109,7 @@ type Entry struct {
 // Message is one message of a batch.
 type Message struct {
 	Index    int
-	Metadata *pb.SingleMessageMetadata
+	Metadata SingleMetadata
 	Payload  []byte // aliases the entry's (decompressed) payload
 }
 
@@ -206,23 +206,25 @@ func parseBatch(e *Entry, md *pb.MessageMetadata, payload []byte, ackSet []int64
 		if uint64(size) > uint64(len(payload)-4) {
 			return malformed(pb.CommandAck_BatchDeSerializeError, "batch entry %d of %d: metadata size %d exceeds the batch", i, n, size)
 		}
-		smd := &pb.SingleMessageMetadata{}
-		if err := proto.Unmarshal(payload[4:4+size], smd); err != nil {
+		msgs = append(msgs, Message{Index: i})
+		m := &msgs[len(msgs)-1]
+		if err := readSingleMetadata(payload[4:4+size], &m.Metadata); err != nil {
 			return malformed(pb.CommandAck_BatchDeSerializeError, "batch entry %d of %d: %v", i, n, err)
 		}
 		rest := payload[4+size:]
-		psize := int64(smd.GetPayloadSize())
+		psize := int64(m.Metadata.PayloadSize)
 		if psize < 0 || psize > int64(len(rest)) {
 			return malformed(pb.CommandAck_BatchDeSerializeError, "batch entry %d of %d: payload size %d does not fit the %d bytes left", i, n, psize, len(rest))
 		}
 		body := rest[:psize:psize]
 		payload = rest[psize:]
 		acked := len(ackSet) > 0 && (i/64 >= len(ackSet) || ackSet[i/64]&(1<<(i%64)) == 0)
-		if acked || smd.GetCompactedOut() {
+		if acked || m.Metadata.CompactedOut {
 			e.Skipped++
+			msgs = msgs[:len(msgs)-1]
 			continue
 		}
-		msgs = append(msgs, Message{Index: i, Metadata: smd, Payload: body})
+		m.Payload = body
 	}
 	e.Kind, e.Messages, e.BatchSize, e.Permits = Batch, msgs, n, n
 	return nil

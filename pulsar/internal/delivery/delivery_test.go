@@ -137,8 +137,8 @@ func FuzzParse(f *testing.F) {
 			}
 			last := -1
 			for _, m := range e.Messages {
-				if m.Index <= last || m.Index >= e.BatchSize || int(m.Metadata.GetPayloadSize()) != len(m.Payload) {
-					t.Fatalf("batch message %d after %d: %d bytes, metadata says %d", m.Index, last, len(m.Payload), m.Metadata.GetPayloadSize())
+				if m.Index <= last || m.Index >= e.BatchSize || int(m.Metadata.PayloadSize) != len(m.Payload) {
+					t.Fatalf("batch message %d after %d: %d bytes, metadata says %d", m.Index, last, len(m.Payload), m.Metadata.PayloadSize)
 				}
 				last = m.Index
 			}

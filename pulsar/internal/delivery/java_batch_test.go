@@ -38,9 +38,9 @@ func TestParseReadsABatchTheJavaClientCompressedWithEachCodec(t *testing.T) {
 				if i%2 == 0 {
 					key = fmt.Sprintf("agent-%d", i)
 				}
-				if string(m.Payload) != want || m.Metadata.GetPartitionKey() != key || m.Metadata.GetSequenceId() != uint64(i) {
+				if string(m.Payload) != want || m.Metadata.PartitionKey != key || m.Metadata.SequenceID != uint64(i) {
 					t.Errorf("message %d: %q key %q sequence %d; want %q key %q sequence %d",
-						i, m.Payload, m.Metadata.GetPartitionKey(), m.Metadata.GetSequenceId(), want, key, i)
+						i, m.Payload, m.Metadata.PartitionKey, m.Metadata.SequenceID, want, key, i)
 				}
 			}
 		})
