@@ -5,11 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/recordio-bridge/bridge/internal/logbuf"
 	"github.com/recordio-bridge/bridge/pulsar"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
@@ -216,7 +216,7 @@ func TestCreationRetriesAHandshakeRefusedWithAuthenticationError(t *testing.T) {
 // the spell begins and once when a handshake is accepted again, not at every refusal.
 func TestAHandshakeRefusalSpellIsLoggedOnceWhenItBeginsAndWhenItEnds(t *testing.T) {
 	b, refuse := refusingBroker(t)
-	var logs syncLog
+	var logs logbuf.Buffer
 	c := client(t, b.URL(), func(o *pulsar.ClientOptions) {
 		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
@@ -232,22 +232,4 @@ func TestAHandshakeRefusalSpellIsLoggedOnceWhenItBeginsAndWhenItEnds(t *testing.
 	if n := strings.Count(out, "the broker accepts the client's handshake again"); n != 1 || !strings.Contains(out, "refusals=3") {
 		t.Fatalf("the end of the spell logged %d times (want once, with refusals=3):\n%s", n, out)
 	}
-}
-
-// syncLog is a log destination the client's goroutines may write to at once.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
