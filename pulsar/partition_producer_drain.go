@@ -37,6 +37,8 @@ type drain struct {
 	left   int   // entries written on the connection and not answered yet
 	reason error // the refusal that resets the connection
 	timer  *time.Timer
+	// last is the last entry written on the connection: nothing queued behind it was.
+	last *pendingItem
 }
 
 // nextUnansweredLocked is the oldest item sent on the current connection that the
@@ -83,7 +85,7 @@ func (p *partitionProducer) refused(h *handle, seq uint64, se *ServerError) {
 	}
 	refuse(it, se)
 	if p.drain == nil {
-		d := &drain{h: h, reason: reason, left: 1}
+		d := &drain{h: h, reason: reason, left: 1, last: p.pending[len(p.pending)-1]}
 		for _, x := range p.pending {
 			if !x.settled && !x.answered && x != it {
 				d.left++
@@ -183,25 +185,49 @@ func (p *partitionProducer) drainExpired(d *drain, after time.Duration) {
 	d.h.cn.Abort(fmt.Errorf("%w (%d entries written before it unanswered after %s)", d.reason, left, after))
 }
 
-// endDrainLocked ends the drain: a refused chunk whose message's later chunks were stored
-// fails (resent, it would be stored after them, and no consumer can assemble a message
-// whose chunks are out of order), and what is settled at the head of the queue is taken
-// off it. The caller resets the connection (or it is closed already).
+// endDrainLocked ends the drain: a refused chunk fails its message when a later chunk of
+// the message written on the connection was stored, or may have been (its answer not
+// read when the drain ends early: the connection lost, the timer expired). Resent, the
+// refused chunk would be stored after it, and no consumer can assemble a message whose
+// chunks are out of order; the message's later chunks fail with it and are not resent.
+// Then what is settled at the head of the queue is taken off it. The caller resets the
+// connection (or it is closed already).
 func (p *partitionProducer) endDrainLocked() settledItems {
+	written := len(p.pending)
 	for i, it := range p.pending {
+		if it == p.drain.last {
+			written = i + 1
+			break
+		}
+	}
+	for i, it := range p.pending[:written] {
 		if !it.chunk || !it.answered || it.settled {
 			continue // refused on this connection: answered, not settled
 		}
-		for _, later := range p.pending[i+1:] {
-			if later.chunk && later.seq == it.seq && later.settled && later.err == nil {
-				err := fmt.Errorf("pulsar: a chunk of sequence %d on %s was refused (%w) after later chunks of its message were stored: the message cannot be assembled",
-					it.seq, p.topic, it.refusal)
-				if it.corrupt {
-					err = fmt.Errorf("%w: %w", ErrCorruptInTransit, err)
-				}
-				it.settled, it.err = true, err
-				break
+		for _, later := range p.pending[i+1 : written] {
+			if !later.chunk || later.seq != it.seq {
+				continue
 			}
+			stored := later.settled && later.err == nil
+			if !stored && later.answered {
+				continue // refused too: resent after it, in order
+			}
+			why := "after a later chunk of its message was stored"
+			if !stored {
+				why = "and the answer to a later chunk of its message was not read: it may be stored"
+			}
+			err := fmt.Errorf("pulsar: a chunk of sequence %d on %s was refused (%w) %s: the message cannot be assembled",
+				it.seq, p.topic, it.refusal, why)
+			if it.corrupt {
+				err = fmt.Errorf("%w: %w", ErrCorruptInTransit, err)
+			}
+			it.settled, it.err = true, err
+			for _, rest := range p.pending[i+1:] {
+				if rest.chunk && rest.seq == it.seq && !rest.settled {
+					rest.settled, rest.err = true, err
+				}
+			}
+			break
 		}
 	}
 	p.stopDrainLocked()

@@ -276,7 +276,15 @@ func (p *partitionProducer) failTimedOut(now time.Time) {
 	// resent after a reconnection, they would be stored after the resends of the failed
 	// ones by their callers, out of the order those callers gave. The producer goes on.
 	expired = append(expired, p.takeAllLocked()...)
+	// A drain after a refusal waited for answers to items that have just failed: nothing
+	// is left to read, and new messages would wait for its timer. The connection is reset
+	// now, so they go out on the next one.
+	d := p.drain
+	p.stopDrainLocked()
 	p.mu.Unlock()
+	if d != nil {
+		d.h.cn.Abort(fmt.Errorf("%w (the entries written behind it timed out)", d.reason))
+	}
 	p.failItems(expired, err)
 }
 
