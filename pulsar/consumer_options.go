@@ -101,18 +101,8 @@ type ConsumerOptions struct {
 	// (1 MiB and 64 KiB entries: 128 × 56 KiB = 7 MiB) until those permits are used; the
 	// worst case is ReceiverQueueBytes/8KiB × the broker's maxMessageSize (5 MiB by
 	// default), or for compressed entries × what they decompress to (at most
-	// MaxChunkedMessageSize). With a MemoryLimiter, read the adapted window for
-	// ReceiverQueueBytes throughout (see MemoryLimiter) [0: bounded in messages only].
+	// MaxChunkedMessageSize) [0: bounded in messages only].
 	ReceiverQueueBytes int
-	// With a MemoryLimiter, while the application keeps up (a take left the partition's
-	// queue below half of ReceiverQueueBytes within the last second), the window adapts to the size of the entries: it
-	// holds 128 of them at the bytes a permit is assumed to bring, never less than
-	// ReceiverQueueBytes and never more than 8 times it (1 MiB: 2 MiB for entries of
-	// 16 KiB, 8 MiB from 64 KiB), so a FLOW of half the window asks for about what the
-	// broker reads in one go however large the messages; the limiter still covers every
-	// permit granted. A slower application keeps ReceiverQueueBytes: more in flight
-	// would not make it faster.
-	//
 	// MemoryLimiter, when set, is a byte budget the consumer shares with the rest of the
 	// process (the official Java client's MemoryLimitController does this for its
 	// producers and consumers). Each queued message's payload bytes are charged to it from

@@ -47,8 +47,7 @@ type partitionConsumer struct {
 	heldBytes      int
 	inFlight       int
 	bytesPerPermit int
-	emptiedAt      time.Time // when a take last left the queue below half of ReceiverQueueBytes
-	gen            uint64    // the registration's generation: a message of an older one frees nothing
+	gen            uint64 // the registration's generation: a message of an older one frees nothing
 	// With a MemoryLimiter: the bytes reserved from it for the permits in flight, and
 	// when they were last reserved or an arrival used some (see releaseIdleLocked).
 	reserved         int

@@ -30,9 +30,6 @@ func (p *partitionConsumer) taken(m *Message) {
 	p.mu.Lock()
 	if m.gen == p.gen {
 		p.heldBytes = max(0, p.heldBytes-m.size)
-		if p.opts.MemoryLimiter != nil && p.heldBytes < p.opts.ReceiverQueueBytes/2 {
-			p.emptiedAt = time.Now() // the application keeps up (see windowBytesLocked)
-		}
 	}
 	p.returnPermitsLocked(m.permits)
 	p.wakeDrainLocked()
@@ -74,48 +71,9 @@ func (p *partitionConsumer) permitBytesLocked() int {
 	return max(p.bytesPerPermit, minPermitBytes)
 }
 
-// windowEntries is how many entries of the size a permit is assumed to bring the byte
-// window of a partition with a MemoryLimiter holds at least: half of it goes in one FLOW,
-// about what the broker reads in one go (its dispatcherMaxReadBatchSize is 100 entries),
-// so large messages keep the broker reading while the application takes the other half.
-// With a fixed window of ReceiverQueueBytes, a FLOW brought 32 entries of 16 KiB or 2 of
-// 256 KiB, and the broker waited for the next one between them.
-const windowEntries = 128
-
-// maxWindowScale bounds the adapted window: at most this many times ReceiverQueueBytes
-// per partition, however large the entries, so one partition of huge messages cannot
-// reserve the whole shared budget.
-const maxWindowScale = 8
-
-// keepingUp is how recently the application must have left a partition's queue below
-// half of ReceiverQueueBytes for its window to adapt: a reader slower than the broker
-// gains nothing from a larger window (its queue is full), and would only hold more of
-// the budget. (Not an empty queue: arrivals keep a reader that keeps up from seeing one.)
-const keepingUp = time.Second
-
-// windowBytesLocked is the partition's byte window for entries of per bytes (0: none
-// seen yet). It is ReceiverQueueBytes (no bound when 0), except with a MemoryLimiter,
-// the process-wide budget that bounds what is queued and in flight, while the
-// application keeps up (see keepingUp): then it grows with the
-// entries' size to windowEntries of them, up to maxWindowScale × ReceiverQueueBytes,
-// and shrinks back as they get smaller (per decays) or the application falls behind;
-// the limiter still covers every permit granted, so a spent budget grants no more
-// whatever the window.
-func (p *partitionConsumer) windowBytesLocked(per int) int {
-	bound := p.opts.ReceiverQueueBytes
-	if bound <= 0 {
-		return math.MaxInt
-	}
-	if p.opts.MemoryLimiter == nil || per <= 0 || p.emptiedAt.IsZero() || time.Since(p.emptiedAt) > keepingUp {
-		return bound
-	}
-	return min(max(bound, windowEntries*per), maxWindowScale*bound)
-}
-
 // grantLocked sends the broker as many of the withheld permits as the byte bound has
 // room for: the bytes queued, plus the permits in flight at the bytes an arrival may
-// bring per permit (permitBytesLocked), stay within the byte window (windowBytesLocked:
-// ReceiverQueueBytes, adapted to the entries' size with a MemoryLimiter); with a MemoryLimiter, the permits granted
+// bring per permit (permitBytesLocked), stay within ReceiverQueueBytes; with a MemoryLimiter, the permits granted
 // are also reserved from it at that estimate (as many as it can cover). With nothing
 // queued and nothing in flight one permit always goes (charged to the limiter even
 // beyond its limit), so a message larger than the bound is still delivered and the flow
@@ -128,10 +86,13 @@ func (p *partitionConsumer) grantLocked() {
 	if p.permitsTaken <= 0 || p.cn == nil {
 		return
 	}
+	bound := p.opts.ReceiverQueueBytes
+	if bound <= 0 {
+		bound = math.MaxInt
+	}
 	out, debt := max(p.inFlight, 0), max(-p.inFlight, 0)
 	k := 0
 	per := p.permitBytesLocked()
-	bound := p.windowBytesLocked(per)
 	if per > 0 {
 		// The permits in flight count at the current estimate, or at what was reserved
 		// for them when an earlier (larger) estimate granted them.
