@@ -3,7 +3,8 @@
 // in one run) and prints a Markdown table: messages/s, MB/s and client CPU per message.
 // Both acknowledge every message (grouped) and use a receiver queue of 1000. The table
 // gives each client's best round and the median of the ratios of each round's pair; the
-// clients take turns going first; -each prints every round. The bridge's
+// clients take turns going first; -each prints every round; with -admin each backlog
+// topic is deleted once measured. The bridge's
 // consumer is configured as the bridge configures it for an egress stream: a window of
 // -queue-bytes per partition (receiverQueueBytes, 1 MiB by default) charged to a
 // process-wide budget of -budget bytes (memory.budget, 128 MiB); -queue-bytes 0 and
@@ -17,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -36,6 +38,7 @@ func main() {
 	sizesFlag := flag.String("sizes", "100,1024,16384", "message sizes in bytes, comma-separated (a backlog of about 160 MB each, 2 000 to 200 000 messages)")
 	queueBytes := flag.Int("queue-bytes", 1<<20, "the bridge consumer's ReceiverQueueBytes (the bridge's receiverQueueBytes); 0: bounded in messages only")
 	budgetBytes := flag.Int64("budget", 128<<20, "the process-wide budget the bridge consumer charges (the bridge's memory.budget); 0: none")
+	admin := flag.String("admin", os.Getenv("PULSAR_ADMIN_URL"), "broker admin URL, to delete each backlog topic once measured (a run leaves about 160 MB per size on the broker otherwise)")
 	each := flag.Bool("each", false, "also print every round's figures, with the load average after it, to stderr")
 	flag.Parse()
 	harness.RequireBroker(*url, "bench")
@@ -105,11 +108,34 @@ func main() {
 			fmt.Printf("| %s | %d B | %d | %.0f | %.1f | %.2f |\n", c, s.size, s.count, rate, rate*float64(s.size)/1e6,
 				float64(best[c][1].Microseconds())/float64(s.count))
 		}
+		if *admin != "" {
+			deleteTopic(*admin, topic)
+		}
 		b, o := best["bridge"], best["official"]
 		fmt.Printf("| ratio bridge/official | %d B | | %.2fx | | %.2fx |\n", s.size, o[0].Seconds()/b[0].Seconds(), float64(b[1])/float64(o[1]))
 		// The best rounds of each client may come from different moments of a shared
 		// machine; the median of each round's own pair is the steadier ratio.
 		fmt.Printf("| median of the rounds' ratios | %d B | | %.2fx | | %.2fx |\n", s.size, median(ratios), median(cpuRatios))
+	}
+}
+
+// deleteTopic deletes a backlog topic (and its subscriptions) through the admin API, so
+// repeated runs do not fill a shared broker's disk; a failure is only reported.
+func deleteTopic(admin, topic string) {
+	path := strings.Replace(topic, "persistent://", "/admin/v2/persistent/", 1)
+	req, err := http.NewRequest(http.MethodDelete, strings.TrimRight(admin, "/")+path+"?force=true", nil)
+	if err != nil {
+		log.Printf("deleting %s: %v", topic, err)
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		log.Printf("deleting %s: %v", topic, err)
+		return
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		log.Printf("deleting %s: %s", topic, resp.Status)
 	}
 }
 
