@@ -126,6 +126,14 @@ streams:
 			if profiled != nil {
 				<-profiled
 			}
+			// Each round on stderr: the best alone hides how far the rounds spread on a
+			// shared machine, and a median of the CPU per message is steadier.
+			cpu := x.clientCPU
+			if b != nil {
+				cpu = x.serverCPU
+			}
+			fmt.Fprintf(os.Stderr, "round %d %s: %.0f records/s, CPU %.2f µs/msg (load %s)\n", r, path,
+				float64(*n)/x.elapsed.Seconds(), float64(cpu.Nanoseconds())/1e3/float64(*n), harness.LoadAvg())
 			if b, ok := best[path]; !ok || x.elapsed < b.elapsed {
 				best[path] = x
 			}
