@@ -59,6 +59,7 @@ func (q *pendingQueue) push(e *entry, done <-chan struct{}) bool {
 	q.ring[(q.head+q.n)&(len(q.ring)-1)] = e
 	q.n++
 	wake := q.waiting
+	e.idle = wake // before the collector can take it
 	q.waiting = false
 	q.mu.Unlock()
 	if wake {

@@ -77,7 +77,6 @@ type stream struct {
 	firstFailure      *failure
 	writeErr          error
 	tallies           []tally // by status, flushed to the Observer
-	idle              bool    // the collector waited before the record it settles
 	duplicates        int64   // named: records the broker already had (counted in published)
 	resume            *int64  // named: the sequence number of the first record to resend
 	segPublished      int64   // settled records not yet counted into the segments (flushSettled)

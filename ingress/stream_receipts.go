@@ -52,7 +52,6 @@ func (st *stream) collect() {
 		buf = buf[:0]
 	}
 	for {
-		st.idle = false
 		e, closed := st.pending.take()
 		if e == nil && !closed {
 			flush()
@@ -65,7 +64,6 @@ func (st *stream) collect() {
 				receiptBuffers.Put(box)
 				box = nil
 			}
-			st.idle = true
 			e = st.pending.wait()
 			if buf == nil {
 				if box, _ = receiptBuffers.Get().(*[]byte); box != nil {
@@ -166,10 +164,10 @@ func (st *stream) settle(e *entry, buf *[]byte) {
 		}
 	}
 	st.count(status, e.size)
-	if status == http.StatusOK && (st.idle || e.seq%8 == 0) {
+	if status == http.StatusOK && e.timed {
 		// The record's span has ended (Recording is false now); its sampled flag says
 		// whether the trace was exported, so whether it can be the bucket's exemplar.
-		now := time.Now()
+		now := clock()
 		st.srv.obs.PublishLatency(st.route, now.Sub(e.start), e.span.SpanContext())
 		if st.streaming && !e.answered.IsZero() {
 			st.staged = append(st.staged, stageSample{read: e.read, start: e.start, answered: e.answered, settled: now})

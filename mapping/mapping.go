@@ -313,7 +313,8 @@ type Request struct {
 	// The last templated topic and its normalised form: records of a stream mostly go
 	// to the same few topics. A Request belongs to one stream, so no lock is needed.
 	lastRaw, lastTopic string
-	lastRoute          *Route // the cache is only good for the route (snapshot) that filled it
+	lastRoute          *Route    // the cache is only good for the route (snapshot) that filled it
+	lastTemplate       *template // the template lastRaw was rendered from
 }
 
 // NewRequest prepares the routing facts of one request for this route.
@@ -367,6 +368,11 @@ func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
 			return Target{}, fmt.Errorf("route %s: %w", r.name, err)
 		}
 	}
+	if out.Topic == "" && tg.topic.perRequest && req.lastTemplate == tg.topic && req.lastRoute == r && req.lastTopic != "" {
+		// Made of the request alone, and made for this request already: the same
+		// topic, not rendered, looked up in the headers and checked again per record.
+		out.Topic = req.lastTopic
+	}
 	if out.Topic == "" {
 		raw, err := tg.topic.render(&in, checkTopicPart)
 		if err != nil {
@@ -386,6 +392,7 @@ func (r *Route) Resolve(req *Request, data []byte) (Target, error) {
 			}
 			req.lastRaw, req.lastTopic, req.lastRoute = raw, out.Topic, r
 		}
+		req.lastTemplate = tg.topic
 	}
 	if tg.key != nil {
 		out.Key, _ = tg.key.render(&in, nil) // no value: no key

@@ -17,6 +17,10 @@ import (
 type template struct {
 	src   string
 	parts []part
+	// perRequest: no part comes from the record (only literals, headers, path
+	// parameters and the route's name), so the template renders the same for every
+	// record of a request.
+	perRequest bool
 }
 
 type partKind uint8
@@ -109,6 +113,12 @@ func parseTemplate(src string, sc scope) (*template, error) {
 			t.parts = append(t.parts, part{kind: routeName})
 		default:
 			return nil, fmt.Errorf("%q: {%s} is not a placeholder (write {json:PATH}, {proto:PATH}, {header:NAME}, {path:NAME} or {route})", src, ph)
+		}
+	}
+	t.perRequest = true
+	for _, p := range t.parts {
+		if p.kind == jsonField || p.kind == protoField {
+			t.perRequest = false
 		}
 	}
 	return t, nil

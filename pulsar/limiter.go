@@ -12,11 +12,14 @@ type limiter struct {
 	mu         sync.Mutex
 	maxN, maxB int
 	n, b       int
-	room       chan struct{} // closed and replaced whenever room is made
+	// room is closed when room is made while someone waits on it; made by the first
+	// to wait, so that a producer whose sends never wait (the usual case) makes no
+	// channel per receipt.
+	room chan struct{}
 }
 
 func newLimiter(maxN, maxB int) *limiter {
-	return &limiter{maxN: maxN, maxB: maxB, room: make(chan struct{})}
+	return &limiter{maxN: maxN, maxB: maxB}
 }
 
 func (l *limiter) acquire(ctx context.Context, n, b int, stop <-chan struct{}) error {
@@ -27,6 +30,9 @@ func (l *limiter) acquire(ctx context.Context, n, b int, stop <-chan struct{}) e
 			l.b += b
 			l.mu.Unlock()
 			return nil
+		}
+		if l.room == nil {
+			l.room = make(chan struct{})
 		}
 		room := l.room
 		l.mu.Unlock()
@@ -47,8 +53,10 @@ func (l *limiter) release(n, b int) {
 	l.mu.Lock()
 	l.n -= n
 	l.b -= b
-	close(l.room)
-	l.room = make(chan struct{})
+	if l.room != nil {
+		close(l.room)
+		l.room = nil // the next to wait makes another
+	}
 	l.mu.Unlock()
 }
 

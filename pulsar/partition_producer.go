@@ -52,6 +52,7 @@ type partitionProducer struct {
 	maxMsgSize    int
 	pending       []*pendingItem
 	batch         batch
+	header        batchHeader // a batch's metadata and command while it is framed
 	// lastBatchBytes and lastBatchMsgs size the next batch's buffer and request list.
 	lastBatchBytes int
 	lastBatchMsgs  int

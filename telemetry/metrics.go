@@ -53,7 +53,7 @@ type Metrics struct {
 	reloadOK       metric.Int64Gauge
 	reloadAt       metric.Float64Gauge
 
-	attrs sync.Map // attrKey or stageKey -> metric.MeasurementOption
+	attrs sync.Map // attrKey or stageKey -> *boundOpts
 }
 
 type attrKey struct {
@@ -185,9 +185,26 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 func (m *Metrics) Shutdown(ctx context.Context) error { return m.provider.Shutdown(ctx) }
 
 func (m *Metrics) opt(route string, status int, kind uint8) metric.MeasurementOption {
+	return m.bound(route, status, kind).o
+}
+
+// boundOpts is a set of attributes as the options of a measurement, made once: passed
+// as a slice already made (opts...), an observation allocates nothing, where one option
+// passed on its own allocated a slice for it at every call.
+type boundOpts struct {
+	o   metric.MeasurementOption
+	rec []metric.RecordOption
+	add []metric.AddOption
+}
+
+func newBoundOpts(o metric.MeasurementOption) *boundOpts {
+	return &boundOpts{o: o, rec: []metric.RecordOption{o}, add: []metric.AddOption{o}}
+}
+
+func (m *Metrics) bound(route string, status int, kind uint8) *boundOpts {
 	k := attrKey{route, status, kind}
-	if o, ok := m.attrs.Load(k); ok {
-		return o.(metric.MeasurementOption)
+	if b, ok := m.attrs.Load(k); ok {
+		return b.(*boundOpts)
 	}
 	var o metric.MeasurementOption
 	if kind == 2 {
@@ -197,8 +214,9 @@ func (m *Metrics) opt(route string, status int, kind uint8) metric.MeasurementOp
 	} else {
 		o = metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route), attribute.String("status", strconv.Itoa(status))))
 	}
-	m.attrs.Store(k, o)
-	return o
+	b := newBoundOpts(o)
+	m.attrs.Store(k, b)
+	return b
 }
 
 var bg = context.Background()
@@ -214,9 +232,9 @@ func (m *Metrics) StreamEnded(route string, status int) {
 
 // RecordsSettled counts settled records by route and status.
 func (m *Metrics) RecordsSettled(route string, status int, n, bytes int64) {
-	o := m.opt(route, status, 1)
-	m.records.Add(bg, n, o)
-	m.bytes.Add(bg, bytes, o)
+	b := m.bound(route, status, 1)
+	m.records.Add(bg, n, b.add...)
+	m.bytes.Add(bg, bytes, b.add...)
 }
 
 // PublishLatency records one (sampled) publish latency; a sampled sc (the record's
@@ -226,23 +244,23 @@ func (m *Metrics) PublishLatency(route string, d time.Duration, sc trace.SpanCon
 	if sc.IsSampled() {
 		ctx = trace.ContextWithSpanContext(bg, sc)
 	}
-	m.publishLatency.Record(ctx, d.Seconds(), m.opt(route, 0, 0))
+	m.publishLatency.Record(ctx, d.Seconds(), m.bound(route, 0, 0).rec...)
 }
 
 // PublishStage records the time one sampled record spent in one stage of its publication.
 func (m *Metrics) PublishStage(route, stage string, d time.Duration) {
-	m.publishStage.Record(bg, d.Seconds(), m.stageOpt(route, stage))
+	m.publishStage.Record(bg, d.Seconds(), m.stageOpts(route, stage).rec...)
 }
 
-// stageOpt is opt for a route's stage.
-func (m *Metrics) stageOpt(route, stage string) metric.MeasurementOption {
+// stageOpts are the options of a route's stage.
+func (m *Metrics) stageOpts(route, stage string) *boundOpts {
 	k := stageKey{route, stage}
-	if o, ok := m.attrs.Load(k); ok {
-		return o.(metric.MeasurementOption)
+	if b, ok := m.attrs.Load(k); ok {
+		return b.(*boundOpts)
 	}
-	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route), attribute.String("stage", stage)))
-	m.attrs.Store(k, o)
-	return o
+	b := newBoundOpts(metric.WithAttributeSet(attribute.NewSet(attribute.String("route", route), attribute.String("stage", stage))))
+	m.attrs.Store(k, b)
+	return b
 }
 
 type stageKey struct{ route, stage string }

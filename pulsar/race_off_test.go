@@ -1,0 +1,5 @@
+//go:build !race
+
+package pulsar_test
+
+const raceEnabled = false
