@@ -122,44 +122,128 @@ func anySlice(v any) []string {
 	return out
 }
 
-func TestSeekOnAnAutoAckStreamAcknowledgesWhatWasWrittenBeforeTheMove(t *testing.T) {
-	// A busy stream: its consumer always has a message at hand, so records are written
-	// and not yet flushed (nor acknowledged) when the seek comes between two of them.
-	const n = 200000
-	f := &seekSub{fakeSub: &fakeSub{feed: make(chan *Delivery, n)}}
-	url := serveStreams(t, f, "streams:\n  - name: s\n    topics: [t]\n")
-	for i := range n {
-		f.feed <- &Delivery{ID: fmt.Sprintf("1:%d:-1:-1", i), Payload: []byte("r")}
+// busySeekSub is a seekSub whose consumer always has a message at hand until it is
+// moved, as a consumer of a busy topic does (each message's payload is its id); after
+// the move it gives what its feed holds. Before it gives message hold+1, it tells
+// reached and waits for release.
+type busySeekSub struct {
+	*seekSub
+	n       int // messages given before the move (only the stream's loop receives)
+	hold    int
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (f *busySeekSub) Subscribe(context.Context, SubscribeOptions) (Subscription, error) {
+	return f, nil
+}
+
+func (f *busySeekSub) TryReceive() (*Delivery, bool) {
+	f.smu.Lock()
+	moved := len(f.seeks) > 0
+	f.smu.Unlock()
+	if moved {
+		return f.fakeSub.TryReceive()
 	}
+	if f.n == f.hold {
+		close(f.reached)
+		<-f.release
+	}
+	f.n++
+	id := fmt.Sprintf("1:%d:-1:-1", f.n)
+	return &Delivery{ID: id, Payload: []byte(id)}, true
+}
+
+func (f *busySeekSub) Receive(ctx context.Context) (*Delivery, error) {
+	if d, ok := f.TryReceive(); ok {
+		return d, nil
+	}
+	return f.fakeSub.Receive(ctx)
+}
+
+func TestSeekOnAnAutoAckStreamAcknowledgesWhatWasWrittenBeforeTheMove(t *testing.T) {
+	// A busy stream: its consumer always has a message at hand, so the stream flushes
+	// (and acknowledges) every flushBytes only, and holds records written and not yet
+	// flushed (nor acknowledged) when the seek comes between two of them. The seek
+	// comes while the stream has written a flush's worth and more: the consumer holds
+	// the next message back until the seek waits for the stream.
+	f := &busySeekSub{seekSub: &seekSub{fakeSub: &fakeSub{feed: make(chan *Delivery, 1)}},
+		hold:    flushBytes/len("12\n1:1000:-1:-1") + 500, // a flush's worth of records and 500 more
+		reached: make(chan struct{}), release: make(chan struct{})}
+	s, url := serveStreamsOn(t, f, "streams:\n  - name: s\n    topics: [t]\n")
 	resp, rd := get(t, url+"/v1/streams/s")
-	read := make(chan int)
+	sid := resp.Header.Get("Stream-Id")
+	const after = "0:1:-1:-1" // the first record from the new position
+	read := make(chan []string, 1)
 	go func() {
-		k := 0
+		var got []string // the records before the one from the new position
 		for {
-			if _, err := rd.Next(); err != nil {
-				read <- k
+			rec, err := rd.Next()
+			if err != nil || string(rec) == after {
+				read <- got
 				return
 			}
-			k++
+			got = append(got, string(rec))
 		}
 	}()
-	if st, m := postSeek(t, url+"/v1/streams/s/seek", resp.Header.Get("Stream-Id"), `{"messageId":"0:1:-1:-1"}`); st != 200 {
-		t.Fatalf("seek: %d %v", st, m)
+	<-f.reached
+	s.mu.Lock()
+	st := s.open[sid]
+	s.mu.Unlock()
+	if st == nil {
+		t.Fatalf("no open stream with Stream-Id %q", sid)
 	}
-	time.Sleep(100 * time.Millisecond) // what the stream acknowledges after the seek, if anything
-	resp.Body.Close()
-	<-read
+	seeked := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/streams/s/seek", strings.NewReader(`{"messageId":"`+after+`"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Stream-Id", sid)
+		r, err := http.DefaultClient.Do(req)
+		if err == nil {
+			r.Body.Close()
+			if r.StatusCode != 200 {
+				err = fmt.Errorf("seek: %s", r.Status)
+			}
+		}
+		seeked <- err
+	}()
+	for !st.seekPending() {
+		select {
+		case err := <-seeked:
+			t.Fatalf("the seek was answered before the stream took it: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	close(f.release)
+	if err := <-seeked; err != nil {
+		t.Fatal(err)
+	}
+	f.feed <- &Delivery{ID: after, Payload: []byte(after)}
+	got := <-read // every record written before the seek, up to the first after it
 	f.smu.Lock()
-	atSeek := len(f.ackedAtSeek)
+	atSeek := slices.Clone(f.ackedAtSeek)
 	f.smu.Unlock()
 	f.mu.Lock()
-	all := len(f.acked)
+	all := slices.Clone(f.acked)
 	f.mu.Unlock()
-	// Acknowledged after the seek, an id inside the replayed range would be skipped by it.
-	if atSeek == 0 || atSeek == n || all != atSeek {
-		t.Fatalf("%d records acknowledged when the seek came, %d in all (of %d): every record written before the seek is acknowledged before it, none after",
-			atSeek, all, n)
+	if len(got) <= f.hold || !slices.Equal(atSeek, got) {
+		t.Fatalf("%d records were written before the seek (%d before the consumer held one back) and %d acknowledged when it came (the first not: %q): "+
+			"every record written before the seek is acknowledged before it", len(got), f.hold, len(atSeek), firstMissing(got, atSeek))
 	}
+	// Acknowledged after the seek, an id inside the replayed range would be skipped by it.
+	if late := all[len(atSeek):]; len(late) > 1 || len(late) == 1 && late[0] != after {
+		t.Fatalf("%d records acknowledged after the seek (%v...): only the record from the new position may be", len(late), late[:min(len(late), 3)])
+	}
+}
+
+// firstMissing returns the first of want that got does not hold at its place, or "".
+func firstMissing(want, got []string) string {
+	for i, w := range want {
+		if i >= len(got) || got[i] != w {
+			return w
+		}
+	}
+	return ""
 }
 
 func TestSeekIsRefusedOnASharedSubscriptionUnlessTheStreamAllowsIt(t *testing.T) {
