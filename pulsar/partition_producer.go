@@ -258,6 +258,10 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		}
 		resent++
 	}
+	// A batch held while the previous connection was drained after a refusal (or while
+	// entries now settled filled the window) leaves now if the window has room, not one
+	// round trip later with the first resent entry's receipt.
+	p.flushIfRoomLocked()
 	if !first {
 		// Counted with the resends, in the step that makes the producer ready: the
 		// receipts for what was resent can reach the application before reconnect()

@@ -36,11 +36,19 @@ func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 	head.settled, head.answer = true, r.GetMessageId()
 	p.progressed = true
 	done := p.popSettledLocked()
-	if len(p.batch.reqs) > 0 && p.brokerKeepsUpLocked() {
-		p.flushBatchLocked() // room in the window: what accumulated leaves now
-	}
+	p.flushIfRoomLocked()
 	p.mu.Unlock()
 	p.completeSettled(done)
+}
+
+// flushIfRoomLocked sends the open batch when the window has room for it. sendAsync looks
+// only when a message comes, so wherever entries leave the window (a receipt, a refusal
+// for good, a new connection after a drain) what accumulated behind it leaves now, not
+// after BatchingMaxDelay.
+func (p *partitionProducer) flushIfRoomLocked() {
+	if len(p.batch.reqs) > 0 && p.brokerKeepsUpLocked() {
+		p.flushBatchLocked()
+	}
 }
 
 // settledItems are items taken off the queue: their completions, and what they held of
