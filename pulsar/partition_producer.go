@@ -51,6 +51,7 @@ type partitionProducer struct {
 	seq           uint64
 	maxMsgSize    int
 	pending       []*pendingItem
+	pendingMsgs   int // the messages of pending's items (an item counts at least one)
 	batch         batch
 	// lastBatchBytes and lastBatchMsgs size the next batch's buffer and request list.
 	lastBatchBytes int

@@ -134,6 +134,7 @@ func (p *partitionProducer) popAnsweredLocked() {
 }
 
 func (p *partitionProducer) popLocked() {
+	p.pendingMsgs -= max(p.pending[0].numMsgs, 1)
 	p.pending[0] = nil
 	p.pending = p.pending[1:]
 	close(p.progress)
@@ -228,7 +229,7 @@ func (p *partitionProducer) stop(first []*pendingItem, err error, unsettled bool
 // takeAllLocked removes the open batch and every pending item.
 func (p *partitionProducer) takeAllLocked() []*pendingItem {
 	items := p.pending
-	p.pending = nil
+	p.pending, p.pendingMsgs = nil, 0
 	if len(p.batch.reqs) > 0 {
 		items = append(items, &pendingItem{reqs: p.batch.reqs, numMsgs: len(p.batch.reqs), bytes: p.batch.acquired})
 		p.batch = batch{}

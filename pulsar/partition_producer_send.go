@@ -239,13 +239,7 @@ func (p *partitionProducer) brokerKeepsUpLocked() bool {
 	if w < 2 || n >= windowStretch*w {
 		return false // a window of one writes nothing behind an unanswered entry
 	}
-	msgs, limit := len(p.batch.reqs), windowStretch*w
-	for _, it := range p.pending {
-		if msgs += max(it.numMsgs, 1); msgs > limit {
-			return false
-		}
-	}
-	return true
+	return p.pendingMsgs+len(p.batch.reqs) <= windowStretch*w
 }
 
 // windowStretch bounds the in-flight window while its entries carry a message or so each
@@ -418,6 +412,7 @@ func (p *partitionProducer) appendItemLocked(it *pendingItem, send *pb.CommandSe
 		return
 	}
 	p.pending = append(p.pending, it)
+	p.pendingMsgs += max(it.numMsgs, 1)
 	if p.cn != nil && p.drain == nil {
 		// On failure the reconnect resends it; while the connection is drained after a
 		// refusal nothing more is written on it, and the reconnect sends it.
