@@ -53,8 +53,12 @@ type ProducerOptions struct {
 	// BatchingMaxInFlight entries (batches, lone or chunked messages) await their
 	// receipts [1000, 128 KiB, 10 ms, 8]. With a window above one, a message sent while
 	// the broker keeps up leaves at once and messages wait to share an entry only while
-	// the broker answers more slowly than they come; with a window of one, a message sent
-	// while an entry is in flight waits for that entry's receipt. When the broker refuses
+	// the broker answers more slowly than they come: while the entries in flight carry a
+	// message or so each, the window stretches to four times BatchingMaxInFlight entries
+	// carrying as many messages (records sent one by one at a few thousand a second leave
+	// at once), and once entries carry more, messages share entries (at saturation, few
+	// large entries cost the broker less than many small ones). With a window of one, a
+	// message sent while an entry is in flight waits for that entry's receipt. When the broker refuses
 	// an entry in a way that calls for a new connection (ChecksumError), the producer
 	// reads the answers to every entry written behind it before resending, so each is
 	// known stored or refused whatever the window. Without deduplication the refused

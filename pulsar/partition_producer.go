@@ -51,6 +51,7 @@ type partitionProducer struct {
 	seq           uint64
 	maxMsgSize    int
 	pending       []*pendingItem
+	pendingMsgs   int // the messages of pending's items (an item counts at least one)
 	batch         batch
 	header        batchHeader // a batch's metadata and command while it is framed
 	// lastBatchBytes and lastBatchMsgs size the next batch's buffer and request list.
@@ -259,6 +260,10 @@ func (p *partitionProducer) connect(ctx context.Context, first bool) error {
 		}
 		resent++
 	}
+	// A batch held while the previous connection was drained after a refusal (or while
+	// entries now settled filled the window) leaves now if the window has room, not one
+	// round trip later with the first resent entry's receipt.
+	p.flushIfRoomLocked()
 	if !first {
 		// Counted with the resends, in the step that makes the producer ready: the
 		// receipts for what was resent can reach the application before reconnect()

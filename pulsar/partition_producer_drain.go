@@ -140,6 +140,7 @@ func (p *partitionProducer) answeredLocked(cn *conn.Conn, it *pendingItem) {
 	if d == nil {
 		// Not drained (a refusal for good outside a drain): the producer goes on.
 		done := p.popSettledLocked()
+		p.flushIfRoomLocked()
 		p.mu.Unlock()
 		p.completeSettled(done)
 		return

@@ -36,11 +36,19 @@ func (p *partitionProducer) receipt(h *handle, r *pb.CommandSendReceipt) {
 	head.settled, head.answer = true, r.GetMessageId()
 	p.progressed = true
 	done := p.popSettledLocked()
-	if len(p.batch.reqs) > 0 && p.brokerKeepsUpLocked() {
-		p.flushBatchLocked() // room in the window: what accumulated leaves now
-	}
+	p.flushIfRoomLocked()
 	p.mu.Unlock()
 	p.completeSettled(done)
+}
+
+// flushIfRoomLocked sends the open batch when the window has room for it. sendAsync looks
+// only when a message comes, so wherever entries leave the window (a receipt, a refusal
+// for good, a new connection after a drain) what accumulated behind it leaves now, not
+// after BatchingMaxDelay.
+func (p *partitionProducer) flushIfRoomLocked() {
+	if len(p.batch.reqs) > 0 && p.brokerKeepsUpLocked() {
+		p.flushBatchLocked()
+	}
 }
 
 // settledItems are items taken off the queue: their completions, and what they held of
@@ -126,6 +134,7 @@ func (p *partitionProducer) popAnsweredLocked() {
 }
 
 func (p *partitionProducer) popLocked() {
+	p.pendingMsgs -= max(p.pending[0].numMsgs, 1)
 	p.pending[0] = nil
 	p.pending = p.pending[1:]
 	close(p.progress)
@@ -220,7 +229,7 @@ func (p *partitionProducer) stop(first []*pendingItem, err error, unsettled bool
 // takeAllLocked removes the open batch and every pending item.
 func (p *partitionProducer) takeAllLocked() []*pendingItem {
 	items := p.pending
-	p.pending = nil
+	p.pending, p.pendingMsgs = nil, 0
 	if len(p.batch.reqs) > 0 {
 		items = append(items, &pendingItem{reqs: p.batch.reqs, numMsgs: len(p.batch.reqs), bytes: p.batch.acquired})
 		p.batch = batch{}

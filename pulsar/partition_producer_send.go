@@ -224,17 +224,40 @@ func (p *partitionProducer) sendAsync(ctx context.Context, m *ProducerMessage, c
 	p.mu.Unlock()
 }
 
-// brokerKeepsUpLocked reports whether the open batch may leave at once: fewer than
-// BatchingMaxInFlight entries await their receipts, and no connection is being drained
-// after a refusal (what leaves then waits for the reconnection anyway). Holding a
-// message until every entry in flight is answered (a window of one) makes it wait for
-// another record's round trip and then its own whenever records come more often than the
-// broker's round trip: a median 1.5x the WebSocket producer's at 1 000 records/s in one
-// run. The default window of 8 lets it leave at once; messages still share entries when
-// the window is full, which happens only when they come faster than the broker answers.
+// brokerKeepsUpLocked reports whether the open batch may leave at once: no connection is
+// being drained after a refusal (what leaves then waits for the reconnection anyway), and
+// fewer than BatchingMaxInFlight entries await their receipts, or (a window above one)
+// fewer than windowStretch times as many, carrying no more messages than that in all.
+//
+// Holding a message until every entry in flight is answered (a window of one) makes it
+// wait for another record's round trip and then its own whenever records come more often
+// than the broker's round trip: a median 1.5x the WebSocket producer's at 1 000 records/s
+// in one run. A fixed window of 8 still held records at 5 000/s (a round trip of 3 ms has
+// 15 in flight: +0.7 ms at the median), and a fixed window of 32 cost throughput at
+// saturation (entries of a few messages each where the broker would take one large one).
+// Counting messages beyond the window tells the two apart: records that come one by one
+// at a rate the broker keeps up with are in flight in entries of one or two and leave at
+// once up to the stretched window; records that come faster than the broker answers fill
+// entries of many, the messages in flight pass the bound, and they share entries.
 func (p *partitionProducer) brokerKeepsUpLocked() bool {
-	return p.drain == nil && len(p.pending) < p.opts.BatchingMaxInFlight
+	if p.drain != nil {
+		return false
+	}
+	w := p.opts.BatchingMaxInFlight
+	n := len(p.pending)
+	if n < w {
+		return true
+	}
+	if w < 2 || n >= windowStretch*w {
+		return false // a window of one writes nothing behind an unanswered entry
+	}
+	return p.pendingMsgs+len(p.batch.reqs) <= windowStretch*w
 }
+
+// windowStretch bounds the in-flight window while its entries carry a message or so each
+// (see brokerKeepsUpLocked): up to windowStretch*BatchingMaxInFlight entries, and as many
+// messages.
+const windowStretch = 4
 
 // nextSeqLocked chooses m's sequence id: the next one, or (Deduplication) the caller's.
 // alone says the message must not share an entry: its id is not above every id the
@@ -394,6 +417,7 @@ func (p *partitionProducer) appendItemLocked(it *pendingItem, send *pb.CommandSe
 		return
 	}
 	p.pending = append(p.pending, it)
+	p.pendingMsgs += max(it.numMsgs, 1)
 	if p.cn != nil && p.drain == nil {
 		// On failure the reconnect resends it; while the connection is drained after a
 		// refusal nothing more is written on it, and the reconnect sends it.
