@@ -178,7 +178,7 @@ type Ingress struct {
 	MaxStreams        int      `yaml:"maxStreams"`        // 1000 concurrent streams; more get 429
 	IdleTimeout       Duration `yaml:"idleTimeout"`       // 5m without a byte ends a stream
 	PublishTimeout    Duration `yaml:"publishTimeout"`    // 30s for the broker to persist a record
-	PendingRecords    int      `yaml:"pendingRecords"`    // 1000 records awaiting receipts per stream
+	PendingRecords    int      `yaml:"pendingRecords"`    // 4096 records awaiting receipts per stream
 	PendingBytes      Size     `yaml:"pendingBytes"`      // 16MiB awaiting receipts per stream
 	DrainTimeout      Duration `yaml:"drainTimeout"`      // 30s on SIGTERM
 }
@@ -192,7 +192,7 @@ func Default() Config {
 			NamedStreamAccessMode: "shared"},
 		Ingress: Ingress{
 			MaxRecordBytes: 4 << 20, BufferRecordBytes: 4 << 20, MaxStreams: 1000, IdleTimeout: Duration(5 * time.Minute), PublishTimeout: Duration(30 * time.Second),
-			PendingRecords: 1000, PendingBytes: 16 << 20, DrainTimeout: Duration(30 * time.Second),
+			PendingRecords: 4096, PendingBytes: 16 << 20, DrainTimeout: Duration(30 * time.Second),
 		},
 		Egress:  Egress{MaxStreams: 1000, WriteTimeout: Duration(30 * time.Second)},
 		Memory:  Memory{Budget: 128 << 20},
