@@ -40,6 +40,7 @@ func main() {
 	idle := flag.Int("idle", 1000, "idle streams for the memory figure (0 skips it)")
 	profile := flag.String("profile", "", "a file name prefix: write the bridge's CPU profile of its first round at each size to PREFIX-SIZE.pprof (-n large enough for the round to outlast -profile-seconds), and its heap with the idle streams open to PREFIX-idle-heap.pprof; with -alt-bin, the other binary's to PREFIX-alt-SIZE.pprof")
 	profileSeconds := flag.Int("profile-seconds", 2, "the profile's length")
+	officialPending := flag.Int("official-pending", 0, "the official client's MaxPendingMessages (0: its default, 1000); the bridge's counterpart is ingress.pendingRecords (4096 by default): pass 4096 to compare the two with the same number of records in flight")
 	flag.Parse()
 	harness.Pprof = *profile != ""
 	harness.RequireBroker(*url, "bench-ingress")
@@ -99,7 +100,7 @@ func main() {
 						<-profiled
 					}
 				} else {
-					res, err = runOfficial(*url, "persistent://public/default/"+topic, size, *n)
+					res, err = runOfficial(*url, "persistent://public/default/"+topic, size, *n, *officialPending)
 				}
 				if err != nil {
 					log.Fatalf("%s %d B: %v", path, size, err)
@@ -328,13 +329,13 @@ func (b *bridge) idleStreams(n int, heap string) (before, after int64, err error
 	return before, after, nil
 }
 
-func runOfficial(url, topic string, size, count int) (result, error) {
+func runOfficial(url, topic string, size, count, pending int) (result, error) {
 	c, err := official.NewClient(official.ClientOptions{URL: url, Logger: harness.QuietLogger()})
 	if err != nil {
 		return result{}, err
 	}
 	defer c.Close()
-	p, err := c.CreateProducer(official.ProducerOptions{Topic: topic})
+	p, err := c.CreateProducer(official.ProducerOptions{Topic: topic, MaxPendingMessages: pending})
 	if err != nil {
 		return result{}, err
 	}
