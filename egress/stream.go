@@ -98,6 +98,7 @@ type stream struct {
 	srv        *Server
 	c          echo.Context
 	ctx        context.Context     // carries the response span
+	span       trace.Span          // the response span, ended by Handle
 	segments   *telemetry.Segments // with tracing on
 	rc         *http.ResponseController
 	def        *mapping.Stream
@@ -191,6 +192,28 @@ func (st *stream) run() int64 {
 	// The server's drain ends the stream: a callback on its context, not a goroutine
 	// per stream waiting for it.
 	defer context.AfterFunc(st.srv.stop, cancel)()
+	if err := st.begin(); err != nil {
+		return 0
+	}
+	// The helpers' setup is a function of its own, like the answer's head: run's frame
+	// stays on the stack while the stream waits (see Server.Handle).
+	defer st.startHelpers(ctx)()
+	written, end := st.loop(ctx)
+	close(st.loopDone)
+	st.logEnd(written, end)
+	return written
+}
+
+// logEnd logs the stream's end. Not inlined: its arguments would take room in run's
+// frame.
+//
+//go:noinline
+func (st *stream) logEnd(written int64, end string) {
+	st.srv.log.DebugContext(st.ctx, "egress stream ended", "stream", st.def.Name, "streamId", st.id, "records", written, "reason", end)
+}
+
+// begin writes the answer's head and flushes it.
+func (st *stream) begin() error {
 	res := st.c.Response()
 	h := res.Header()
 	h.Set("Content-Type", recordio.MediaRecordIO)
@@ -200,9 +223,14 @@ func (st *stream) run() int64 {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	res.WriteHeader(http.StatusOK)
-	if err := st.flush(); err != nil {
-		return 0
-	}
+	return st.flush()
+}
+
+// startHelpers starts the stream's dead-letter goroutine (with dead-letter topics) and
+// its ack timeouts' goroutine (ack=client), and returns what stops them and waits for
+// them: the ack timeouts' first, as it feeds the dead letters.
+func (st *stream) startHelpers(ctx context.Context) (stop func()) {
+	var stops []func()
 	if st.asides != nil {
 		// The dead-letter goroutine is the stream's: it ends after the ack timeouts'
 		// goroutine, which feeds it, and before the stream closes the subscription,
@@ -216,10 +244,10 @@ func (st *stream) run() int64 {
 			defer wg.Done()
 			st.deadLetters(ctx, done)
 		}()
-		defer func() {
+		stops = append(stops, func() {
 			close(done)
 			wg.Wait()
-		}()
+		})
 	}
 	if st.opts.ack == "client" {
 		// The ack timeouts' goroutine is the stream's: it ends before the stream closes
@@ -231,15 +259,16 @@ func (st *stream) run() int64 {
 			defer wg.Done()
 			st.expireAcks(ctx, done)
 		}()
-		defer func() {
+		stops = append(stops, func() {
 			close(done)
 			wg.Wait()
-		}()
+		})
 	}
-	written, end := st.loop(ctx)
-	close(st.loopDone)
-	st.srv.log.DebugContext(st.ctx, "egress stream ended", "stream", st.def.Name, "streamId", st.id, "records", written, "reason", end)
-	return written
+	return func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
 }
 
 // loop delivers until the client goes, the server drains, or the topic ends. It returns
