@@ -132,7 +132,8 @@ func TestSeekOnAnAutoAckStreamAcknowledgesWhatWasWrittenBeforeTheMove(t *testing
 		f.feed <- &Delivery{ID: fmt.Sprintf("1:%d:-1:-1", i), Payload: []byte("r")}
 	}
 	resp, rd := get(t, url+"/v1/streams/s")
-	read := make(chan int)
+	read := make(chan int, 1)
+	first := make(chan struct{})
 	go func() {
 		k := 0
 		for {
@@ -140,9 +141,18 @@ func TestSeekOnAnAutoAckStreamAcknowledgesWhatWasWrittenBeforeTheMove(t *testing
 				read <- k
 				return
 			}
-			k++
+			if k++; k == 1 {
+				close(first)
+			}
 		}
 	}()
+	// The seek comes once records flow: sent as soon as the answer's head arrives, it
+	// could be taken before the first record was written, with nothing to acknowledge.
+	select {
+	case <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no record within 10s")
+	}
 	if st, m := postSeek(t, url+"/v1/streams/s/seek", resp.Header.Get("Stream-Id"), `{"messageId":"0:1:-1:-1"}`); st != 200 {
 		t.Fatalf("seek: %d %v", st, m)
 	}
