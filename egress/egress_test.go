@@ -128,6 +128,12 @@ func serveStreams(t *testing.T, sub Subscriber, doc string) string {
 // serveStreamsOn serves sub's streams and returns the Server too.
 func serveStreamsOn(t *testing.T, sub Subscriber, doc string) (*Server, string) {
 	t.Helper()
+	return serveStreamsWith(t, sub, doc, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+}
+
+// serveStreamsWith serves sub's streams with limits l.
+func serveStreamsWith(t *testing.T, sub Subscriber, doc string, l Limits) (*Server, string) {
+	t.Helper()
 	cfg, err := config.Parse([]byte(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +147,7 @@ func serveStreamsOn(t *testing.T, sub Subscriber, doc string) (*Server, string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Update(tab, auth, Limits{MaxStreams: 10, WriteTimeout: 5 * time.Second})
+	s.Update(tab, auth, l)
 	e := echo.New()
 	e.GET("/*", s.Handle)
 	e.POST("/*", s.HandleAck)

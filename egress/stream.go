@@ -98,6 +98,7 @@ type stream struct {
 	srv        *Server
 	c          echo.Context
 	ctx        context.Context     // carries the response span
+	span       trace.Span          // the response span, ended by Handle
 	segments   *telemetry.Segments // with tracing on
 	rc         *http.ResponseController
 	def        *mapping.Stream
@@ -191,55 +192,24 @@ func (st *stream) run() int64 {
 	// The server's drain ends the stream: a callback on its context, not a goroutine
 	// per stream waiting for it.
 	defer context.AfterFunc(st.srv.stop, cancel)()
-	res := st.c.Response()
-	h := res.Header()
-	h.Set("Content-Type", recordio.MediaRecordIO)
-	h.Set("Message-Content-Type", st.recordType)
-	h.Set("Stream-Id", st.id)
-	h.Set("Trailer", trailerStreamEnd+", "+trailerStreamError)
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	res.WriteHeader(http.StatusOK)
-	if err := st.flush(); err != nil {
+	if err := st.begin(); err != nil {
 		return 0
 	}
-	if st.asides != nil {
-		// The dead-letter goroutine is the stream's: it ends after the ack timeouts'
-		// goroutine, which feeds it, and before the stream closes the subscription,
-		// once it has settled what was queued (dead-lettered, or sent back for
-		// redelivery when the publication fails: at once when the client or the
-		// server is gone, which cancels ctx).
-		done := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st.deadLetters(ctx, done)
-		}()
-		defer func() {
-			close(done)
-			wg.Wait()
-		}()
-	}
-	if st.opts.ack == "client" {
-		// The ack timeouts' goroutine is the stream's: it ends before the stream closes
-		// the subscription it nacks on (it never waits on a dead-letter topic itself).
-		done := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st.expireAcks(ctx, done)
-		}()
-		defer func() {
-			close(done)
-			wg.Wait()
-		}()
-	}
+	// The helpers' setup is a function of its own, like the answer's head: run's frame
+	// stays on the stack while the stream waits (see Server.Handle).
+	defer st.startHelpers(ctx)()
 	written, end := st.loop(ctx)
 	close(st.loopDone)
-	st.srv.log.DebugContext(st.ctx, "egress stream ended", "stream", st.def.Name, "streamId", st.id, "records", written, "reason", end)
+	st.logEnd(written, end)
 	return written
+}
+
+// logEnd logs the stream's end. Not inlined: its arguments would take room in run's
+// frame.
+//
+//go:noinline
+func (st *stream) logEnd(written int64, end string) {
+	st.srv.log.DebugContext(st.ctx, "egress stream ended", "stream", st.def.Name, "streamId", st.id, "records", written, "reason", end)
 }
 
 // loop delivers until the client goes, the server drains, or the topic ends. It returns

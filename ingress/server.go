@@ -212,26 +212,85 @@ var errDraining = admission.ErrDraining
 
 // Handle is the echo handler of every ingress route.
 func (s *Server) Handle(c echo.Context) error {
+	sm, span, done, err := s.start(c)
+	if sm == nil {
+		return err
+	}
+	defer done()
+	defer span.End()
+	return s.serve(sm, span)
+}
+
+// serve runs an opened stream until it ends, listed among the open ones meanwhile,
+// unless the server began draining as it opened.
+func (s *Server) serve(sm *stream, span trace.Span) error {
+	if !s.register(sm) {
+		return refuse(sm.c, errDraining, "", 0)
+	}
+	defer s.unregister(sm)
+	status := sm.run()
+	s.obs.StreamEnded(sm.route, status)
+	endSpan(span, sm, status)
+	return nil
+}
+
+// register lists sm among the open streams, unless the server is draining.
+func (s *Server) register(sm *stream) bool {
+	s.mu.Lock()
+	if s.gate.Draining() {
+		s.mu.Unlock()
+		return false
+	}
+	s.open[sm] = struct{}{}
+	s.mu.Unlock()
+	s.obs.StreamStarted(sm.route)
+	return true
+}
+
+// unregister takes an ended stream off the open ones.
+func (s *Server) unregister(sm *stream) {
+	s.mu.Lock()
+	delete(s.open, sm)
+	s.mu.Unlock()
+}
+
+// endSpan records a stream's outcome on its span. Not inlined: its attributes would
+// take room in serve's frame, which is on the stack while the stream waits.
+//
+//go:noinline
+func endSpan(span trace.Span, sm *stream, status int) {
+	span.SetAttributes(telemetry.AttrHTTPStatusCode(status), attribute.Int64("bridge.records", sm.accepted),
+		attribute.Int64("bridge.published", sm.published))
+	if status != http.StatusOK {
+		span.SetStatus(codes.Error, http.StatusText(status))
+	}
+}
+
+// start checks a POST and sets its stream up. It returns the stream with its span
+// started and what gives back its place among ingress.maxStreams (and its named
+// stream's claim), or, when it answered the request itself, a nil stream and what
+// Handle returns.
+func (s *Server) start(c echo.Context) (*stream, trace.Span, func(), error) {
 	req := c.Request()
 	st := s.state.Load()
 	if st == nil {
-		return httpreply.Error(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
+		return nil, nil, nil, httpreply.Error(c, http.StatusServiceUnavailable, "no configuration loaded yet", 1)
 	}
 	// Unauthenticated callers learn nothing, not even whether the route exists.
 	caller, err := admission.Authenticate(st.auth, req.Header)
 	if err != nil {
-		return deny(c, err)
+		return nil, nil, nil, deny(c, err)
 	}
 	route, params, ok := st.table.Lookup(req.URL.Path)
 	if !ok {
-		return httpreply.Error(c, http.StatusNotFound, "no route for "+strconv.Quote(req.URL.Path), 0)
+		return nil, nil, nil, httpreply.Error(c, http.StatusNotFound, "no route for "+strconv.Quote(req.URL.Path), 0)
 	}
 	if err := caller.Authorize(admission.Write, route.Name()); err != nil {
-		return deny(c, err)
+		return nil, nil, nil, deny(c, err)
 	}
 	for _, name := range []string{"Content-Type", "Message-Content-Type"} {
 		if n := len(req.Header.Values(name)); n > 1 {
-			return httpreply.Error(c, http.StatusBadRequest, fmt.Sprintf("%s given %d times: send it once", name, n), 0)
+			return nil, nil, nil, httpreply.Error(c, http.StatusBadRequest, fmt.Sprintf("%s given %d times: send it once", name, n), 0)
 		}
 	}
 	format, err := recordio.ParseRequest(req.Header.Get("Content-Type"), req.Header.Get("Message-Content-Type"), route.ContentTypes())
@@ -240,61 +299,45 @@ func (s *Server) Handle(c echo.Context) error {
 		if errors.Is(err, recordio.ErrNoContentType) || errors.Is(err, recordio.ErrMissingMessageContentType) {
 			status = http.StatusBadRequest
 		}
-		return httpreply.Error(c, status, err.Error(), 0)
+		return nil, nil, nil, httpreply.Error(c, status, err.Error(), 0)
 	}
 	named, err := parseNamedStream(req.Header, route.Name())
 	if err != nil {
-		return httpreply.Error(c, http.StatusBadRequest, err.Error(), 0)
+		return nil, nil, nil, httpreply.Error(c, http.StatusBadRequest, err.Error(), 0)
 	}
 	leave, err := s.gate.Enter(st.limits.MaxStreams)
 	if err != nil {
-		return refuse(c, err, "ingress.maxStreams", st.limits.MaxStreams)
+		return nil, nil, nil, refuse(c, err, "ingress.maxStreams", st.limits.MaxStreams)
 	}
-	defer leave()
 	resp, nerr := recordio.NegotiateResponse(req.Header.Get("Accept"), req.Header.Get("Message-Accept"),
 		[]string{recordio.MediaJSON}, []string{recordio.MediaJSON})
 	if me := (*recordio.MediaError)(nil); errors.As(nerr, &me) && me.Header == "Message-Accept" {
 		// The client named the receipts' type and ingress cannot write it: refused
 		// before anything is published. (Any other Accept gets the one JSON answer.)
-		return httpreply.Error(c, http.StatusNotAcceptable, nerr.Error(), 0)
+		leave()
+		return nil, nil, nil, httpreply.Error(c, http.StatusNotAcceptable, nerr.Error(), 0)
 	}
 	streaming := nerr == nil && resp.Streaming
+	done := leave
 	if named != nil {
 		release, status, err := s.claim(named)
 		if err != nil {
-			return httpreply.Error(c, status, err.Error(), 0)
+			leave()
+			return nil, nil, nil, httpreply.Error(c, status, err.Error(), 0)
 		}
-		defer release()
+		done = func() {
+			release()
+			leave()
+		}
 	}
 
 	// The stream's server span continues the client's trace (W3C traceparent/tracestate).
 	ctx := s.tr.Propagator.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
 	ctx, span := s.tr.Tracer.Start(ctx, "POST "+route.Name(), trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(telemetry.AttrHTTPMethod.String(http.MethodPost), telemetry.AttrHTTPRoute(req.URL.Path)))
-	defer span.End()
 	sm := newStream(s, c, ctx, route.Name(), route.NewRequest(format.RecordType, req.Header, params), st.limits, streaming, format.Streaming)
 	sm.named = named
-	s.mu.Lock()
-	if s.gate.Draining() {
-		s.mu.Unlock()
-		return refuse(c, errDraining, "", 0)
-	}
-	s.open[sm] = struct{}{}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.open, sm)
-		s.mu.Unlock()
-	}()
-	s.obs.StreamStarted(route.Name())
-	status := sm.run()
-	s.obs.StreamEnded(route.Name(), status)
-	span.SetAttributes(telemetry.AttrHTTPStatusCode(status), attribute.Int64("bridge.records", sm.accepted),
-		attribute.Int64("bridge.published", sm.published))
-	if status != http.StatusOK {
-		span.SetStatus(codes.Error, http.StatusText(status))
-	}
-	return nil
+	return sm, span, done, nil
 }
 
 type nopObserver struct{}

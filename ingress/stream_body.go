@@ -80,6 +80,19 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	st.bodyMu.Unlock()
 	n, err := b.r.Read(p)
 	st.lastRead = time.Now()
+	if err != nil {
+		err = b.readError(err)
+	}
+	return n, err
+}
+
+// readError says what a failed read of the body means for the stream, and notes the
+// body's end. A function of its own: the handler of an idle stream waits in Read, and
+// a small frame there lets the runtime halve its stack (see stream.run).
+//
+//go:noinline
+func (b *bodyReader) readError(err error) error {
+	st := b.st
 	if errors.Is(err, io.EOF) {
 		// net/http lifted the read deadline as the body ended and reads the connection in
 		// the background from then on; a deadline set meanwhile (stopReading, racing with
@@ -89,25 +102,24 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 		st.sawEOF.Store(true)
 		_ = st.rc.SetReadDeadline(time.Time{})
 		st.bodyMu.Unlock()
+		return err
 	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		st.bodyMu.Lock()
-		stop := st.stopErr
-		st.bodyMu.Unlock()
-		switch {
-		case stop != nil:
-			return n, stop
-		case isTimeout(err):
-			return n, fmt.Errorf("%w (ingress.idleTimeout is %s)", errIdle, st.limits.IdleTimeout)
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			// The body ended before its Content-Length (or its last chunk): a client that
-			// half-closed may still be reading, and is told so (400), not "went away".
-			return n, fmt.Errorf("the request body ended early: %w", err)
-		case st.ctx.Err() != nil:
-			return n, st.ctx.Err()
-		}
+	st.bodyMu.Lock()
+	stop := st.stopErr
+	st.bodyMu.Unlock()
+	switch {
+	case stop != nil:
+		return stop
+	case isTimeout(err):
+		return fmt.Errorf("%w (ingress.idleTimeout is %s)", errIdle, st.limits.IdleTimeout)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// The body ended before its Content-Length (or its last chunk): a client that
+		// half-closed may still be reading, and is told so (400), not "went away".
+		return fmt.Errorf("the request body ended early: %w", err)
+	case st.ctx.Err() != nil:
+		return st.ctx.Err()
 	}
-	return n, err
+	return err
 }
 
 func isTimeout(err error) bool {

@@ -75,23 +75,39 @@ func (st *stream) readAll() error {
 	if !st.recordio {
 		return st.readOne(body)
 	}
-	bufMax := st.limits.BufferRecordBytes
-	if bufMax > st.limits.MaxRecordBytes {
-		bufMax = st.limits.MaxRecordBytes
-	}
-	rd := recordio.NewReader(body, recordio.MaxRecordSize(int(bufMax)), recordio.StreamLargerRecords(1<<62), recordio.BufferSize(64<<10))
+	rd := st.newRecordReader(body)
 	for {
-		rec, err := rd.NextRecord()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		if err := st.publish(rec); err != nil {
+		// Waiting for the next record here, outside the decoding and publishing of one,
+		// keeps their frames off the stack while the stream is idle (see run).
+		rd.Wait()
+		if more, err := st.readNext(rd); !more {
 			return err
 		}
 	}
+}
+
+// readNext reads and publishes one record. It reports whether there may be more: not
+// after the body's clean end (err nil) or an error that stops the stream.
+//
+//go:noinline
+func (st *stream) readNext(rd *recordio.Reader) (more bool, err error) {
+	rec, err := rd.NextRecord()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return false, nil
+		}
+		return false, err
+	}
+	if err := st.publish(rec); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// newRecordReader returns the RecordIO reader of the body.
+func (st *stream) newRecordReader(body io.Reader) *recordio.Reader {
+	bufMax := min(st.limits.BufferRecordBytes, st.limits.MaxRecordBytes)
+	return recordio.NewReader(body, recordio.MaxRecordSize(int(bufMax)), recordio.StreamLargerRecords(1<<62), recordio.BufferSize(64<<10))
 }
 
 // readOne reads a non-streaming request: the body is one record.

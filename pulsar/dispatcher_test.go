@@ -39,3 +39,12 @@ func TestADispatcherStartsItsGoroutineWithItsFirstCallback(t *testing.T) {
 		t.Fatal("a callback pushed after close did not run")
 	}
 }
+
+func TestADispatcherWithoutACallbackIsOneAllocation(t *testing.T) {
+	// Every egress stream's consumer has a dispatcher that mostly never runs a
+	// callback: its channels, made up front, were three allocations and 0.4 KiB an
+	// idle stream.
+	if n := testing.AllocsPerRun(100, func() { newDispatcher().close() }); n != 1 {
+		t.Fatalf("a dispatcher made and closed without a callback allocates %v times, want 1 (itself)", n)
+	}
+}

@@ -136,6 +136,26 @@ func (r *Reader) Next() ([]byte, error) {
 	return rec.Data, nil
 }
 
+// Wait blocks until input for the next record is at hand, or the source ends or fails:
+// whatever it read, the next call to Next or NextRecord decodes (an end or an error
+// then comes from that call as it would have without Wait). It returns at once when
+// input is buffered already, a streamed record is in progress, or the Reader has failed.
+//
+// Next and NextRecord wait the same way when they run out of input; Wait is for a
+// caller whose goroutine spends most of its life waiting between records: its frame
+// and fill's are all the Reader adds to that goroutine's stack while it waits, where
+// NextRecord's decoding of the header adds half a kilobyte, and the runtime gives a
+// parked goroutine's stack back by halves only while less than a quarter is in use.
+func (r *Reader) Wait() {
+	if r.err != nil || r.body != nil || r.r < r.w || r.srcErr != nil {
+		return
+	}
+	r.idle() // between records with nothing read ahead: wait in the small buffer
+	if err := r.fill(); err != nil && r.srcErr == nil {
+		r.srcErr = err // kept for the next call, as fill keeps the source's errors
+	}
+}
+
 // NextRecord returns the next record with its size and position. With StreamLargerRecords,
 // a record longer than MaxRecordSize comes back with a Body to read instead of Data.
 func (r *Reader) NextRecord() (Record, error) {

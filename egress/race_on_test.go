@@ -1,0 +1,6 @@
+//go:build race
+
+package egress
+
+// raceOn: the race detector is on (its instrumentation makes stack frames larger).
+const raceOn = true
