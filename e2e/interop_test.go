@@ -794,7 +794,9 @@ func interopJavaAcksPartOfABridgeBatch(t *testing.T, r *interopRow) {
 	r.batchMates(t, b)
 	topic := b.Topic(t, "interop-bia")
 	p := ingressBridge(t, b, topic, "", "")
-	const n = 20
+	// More records than the producer's stretched window lets leave one by one (32 in
+	// flight): the ones behind them share entries, so the row has batches to ack in part.
+	const n = 100
 	recs, _ := ingressRecords(n, []int{60}, 2)
 	publishIngress(t, p, recs, false)
 	spec := javapeer.Spec{URL: b.URL, Topic: topic, Subscription: "check", Type: "Shared", Count: n, TimeoutMs: 20000, BatchIndexAck: true, Ack: "mod", AckMod: 2}
