@@ -567,6 +567,11 @@ func ingressRecordsKeyed(n int, sizes []int, keys int, prefix string) ([][]byte,
 
 var interopCompressions = []string{"NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"}
 
+// batchedRecords is how many records a row posts at once when it needs the bridge's
+// producer to batch them: far more than the 32 lone entries it keeps in flight while the
+// broker keeps up.
+const batchedRecords = 500
+
 // TestInteropWithTheJavaClient is the conformance matrix (see the top of this file).
 func TestInteropWithTheJavaClient(t *testing.T) {
 	javapeer.Build(t)
@@ -604,7 +609,14 @@ func TestInteropWithTheJavaClient(t *testing.T) {
 					t.Skip("INTEROP_FULL=1 runs this row")
 				}
 				r := row(t, "ingress -> Java consumer")
-				recs, keys := ingressRecords(n, sizes, 4)
+				m := n
+				if batching {
+					// The producer sends a record alone while the broker keeps up (up to 32
+					// in flight): only records that come faster than it answers share
+					// entries, so a batched row posts enough to outpace it.
+					m = max(n, batchedRecords)
+				}
+				recs, keys := ingressRecords(m, sizes, 4)
 				got := ingressToJava(t, r, recs, keys, "  compression: "+strings.ToLower(c), "", !batching)
 				if batching {
 					b := 0
@@ -794,9 +806,9 @@ func interopJavaAcksPartOfABridgeBatch(t *testing.T, r *interopRow) {
 	r.batchMates(t, b)
 	topic := b.Topic(t, "interop-bia")
 	p := ingressBridge(t, b, topic, "", "")
-	// More records than the producer's stretched window lets leave one by one (32 in
-	// flight): the ones behind them share entries, so the row has batches to ack in part.
-	const n = 100
+	// Enough records to outpace the broker: the producer sends a record alone while the
+	// broker keeps up (up to 32 in flight), so only the ones behind share entries.
+	const n = batchedRecords
 	recs, _ := ingressRecords(n, []int{60}, 2)
 	publishIngress(t, p, recs, false)
 	spec := javapeer.Spec{URL: b.URL, Topic: topic, Subscription: "check", Type: "Shared", Count: n, TimeoutMs: 20000, BatchIndexAck: true, Ack: "mod", AckMod: 2}
