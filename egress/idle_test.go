@@ -7,10 +7,11 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/recordio-bridge/bridge/internal/stacktest"
 )
 
 func TestAnIdleStreamRunsNoGoroutineOfItsOwnBeyondItsConnection(t *testing.T) {
@@ -54,16 +55,7 @@ func TestAnIdleStreamsHandlerStackShrinksToHalf(t *testing.T) {
 	f := &fakeSub{feed: make(chan *Delivery)}
 	const n = 50
 	_, url := serveStreamsWith(t, f, "streams:\n  - name: s\n    topics: [t]\n", Limits{MaxStreams: n, WriteTimeout: 5 * time.Second})
-	stacks := func() uint64 {
-		// A collection halves a stack at most once, and a goroutine may start with
-		// more than 2 KiB (the runtime starts them at the average size in use).
-		for range 5 {
-			runtime.GC()
-		}
-		s := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}}
-		metrics.Read(s)
-		return s[0].Value.Uint64()
-	}
+	stacks := stacktest.BytesAfterGC
 	before := stacks()
 	for range n {
 		conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))

@@ -7,12 +7,11 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"runtime"
-	"runtime/metrics"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/recordio-bridge/bridge/internal/stacktest"
 	"github.com/recordio-bridge/bridge/recordio"
 )
 
@@ -32,16 +31,7 @@ func TestAnIdleStreamsHandlerStackShrinksToHalf(t *testing.T) {
 	// Publishing takes 12 KiB of stack on the handler's goroutine, as a busy stream's
 	// deepest moment may: its stack grows to 16 KiB, and must come back to 8 once idle.
 	_, url := serve(t, deepPublisher{newFake()}, table(t, oneRoute), l)
-	stacks := func() uint64 {
-		// A collection halves a stack at most once, and a goroutine may start with
-		// more than 2 KiB (the runtime starts them at the average size in use).
-		for range 5 {
-			runtime.GC()
-		}
-		s := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}}
-		metrics.Read(s)
-		return s[0].Value.Uint64()
-	}
+	stacks := stacktest.BytesAfterGC
 	before := stacks()
 	rec := recordio.AppendRecord(nil, []byte(`{"n":1}`))
 	for i := range n {
