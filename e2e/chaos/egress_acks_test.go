@@ -23,17 +23,22 @@ type ackingEgress struct {
 	rotate time.Duration
 	pkg    bool // read by a client.Subscriber (runPackage) instead
 
-	mu       sync.Mutex
-	seen     map[string]int  // record id -> deliveries
-	acked    map[string]bool // record ids a 200 (or the acked part of a 400) acknowledged
-	errs     map[string]int  // how streams ended, counted
-	ackFails map[string]int  // acknowledgements that did not succeed, by status, counted
-	streams  int
+	mu    sync.Mutex
+	seen  map[string]int  // record id -> deliveries
+	acked map[string]bool // record ids a 200 (or the acked part of a 400) acknowledged
+	// unanswered holds record ids whose acknowledgement got no answer (the connection
+	// ended, typically as its replica was killed): the replica may or may not have passed
+	// it to the broker. Such a record is judged by the subscription's backlog, not by
+	// the client's tally.
+	unanswered map[string]bool
+	errs       map[string]int // how streams ended, counted
+	ackFails   map[string]int // acknowledgements that did not succeed, by status, counted
+	streams    int
 }
 
 func newAckingEgress(url string, rotate time.Duration) *ackingEgress {
 	return &ackingEgress{url: url, rotate: rotate, seen: map[string]int{}, acked: map[string]bool{},
-		errs: map[string]int{}, ackFails: map[string]int{}}
+		unanswered: map[string]bool{}, errs: map[string]int{}, ackFails: map[string]int{}}
 }
 
 func (e *ackingEgress) run(ctx context.Context) {
@@ -163,7 +168,14 @@ func (e *ackingEgress) ack(ctx context.Context, sid string, cookie *http.Cookie,
 	resp, err := ingressHTTP.Do(req)
 	if err != nil {
 		e.fail(e.ackFails, "ack: "+err.Error())
-		return nil // the stream is likely gone with its replica: these are delivered again
+		e.mu.Lock()
+		for _, mid := range ids {
+			e.unanswered[byMID[mid]] = true
+		}
+		e.mu.Unlock()
+		// The stream is likely gone with its replica: these are delivered again, unless
+		// the replica passed the acknowledgement on before it went.
+		return nil
 	}
 	defer resp.Body.Close()
 	var ans struct {

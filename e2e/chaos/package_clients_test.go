@@ -144,9 +144,12 @@ func (e *ackingEgress) runPackage(ctx context.Context) {
 				e.fail(e.ackFails, fmt.Sprintf("ack %d: %.120s", ae.Status, ae.Message))
 			default:
 				e.fail(e.ackFails, "ack: "+strings.SplitN(err.Error(), " (", 2)[0])
+				e.mu.Lock()
 				for _, m := range ms {
+					e.unanswered[ids[m]] = true
 					delete(ids, m)
 				}
+				e.mu.Unlock()
 				continue
 			}
 			e.mu.Lock()
