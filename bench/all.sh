@@ -22,7 +22,7 @@ run consumer -rounds "${ROUNDS:-2}"
 run ingress -bin "$bin" -rounds "${ROUNDS:-5}" -n "${INGRESS_RECORDS:-200000}"
 run named -bin "$bin" -rounds "${ROUNDS:-3}"
 run egress -bin "$bin" -rounds "${ROUNDS:-3}"
-run latency -bin "$bin" -rounds 1 -duration "${LATENCY_DURATION:-20s}"
+run latency -bin "$bin" -rounds "${LATENCY_ROUNDS:-3}" -duration "${LATENCY_DURATION:-10s}"
 echo "load average after: $(load)" >&2
 
 # Every benchmark prints its ratio rows in its own columns; they are gathered here.

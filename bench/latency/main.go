@@ -53,7 +53,7 @@ func main() {
 	warm := flag.Duration("warmup", 2*time.Second, "unmeasured lead at the same rate before each measurement")
 	size := flag.Int("size", 1024, "record size in bytes")
 	rounds := flag.Int("rounds", 1, "rounds; each path's samples of all rounds are pooled")
-	pathsFlag := flag.String("paths", "bridge,websocket,official", "paths to measure, in this order within a rate")
+	pathsFlag := flag.String("paths", "bridge,websocket,official", "paths to measure within a rate; each round starts one path further along the list, so no path is always the first measured")
 	gcEnv := flag.Bool("gctrace", false, "run the bridge with GODEBUG=gctrace=1 (its GC lines go to stderr)")
 	flag.Parse()
 	harness.RequireBroker(*url, "bench-latency")
@@ -114,7 +114,8 @@ routes:
 	}
 	for round := range *rounds {
 		for _, rate := range rates {
-			for _, p := range paths {
+			for i := range paths {
+				p := paths[(i+round)%len(paths)]
 				topic := fmt.Sprintf("bench-latency-%s-%d-%d-%d", p, rate, round, time.Now().UnixNano())
 				warmN := int(warm.Seconds() * float64(rate))
 				n := warmN + int(dur.Seconds()*float64(rate))
