@@ -57,8 +57,15 @@ func Get(n int) *Buf {
 		b.b = b.b[:n]
 		return b
 	}
+	made.Add(1)
 	return &Buf{b: make([]byte, n, 1<<(c+minShift)), class: c}
 }
+
+// made counts the buffers Get allocated rather than reused (for tests).
+var made atomic.Int64
+
+// Made returns how many buffers Get allocated since the process started.
+func Made() int64 { return made.Load() }
 
 // Bytes returns the buffer's n bytes.
 func (b *Buf) Bytes() []byte { return b.b }
