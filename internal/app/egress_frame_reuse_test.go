@@ -29,7 +29,7 @@ func TestEgressRecordsAreIntactWhileFramesAreReused(t *testing.T) {
 	}
 	t.Cleanup(b.Close)
 	path := filepath.Join(t.TempDir(), "bridge.yaml")
-	writeConfig(t, path, b.URL(), "streams:\n  - name: s\n    topics: [reuse]\n  - name: c\n    topics: [reuse]\n    subscription: c\n    ack: client\n    maxUnacked: 100000\n")
+	writeConfig(t, path, b.URL(), "streams:\n  - name: s\n    topics: [reuse]\n  - name: c\n    topics: [reuse-client]\n    subscription: c\n    ack: client\n    maxUnacked: 100000\n")
 	a, err := New(Options{ConfigPath: path, Version: "test"})
 	if err != nil {
 		t.Fatal(err)
@@ -45,11 +45,13 @@ func TestEgressRecordsAreIntactWhileFramesAreReused(t *testing.T) {
 	base := "http://" + a.DataAddr().String() + "/v1/streams/"
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
-	const topic, perBatch = "persistent://public/default/reuse", 16
+	// Each stream its own topic: the fake broker's queue is the topic's, and the first
+	// stream's consumer may still be subscribed when the second's messages come.
+	const perBatch = 16
 	payload := func(tag string, i int) []byte {
 		return bytes.Repeat(fmt.Appendf(nil, "%s-%05d|", tag, i), 1024/(len(tag)+7))[:1000]
 	}
-	deliver := func(tag string, from, n int) {
+	deliver := func(topic, tag string, from, n int) {
 		for i := from; i < from+n; i += perBatch {
 			msgs := make([]pulsartest.BatchMessage, perBatch)
 			for j := range msgs {
@@ -68,7 +70,7 @@ func TestEgressRecordsAreIntactWhileFramesAreReused(t *testing.T) {
 				t.Fatalf("%s: record %d: %v", tag, i, err)
 			}
 			if want := payload(tag, i); !bytes.Equal(rec, want) {
-				t.Fatalf("%s: record %d reads %.24q..., want %.24q...: written from a frame given back", tag, i, rec, want)
+				t.Fatalf("%s: record %d reads %.24q..., want %.24q... (poison: written from a frame given back)", tag, i, rec, want)
 			}
 			if onRecord != nil {
 				onRecord(i)
@@ -104,10 +106,10 @@ func TestEgressRecordsAreIntactWhileFramesAreReused(t *testing.T) {
 	// ack=auto, with the broker's connection dropped halfway (once what was sent is read:
 	// the fake broker sends nothing again).
 	rd, _, done := open("s")
-	deliver("auto", 0, 800)
+	deliver("persistent://public/default/reuse", "auto", 0, 800)
 	read(rd, "auto", 0, 800, nil)
 	b.DropConnections()
-	deliver("auto", 800, 800)
+	deliver("persistent://public/default/reuse", "auto", 800, 800)
 	read(rd, "auto", 800, 800, nil)
 	done()
 
@@ -115,7 +117,7 @@ func TestEgressRecordsAreIntactWhileFramesAreReused(t *testing.T) {
 	// while the stream goes on writing; the last ones left unacknowledged when the
 	// client goes away.
 	rd, id, done := open("c")
-	deliver("client", 0, 1600)
+	deliver("persistent://public/default/reuse-client", "client", 0, 1600)
 	read(rd, "client", 0, 1600, func(pos int) {
 		if pos%32 == 31 && pos < 1500 {
 			what := "ack"
