@@ -238,6 +238,16 @@ type Releaser interface {
 	Release(d *Delivery)
 }
 
+// PayloadCopier is what a Subscription implements when it can reuse what a delivery's
+// payload points into once nothing reads it: a stream calls Copied once it has written
+// d's record (copied into the response's buffer, or through to the connection) and
+// reads d.Payload and d.Body no more. The Subscription may reuse the bytes only once d
+// is settled too (acknowledged, negatively acknowledged or released), and never after
+// a dead-lettering read them.
+type PayloadCopier interface {
+	Copied(d *Delivery)
+}
+
 // The bridge's metrics count redeliveries and dead letters.
 var _ RetryObserver = (*telemetry.Metrics)(nil)
 var _ RateObserver = (*telemetry.Metrics)(nil)

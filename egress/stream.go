@@ -511,6 +511,11 @@ func (st *stream) write(w *loopWriter, d *Delivery, now time.Time) string {
 		// Written: the stream keeps only what acknowledging it needs.
 		d.Payload, d.Body = nil, nil
 	}
+	if pc, ok := st.sub.(PayloadCopier); ok {
+		// Nothing below, nor after, reads the payload: only its length (d.Len, read
+		// from the slice, not the bytes) and the delivery's id and time.
+		pc.Copied(d)
+	}
 	w.written++
 	w.pendingN++
 	w.pendingLen += d.Len()

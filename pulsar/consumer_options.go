@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/recordio-bridge/bridge/pulsar/internal/framepool"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
 
@@ -262,8 +263,9 @@ type Message struct {
 	Stored *StoredEntry
 
 	payload []byte
-	chunks  [][]byte    // a reassembled chunked message, chunk by chunk
-	chunkID []MessageID // every chunk's id, all acknowledged with the message
+	buf     *framepool.Buf // the pooled frame payload points into, until Release
+	chunks  [][]byte       // a reassembled chunked message, chunk by chunk
+	chunkID []MessageID    // every chunk's id, all acknowledged with the message
 	pc      *partitionConsumer
 	permits int    // flow permits this message stands for
 	gen     uint64 // its registration's generation (see partitionConsumer.gen)
@@ -292,6 +294,22 @@ func (m *Message) Payload() []byte {
 		m.payload, m.chunks = buf, nil
 	}
 	return m.payload
+}
+
+// Release tells the consumer that the application is done with m's bytes: nothing reads
+// the slice Payload returned, nor a reader Body returned, nor m's payload, after it (they
+// read nothing from then on: the payload is emptied). The buffer the message came in
+// with others of its batch may then be reused for a later message, once every message
+// pointing into it is released, which spares the collector a large allocation per
+// frame. Calling it is optional: what is never released is collected as usual. m is
+// still acknowledged or negatively acknowledged by its ID after Release, and its Size
+// and MemoryCharge stay. A second call does nothing; Release must not run concurrently
+// with another method of m.
+func (m *Message) Release() {
+	if b := m.buf; b != nil {
+		m.buf, m.payload = nil, nil
+		b.Release()
+	}
 }
 
 // Size is the payload's length in bytes.

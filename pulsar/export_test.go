@@ -1,6 +1,10 @@
 package pulsar
 
-import "time"
+import (
+	"time"
+
+	"github.com/recordio-bridge/bridge/pulsar/internal/framepool"
+)
 
 // SetHandBackExpiry shortens handBackExpiry for a test; the returned func restores it.
 func SetHandBackExpiry(d time.Duration) (restore func()) {
@@ -49,3 +53,6 @@ func SetEnqueueHook(fn func()) (restore func()) {
 	enqueueHook = fn
 	return func() { enqueueHook = nil }
 }
+
+// FrameBuffersMade counts the pooled frame buffers allocated rather than reused.
+func FrameBuffersMade() int64 { return framepool.Made() }

@@ -9,6 +9,7 @@ import (
 	"github.com/recordio-bridge/bridge/pulsar/internal/conn"
 	"github.com/recordio-bridge/bridge/pulsar/internal/delivery"
 	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
+	"github.com/recordio-bridge/bridge/pulsar/internal/framepool"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
 
@@ -66,6 +67,7 @@ func (p *partitionConsumer) message(h *consumerHandle, cmd *pb.CommandMessage, f
 		return
 	}
 	a := p.arrivalLocked(h, cmd, f, &e, share, admitted)
+	a.buf = f.Buf // adoptable here, on the reader, not from the parked drain
 	p.deliverUnlock(a, cmd, frameErr, err)
 	p.releaseLocked(a.admitted) // what the messages were not charged from it
 }
@@ -118,6 +120,23 @@ type arrival struct {
 	// rest goes back once the arrival is handled.
 	admitted int
 	base     Message // the fields every message of the entry shares
+	// buf: the frame's pooled buffer, for the messages that point into it to adopt
+	// (adopt); nil when it was allocated or must not be adopted (a parked frame).
+	buf *framepool.Buf
+}
+
+// adopt makes msgs, all of the arrival's frame, the holders of its pooled buffer, each
+// to release it once (Message.Release). Messages never released, and frames never
+// adopted, are left to the collector.
+func (a *arrival) adopt(msgs ...*Message) {
+	if a.buf == nil || len(msgs) == 0 {
+		return
+	}
+	a.buf.Adopt(len(msgs))
+	for _, m := range msgs {
+		m.buf = a.buf
+	}
+	a.buf = nil
 }
 
 // The ...Unlock methods below finish an arrival with p.mu held and release it once
@@ -226,6 +245,7 @@ func (p *partitionConsumer) singleUnlock(a *arrival) {
 	p.chargeLocked(&m)
 	p.unreserveShareLocked(a.share)
 	p.arrivedLocked(m.size, max(m.size, 1))
+	a.adopt(&m)
 	p.c.enqueue([]*Message{&m})
 	p.mu.Unlock()
 }
@@ -254,6 +274,7 @@ func (p *partitionConsumer) batchUnlock(a *arrival, ackSet []int64) {
 	if filtered > 0 {
 		p.returnPermitsLocked(filtered)
 	}
+	a.adopt(msgs...)
 	p.c.enqueue(msgs)
 	p.mu.Unlock()
 }

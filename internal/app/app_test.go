@@ -22,6 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	pulsartest.PoisonReleasedFrames(true) // a record read from a released frame reads the poison
 	goleak.VerifyTestMain(m,
 		// fsnotify's and OpenTelemetry's package-level goroutines, started once per process.
 		goleak.IgnoreAnyFunction("go.opentelemetry.io/otel/sdk/metric.(*PeriodicReader).run"))

@@ -18,7 +18,12 @@ import (
 	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain poisons every frame buffer given back for reuse, so that any test reading a
+// payload after its frame was released reads the poison instead of its bytes.
+func TestMain(m *testing.M) {
+	pulsartest.PoisonReleasedFrames(true)
+	goleak.VerifyTestMain(m)
+}
 
 // wait bounds every wait of these tests: a missing event fails the test instead of
 // hanging it.

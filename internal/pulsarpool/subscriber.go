@@ -1,6 +1,7 @@
 package pulsarpool
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -243,6 +244,12 @@ type handle struct {
 	// prev and next link the handle in its subscription's held list while it is there.
 	prev, next *handle
 	listed     bool
+	// The message's bytes are released (pulsar.Message.Release, letting its frame's
+	// buffer be reused) once both are true, under the subscription's lock: the stream
+	// copied them out (Copied) and the delivery is settled by an acknowledgement, a
+	// negative one or a Release. Never once kept is set: a dead-lettering read them, and
+	// the copy it handed to a producer may outlive the stream's wait for it.
+	copied, kept, released bool
 }
 
 // handleList is a doubly-linked list of handles, in no particular order.
@@ -323,13 +330,18 @@ func (s *subscription) delivery(m *pulsar.Message) *egress.Delivery {
 	return d
 }
 
-// settle releases what d was charged, once.
+// settle releases what d was charged, once, and its message's bytes if the stream
+// copied them out (see handle).
 func (s *subscription) settle(d *egress.Delivery) *pulsar.Message {
 	h := d.Handle.(*handle)
 	s.mu.Lock()
 	ok := s.held.remove(h)
 	if ok {
 		s.heldBytes -= h.size
+		if h.copied && !h.kept {
+			h.released = true
+			h.m.Release()
+		}
 	}
 	s.mu.Unlock()
 	if ok {
@@ -391,6 +403,19 @@ func (s *subscription) AckConfirmed(ctx context.Context, ds []*egress.Delivery) 
 		}
 	}
 	return errs
+}
+
+// Copied implements egress.PayloadCopier: the stream wrote d's record, and reads its
+// payload no more. Its message's bytes are released once d is settled too (see handle);
+// a delivery settled already (an acknowledgement that came before the stream wrote it) is
+// left alone.
+func (s *subscription) Copied(d *egress.Delivery) {
+	h := d.Handle.(*handle)
+	s.mu.Lock()
+	if h.listed {
+		h.copied = true
+	}
+	s.mu.Unlock()
 }
 
 // Release implements egress.Releaser: d's charge goes back, and the broker is told
@@ -486,6 +511,10 @@ const (
 	PropertyOriginMetadata         = "ORIGIN_METADATA" // base64 of the MessageMetadata as stored
 )
 
+// errSettled: a dead-lettering of a delivery whose message was settled, and its bytes
+// released, before it (the stream's own fault: it is never asked).
+var errSettled = errors.New("pulsarpool: delivery settled already")
+
 // errNoDeadLetters: the subscriber was given no pool to publish dead letters with.
 var errNoDeadLetters = errors.New("pulsarpool: no producer pool for dead letters")
 
@@ -501,7 +530,21 @@ func (s *subscription) DeadLetter(ctx context.Context, d *egress.Delivery, topic
 	if pool == nil {
 		return errNoDeadLetters
 	}
-	m := d.Handle.(*handle).m
+	h := d.Handle.(*handle)
+	m := h.m
+	// The payload is read (and copied) under the lock that settling takes, so it cannot be
+	// released meanwhile, nor ever after: kept, its frame is left to the collector.
+	s.mu.Lock()
+	h.kept = true
+	released := h.released
+	var payload []byte
+	if !released && m.Size() < streamFrom {
+		payload = bytes.Clone(m.Payload())
+	}
+	s.mu.Unlock()
+	if released {
+		return fmt.Errorf("%w: message %s was settled already", errSettled, FormatID(m.ID))
+	}
 	props := make(map[string]string, len(m.Properties)+2)
 	for k, v := range m.Properties {
 		props[k] = v
@@ -531,7 +574,9 @@ func (s *subscription) DeadLetter(ctx context.Context, d *egress.Delivery, topic
 		_, err := pool.publishStream(ctx, msg, int64(m.Size()), m.Body(), true)
 		return err
 	}
-	msg.Payload = m.Payload()
+	// A copy: the producer may hold it beyond this wait (ctx ending first), when the
+	// delivery may be settled already.
+	msg.Payload = payload
 	done := make(chan error, 1)
 	pool.publishAsync(ctx, msg, func(_ string, err error) { done <- err }, true)
 	select {

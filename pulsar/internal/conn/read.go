@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/recordio-bridge/bridge/pulsar/internal/frame"
+	"github.com/recordio-bridge/bridge/pulsar/internal/framepool"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
 
@@ -21,14 +22,25 @@ func readFrame(br *bufio.Reader, f *frame.Frame, maxFrame int) error {
 	if err != nil {
 		return err
 	}
-	body := make([]byte, n)
+	// A large frame is read into a pooled buffer: the consumer that adopts it gives it
+	// back once every message pointing into it is released (framepool); otherwise it is
+	// left to the collector, as an allocated one is.
+	pooled := framepool.Get(n)
+	var body []byte
+	if pooled != nil {
+		body = pooled.Bytes()
+	} else {
+		body = make([]byte, n)
+	}
 	if _, err := io.ReadFull(br, body); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
 		return err
 	}
-	return frame.Decode(body, f)
+	err = frame.Decode(body, f)
+	f.Buf = pooled
+	return err
 }
 
 func (c *Conn) readLoop(br *bufio.Reader) {

@@ -29,6 +29,7 @@ import (
 	"github.com/klauspost/crc32"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/recordio-bridge/bridge/pulsar/internal/framepool"
 	"github.com/recordio-bridge/bridge/pulsar/internal/pb"
 )
 
@@ -66,6 +67,9 @@ type Frame struct {
 	Metadata []byte
 	// Payload is the message payload (possibly compressed, possibly a batch).
 	Payload []byte
+	// Buf is the pooled buffer the frame was read into, nil if it was allocated: the
+	// one it is handed to may adopt it (see framepool), or leave it to the collector.
+	Buf *framepool.Buf
 }
 
 // Checksum returns the CRC32-C of the given pieces, in order.
