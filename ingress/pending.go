@@ -3,6 +3,7 @@ package ingress
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // pendingQueue holds a stream's records awaiting their outcome, in input order, from
@@ -17,9 +18,10 @@ type pendingQueue struct {
 	head, n   int
 	limit     int
 	closed    bool
-	waiting   bool          // the collector waits on more
-	more      chan struct{} // a token once an entry is added or the queue closed while the collector waits
-	room      chan struct{} // a token once an entry leaves a full queue; made when the queue first fills
+	waiting   bool                  // the collector waits on more
+	more      chan struct{}         // a token once an entry is added or the queue closed while the collector waits, or waitingOn settled
+	waitingOn atomic.Pointer[entry] // the entry whose outcome the collector waits for (awaitOutcome)
+	room      chan struct{}         // a token once an entry leaves a full queue; made when the queue first fills
 	small     [smallRing]*entry
 	ringClass int       // the pool class of ring, 0 while it is small
 	box       *[]*entry // ring's box in the pool, nil while it is small
@@ -93,6 +95,23 @@ func (q *pendingQueue) wait() *entry {
 		<-q.more
 		q.mu.Lock()
 	}
+}
+
+// awaitOutcome waits until e, taken off the queue, is settled (entry.settled); false
+// once abandon is closed first. The collector waits for one entry at a time, never
+// while it waits in wait, so the two share the channel more: a token either leaves
+// makes the other look again, no more.
+func (q *pendingQueue) awaitOutcome(e *entry, abandon <-chan struct{}) bool {
+	q.waitingOn.Store(e) // before the flag is read again: settled reads it after setting the flag
+	defer q.waitingOn.Store(nil)
+	for !e.ready.Load() {
+		select {
+		case <-q.more:
+		case <-abandon:
+			return false
+		}
+	}
+	return true
 }
 
 // close says no entry will be added.

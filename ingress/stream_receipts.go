@@ -75,13 +75,9 @@ func (st *stream) collect() {
 			flush()
 			return
 		}
-		select {
-		case <-e.done:
-		default:
+		if !e.ready.Load() {
 			flush()
-			select {
-			case <-e.done:
-			case <-st.abandonC:
+			if !st.pending.awaitOutcome(e, st.abandonC) {
 				// The drain timeout passed: the outcome is unknown. The publisher's
 				// callback will still come; the entry is not reused.
 				st.budget.Release(e.charge)

@@ -16,8 +16,11 @@ import (
 // messages each; what each entry costs besides its messages is shared by them. Framing
 // one made its metadata and SEND command afresh, a dozen allocations (the messages, a
 // pointer per scalar field, the encoded metadata): 26 per entry in all, 16-17 without.
-// What is left is the entry's own (its pending item, its callbacks' list) and the
-// decoding of its receipt. The fake broker's allocations are not counted.
+// Decoding its receipt with proto.Unmarshal made the command, the receipt, the message
+// id and a pointer per scalar field: 11-12 per entry with the receipt decoded in one
+// allocation, 10.5-10.9 once a receipt no longer makes a channel for flushes nobody
+// waits in. What is left is the entry's own (its pending item, its callbacks' list).
+// The fake broker's allocations are not counted.
 func TestABatchIsFramedWithFewAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
@@ -53,7 +56,7 @@ func TestABatchIsFramedWithFewAllocations(t *testing.T) {
 	}
 	per := float64(n) / float64(entries)
 	t.Logf("%d allocations for %d entries: %.1f per entry", n, entries, per)
-	if per > 20 {
+	if per > 14 {
 		t.Fatalf("%.1f allocations per entry sent (%d for %d entries)", per, n, entries)
 	}
 }

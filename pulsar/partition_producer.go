@@ -64,7 +64,7 @@ type partitionProducer struct {
 	// again with every later one: an exclusive producer that took the topic over since
 	// raised it, and the broker then fences this one.
 	topicEpoch *uint64
-	progress   chan struct{} // closed and replaced when pending shrinks
+	progress   chan struct{} // made by a flush that waits; closed and dropped when pending shrinks
 	// drain is set while the connection is read to its end after a refusal that resets
 	// it (see drain).
 	drain      *drain
@@ -92,7 +92,6 @@ func newPartitionProducer(c *Client, topic string, partition int32, opts Produce
 		exclusive:   make(chan struct{}, 1),
 		name:        opts.Name,
 		maxMsgSize:  frame.DefaultMaxMessageSize,
-		progress:    make(chan struct{}),
 		dedupFloor:  -1,
 		reconnectCh: make(chan struct{}, 1),
 		done:        make(chan struct{}),

@@ -137,8 +137,17 @@ func (p *partitionProducer) popLocked() {
 	p.pendingMsgs -= max(p.pending[0].numMsgs, 1)
 	p.pending[0] = nil
 	p.pending = p.pending[1:]
-	close(p.progress)
-	p.progress = make(chan struct{})
+	p.progressLocked()
+}
+
+// progressLocked wakes the flushes waiting for pending to shrink. The channel is made
+// only by a flush that waits: made afresh at every receipt, it was an allocation per
+// entry for a producer nobody flushes, the bridge's.
+func (p *partitionProducer) progressLocked() {
+	if p.progress != nil {
+		close(p.progress)
+		p.progress = nil
+	}
 }
 
 func (p *partitionProducer) sendError(h *handle, e *pb.CommandSendError) {
@@ -234,8 +243,7 @@ func (p *partitionProducer) takeAllLocked() []*pendingItem {
 		items = append(items, &pendingItem{reqs: p.batch.reqs, numMsgs: len(p.batch.reqs), bytes: p.batch.acquired})
 		p.batch = batch{}
 	}
-	close(p.progress)
-	p.progress = make(chan struct{})
+	p.progressLocked()
 	return items
 }
 

@@ -444,6 +444,9 @@ func (p *partitionProducer) flush(ctx context.Context) error {
 			p.mu.Unlock()
 			return err
 		}
+		if p.progress == nil {
+			p.progress = make(chan struct{})
+		}
 		ch := p.progress
 		p.mu.Unlock()
 		select {

@@ -145,11 +145,15 @@ func Decode(body []byte, f *Frame) error {
 	if uint64(cmdSize) > uint64(len(body)-4) {
 		return fmt.Errorf("%w: command size %d exceeds the %d bytes left in the frame", ErrCorrupt, cmdSize, len(body)-4)
 	}
-	cmd := &pb.BaseCommand{}
-	if err := proto.Unmarshal(body[4:4+cmdSize], cmd); err != nil {
-		return fmt.Errorf("%w: command: %v", ErrCorrupt, err)
+	if cmd, ok := decodeSendReceipt(body[4 : 4+cmdSize]); ok {
+		f.Cmd = cmd // a producer's answer to each entry: decoded in one allocation
+	} else {
+		cmd := &pb.BaseCommand{}
+		if err := proto.Unmarshal(body[4:4+cmdSize], cmd); err != nil {
+			return fmt.Errorf("%w: command: %v", ErrCorrupt, err)
+		}
+		f.Cmd = cmd
 	}
-	f.Cmd = cmd
 	rest := body[4+cmdSize:]
 	if len(rest) == 0 {
 		return nil
