@@ -205,6 +205,9 @@ func drainOurs(url, topic, sub string, count int, opts pulsar.ConsumerOptions) e
 		if opts.KeepMemoryCharge {
 			cons.Settled(m)
 		}
+		// Done with its bytes, as an egress stream is once it wrote and settled a
+		// message: its frame's buffer may be reused.
+		m.Release()
 	}
 	return nil
 }
