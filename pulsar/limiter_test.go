@@ -50,3 +50,35 @@ func TestALimiterWakesWhoWaitsForRoom(t *testing.T) {
 		t.Fatal("the waiter was not woken by the release that made room")
 	}
 }
+
+// TestALimiterLosesNoWakeUpUnderContention: senders that wait for room race with the
+// releases that make it (the channel made by the first to wait, dropped by the release
+// that closes it); every one of them must get its room, none left waiting with room
+// there. 16 goroutines share a limiter of 2 messages, 2 000 acquisitions each.
+func TestALimiterLosesNoWakeUpUnderContention(t *testing.T) {
+	l := newLimiter(2, 1<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			for range 2000 {
+				if err := l.acquire(ctx, 1, 10, nil); err != nil {
+					errs <- err
+					return
+				}
+				l.release(1, 10)
+			}
+			errs <- nil
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			n, b := l.pending()
+			t.Fatalf("a sender waited for room until %v, with %d messages and %d bytes pending of 2", err, n, b)
+		}
+	}
+	if n, b := l.pending(); n != 0 || b != 0 {
+		t.Fatalf("%d messages and %d bytes pending after every release", n, b)
+	}
+}

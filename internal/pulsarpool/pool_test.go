@@ -360,7 +360,7 @@ func TestPoolAtTheCapWaitsForAnIdleProducer(t *testing.T) {
 // and is never dropped; it goes once the broker's receipts free the bytes.
 func TestPoolWaitsForTheBudget(t *testing.T) {
 	b := fakeBroker(t)
-	bud := budget.New(1000)
+	bud := budget.New(1000 + ingress.RecordOverhead) // a record's charge is its bytes and the overhead
 	p, _ := newPool(t, newClient(t, b.URL()), Options{Budget: bud})
 	if _, err := publish(t, p, topicName(0), "warm"); err != nil {
 		t.Fatal(err)
@@ -369,8 +369,8 @@ func TestPoolWaitsForTheBudget(t *testing.T) {
 	big := make([]byte, 600)
 	first := make(chan error, 1)
 	p.PublishAsync(context.Background(), &ingress.Message{Topic: topicName(0), Payload: big}, func(_ string, err error) { first <- err })
-	if st := bud.Stats(); st.Used != 600 {
-		t.Fatalf("budget used %d after a 600-byte record was queued", st.Used)
+	if st := bud.Stats(); st.Used != 600+ingress.RecordOverhead {
+		t.Fatalf("budget used %d after a 600-byte record was queued, want it and the record's overhead, %d", st.Used, 600+ingress.RecordOverhead)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	waiting := make(chan error, 1)
@@ -395,7 +395,7 @@ func TestPoolWaitsForTheBudget(t *testing.T) {
 	if n := len(b.Messages(topicName(0))); n != 3 {
 		t.Fatalf("%d messages, want 3 (the cancelled one never sent)", n)
 	}
-	if st := bud.Stats(); st.Used != 0 || st.Peak > 1000 {
+	if st := bud.Stats(); st.Used != 0 || st.Peak > 1000+ingress.RecordOverhead {
 		t.Fatalf("budget %+v after every receipt", st)
 	}
 }
