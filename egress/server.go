@@ -240,8 +240,8 @@ type Releaser interface {
 
 // PayloadCopier is what a Subscription implements when it can reuse what a delivery's
 // payload points into once nothing reads it: a stream calls Copied once it has written
-// d's record (copied into the response's buffer, or through to the connection) and
-// reads d.Payload and d.Body no more. The Subscription may reuse the bytes only once d
+// d's record (copied into the response's buffer, or through to the connection), or its
+// filter left d out, and reads d.Payload and d.Body no more. The Subscription may reuse the bytes only once d
 // is settled too (acknowledged, negatively acknowledged or released), and never after
 // a dead-lettering read them.
 type PayloadCopier interface {

@@ -512,13 +512,14 @@ func (st *stream) write(w *loopWriter, d *Delivery, now time.Time) string {
 		d.Payload, d.Body = nil, nil
 	}
 	if pc, ok := st.sub.(PayloadCopier); ok {
-		// Nothing below, nor after, reads the payload: only its length (d.Len, read
-		// from the slice, not the bytes) and the delivery's id and time.
+		// Nothing below, nor after, reads the payload: only its length (size, taken
+		// before the write) and the delivery's id and time.
 		pc.Copied(d)
 	}
 	w.written++
 	w.pendingN++
-	w.pendingLen += d.Len()
+	// size, not d.Len(): an ack=client delivery has let go of its payload by now.
+	w.pendingLen += size
 	w.newest = d.PublishTime
 	if int64(len(w.buf))+st.direct >= flushBytes {
 		// A busy stream flushes (and acknowledges) every 64 KiB, so acks never wait

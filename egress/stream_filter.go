@@ -63,6 +63,11 @@ func (st *stream) filtered(d *Delivery) (bool, error) {
 	if f.Keeps(m) {
 		return false, nil
 	}
+	if pc, ok := st.sub.(PayloadCopier); ok {
+		// Read for the last time: the frame it came in may be reused once its siblings
+		// are written and settled (without this, never).
+		pc.Copied(d)
+	}
 	_ = st.sub.Ack(d)
 	if o, ok := st.srv.obs.(FilterObserver); ok {
 		o.Filtered(st.def.Name, 1)
