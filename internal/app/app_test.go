@@ -60,6 +60,19 @@ func newApp(t *testing.T, extra string) (*App, string) {
 	return a, path
 }
 
+// runUntilCleanup runs a until the test ends, then shuts it down and waits for Run to return.
+func runUntilCleanup(t *testing.T, a *App) {
+	t.Helper()
+	ran := make(chan error, 1)
+	go func() { ran <- a.Run(context.Background()) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = a.Shutdown(ctx)
+		<-ran
+	})
+}
+
 func writeConfig(t *testing.T, path, url, extra string) {
 	t.Helper()
 	cfg := strings.Replace(baseConfig, "%s", extra+"\npulsar:\n  url: "+url, 1)
@@ -234,14 +247,7 @@ func TestMetricLabelsNameOnlyConfiguredRoutesAndStreams(t *testing.T) {
 	if err := a.Reload("test"); err != nil {
 		t.Fatal(err)
 	}
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(context.Background()) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
-		<-ran
-	}()
+	runUntilCleanup(t, a)
 	base := "http://" + a.DataAddr().String()
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()

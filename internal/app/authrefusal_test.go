@@ -2,7 +2,6 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -49,14 +48,7 @@ func TestCreationRefusedByAuthenticationIsUnavailableAndReadyzSaysWhy(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
-		<-ran
-	})
+	runUntilCleanup(t, a)
 	ops := a.opsHandler()
 	if code, body := get(t, ops, "/readyz"); code != http.StatusOK || body["brokerHandshakeRefused"] != nil {
 		t.Fatalf("/readyz before the refusal: %d %v", code, body)

@@ -52,14 +52,7 @@ func TestEgressEnvelopesFiltersAndRedeliveriesReadIntactRecordsOverHTTP2(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
-		<-ran
-	})
+	runUntilCleanup(t, a)
 	base := "http://" + a.DataAddr().String() + "/v1/streams/"
 	protocols := new(http.Protocols)
 	protocols.SetUnencryptedHTTP2(true)

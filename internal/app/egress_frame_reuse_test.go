@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/recordio-bridge/bridge/pulsar/pulsartest"
 	"github.com/recordio-bridge/bridge/recordio"
@@ -34,14 +33,7 @@ func TestEgressRecordsAreIntactWhileFramesAreReused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ran := make(chan error, 1)
-	go func() { ran <- a.Run(context.Background()) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = a.Shutdown(ctx)
-		<-ran
-	})
+	runUntilCleanup(t, a)
 	base := "http://" + a.DataAddr().String() + "/v1/streams/"
 	client := &http.Client{Transport: &http.Transport{}}
 	defer client.CloseIdleConnections()
